@@ -1,0 +1,178 @@
+"""Canonical CSR from any input, with the validation every public entry point relies on.
+
+Canonical means: rows ascending, columns ascending inside a row, no duplicate (row, col) pair
+(duplicates are summed, as scipy's ``sum_duplicates`` and torch's ``coalesce`` do), index
+tensors int32 when every index and the nonzero count fit, int64 otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+INT32_MAX = 2**31 - 1
+
+VALUE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class CSR:
+    """A canonical CSR matrix of shape ``(num_rows, num_cols)``."""
+
+    rowptr: torch.Tensor
+    col: torch.Tensor
+    values: torch.Tensor
+    num_rows: int
+    num_cols: int
+
+    @property
+    def nnz(self) -> int:
+        return self.col.numel()
+
+    def row_indices(self) -> torch.Tensor:
+        """Row id of every nonzero (int64), the COO view of this CSR."""
+        counts = self.rowptr[1:] - self.rowptr[:-1]
+        rows = torch.arange(self.num_rows, device=self.col.device)
+        return rows.repeat_interleave(counts.long(), output_size=self.nnz)
+
+    def to(self, device=None, dtype=None) -> "CSR":
+        values = self.values.to(device=device, dtype=dtype)
+        return CSR(self.rowptr.to(device), self.col.to(device), values, self.num_rows, self.num_cols)
+
+
+def index_dtype_for(num_rows: int, num_cols: int, nnz: int) -> torch.dtype:
+    return torch.int32 if max(num_rows, num_cols, nnz) <= INT32_MAX else torch.int64
+
+
+def check_index_tensor(name: str, index: torch.Tensor) -> None:
+    if not isinstance(index, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(index).__name__}")
+    if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers, got dtype {index.dtype}")
+
+
+def check_values(values: torch.Tensor, nnz: int, device: torch.device, name: str = "values") -> None:
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(values).__name__}")
+    if values.dtype not in VALUE_DTYPES:
+        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {values.dtype}")
+    if values.dim() != 1 or values.numel() != nnz:
+        raise ValueError(f"{name} must be 1-D with one entry per nonzero ({nnz}), got shape {tuple(values.shape)}")
+    if values.device != device:
+        raise ValueError(f"{name} is on {values.device} but the indices are on {device}")
+
+
+def check_range(name: str, index: torch.Tensor, bound: int) -> None:
+    """Every entry of ``index`` must lie in [0, bound)."""
+    if index.numel() == 0:
+        return
+    low, high = int(index.min()), int(index.max())
+    if low < 0:
+        raise ValueError(f"{name} holds a negative index ({low})")
+    if high >= bound:
+        raise ValueError(f"{name} holds index {high}, out of range for size {bound}")
+
+
+def check_size(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import numpy as np
+
+            if isinstance(value, np.integer):
+                value = int(value)
+        except ImportError:  # pragma: no cover - numpy is a dependency
+            pass
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be non-negative, got {value}")
+    return value
+
+
+def from_coo(
+    row: torch.Tensor,
+    col: torch.Tensor,
+    values: torch.Tensor | None,
+    num_rows: int,
+    num_cols: int,
+    dtype: torch.dtype = torch.float32,
+) -> CSR:
+    """Canonical CSR from COO triplets; duplicate (row, col) pairs are summed."""
+    check_index_tensor("row", row)
+    check_index_tensor("col", col)
+    num_rows, num_cols = check_size("num_rows", num_rows), check_size("num_cols", num_cols)
+    if row.dim() != 1 or col.dim() != 1 or row.numel() != col.numel():
+        raise ValueError(
+            f"row and col must be 1-D of equal length, got shapes {tuple(row.shape)} and {tuple(col.shape)}"
+        )
+    if row.device != col.device:
+        raise ValueError(f"row is on {row.device} but col is on {col.device}")
+    device = row.device
+    if values is None:
+        values = torch.ones(row.numel(), dtype=dtype, device=device)
+    check_values(values, row.numel(), device)
+    check_range("row", row, num_rows)
+    check_range("col", col, num_cols)
+
+    row, col = row.long(), col.long()
+    key = row * max(num_cols, 1) + col
+    key, order = torch.sort(key, stable=True)
+    values = values[order]
+    unique_key, inverse = torch.unique_consecutive(key, return_inverse=True)
+    if unique_key.numel() != key.numel():
+        summed = torch.zeros(unique_key.numel(), dtype=values.dtype, device=device)
+        values = summed.index_add(0, inverse, values)
+    row, col = unique_key // max(num_cols, 1), unique_key % max(num_cols, 1)
+    counts = torch.bincount(row, minlength=num_rows)
+    rowptr = torch.zeros(num_rows + 1, dtype=torch.long, device=device)
+    torch.cumsum(counts, 0, out=rowptr[1:])
+    index_dtype = index_dtype_for(num_rows, num_cols, col.numel())
+    return CSR(rowptr.to(index_dtype), col.to(index_dtype), values, num_rows, num_cols)
+
+
+def from_csr_arrays(
+    rowptr: torch.Tensor,
+    col: torch.Tensor,
+    values: torch.Tensor | None,
+    num_rows: int | None,
+    num_cols: int,
+    dtype: torch.dtype = torch.float32,
+) -> CSR:
+    """Canonical CSR from (possibly unsorted, duplicated) CSR arrays, every array validated."""
+    check_index_tensor("rowptr", rowptr)
+    check_index_tensor("col", col)
+    if rowptr.dim() != 1 or rowptr.numel() < 1:
+        raise ValueError(f"rowptr must be 1-D with num_rows + 1 entries, got shape {tuple(rowptr.shape)}")
+    if num_rows is None:
+        num_rows = rowptr.numel() - 1
+    num_rows = check_size("num_rows", num_rows)
+    if rowptr.numel() != num_rows + 1:
+        raise ValueError(f"rowptr has {rowptr.numel()} entries, expected num_rows + 1 = {num_rows + 1}")
+    if col.dim() != 1:
+        raise ValueError(f"col must be 1-D, got shape {tuple(col.shape)}")
+    if int(rowptr[0]) != 0:
+        raise ValueError(f"rowptr must start at 0, got {int(rowptr[0])}")
+    if int(rowptr[-1]) != col.numel():
+        raise ValueError(f"rowptr ends at {int(rowptr[-1])} but col holds {col.numel()} entries")
+    steps = rowptr[1:] - rowptr[:-1]
+    if steps.numel() and int(steps.min()) < 0:
+        bad = int(torch.nonzero(steps < 0)[0])
+        raise ValueError(f"rowptr must be non-decreasing; it falls at row {bad}")
+    if rowptr.device != col.device:
+        raise ValueError(f"rowptr is on {rowptr.device} but col is on {col.device}")
+    counts = steps.long()
+    row = torch.arange(num_rows, device=col.device).repeat_interleave(counts, output_size=col.numel())
+    return from_coo(row, col, values, num_rows, num_cols, dtype)
+
+
+def transpose(csr: CSR) -> tuple[CSR, torch.Tensor]:
+    """CSR of the transpose, and for each of its nonzeros the position of that entry in ``csr``."""
+    row = csr.row_indices()
+    col = csr.col.long()
+    key = col * max(csr.num_rows, 1) + row
+    order = torch.sort(key, stable=True).indices
+    counts = torch.bincount(col, minlength=csr.num_cols)
+    rowptr = torch.zeros(csr.num_cols + 1, dtype=torch.long, device=col.device)
+    torch.cumsum(counts, 0, out=rowptr[1:])
+    t = CSR(rowptr.to(csr.rowptr.dtype), row[order].to(csr.col.dtype), csr.values[order], csr.num_cols, csr.num_rows)
+    return t, order

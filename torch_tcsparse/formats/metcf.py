@@ -1,0 +1,243 @@
+"""ME-TCF: the Tensor-Core storage of DTC-SpMM (ASPLOS'24, section 4.2).
+
+Rows are grouped in windows of ``window`` rows (16, or 8). Inside a window the distinct columns
+are condensed (listed once each, ascending) and cut into blocks of 8 columns, so a window with
+``d`` distinct columns holds ``ceil(d / 8)`` blocks of ``window x 8``: the A operand of one TF32
+``mma.m16n8k8`` per block. Each nonzero keeps a one-byte id ``row_in_window * 8 + col_in_block``.
+
+Arrays (every one on the device of the matrix, built with vectorized torch ops only):
+
+============== ======== ====================== ============================================
+name           dtype    shape                  meaning
+============== ======== ====================== ============================================
+window_offsets int32    [windows + 1]          first block of each window
+block_offsets  int32    [blocks + 1]           first nonzero of each block (block order)
+local_ids      uint8    [nnz]                  row_in_window * 8 + col_in_block, ascending
+                                               inside a block
+block_cols     int32    [blocks * 8]           original column id of each block column,
+                                               -1 for padding
+row_map        int32    [windows * window]     original row written by each window row,
+                                               -1 past the last row
+chunk_offsets  int32    [windows + 1]          first balanced-kernel chunk of each window
+                                               (``BALANCE_CHUNK`` blocks per chunk)
+transpose_gather int64  [nnz] or [0]           values of the transpose's layout are
+                                               ``values[t.transpose_gather]``; empty until
+                                               the transpose is built
+csr_rowptr     int32/64 [rows + 1]             canonical CSR of the original matrix
+csr_col        int32/64 [nnz]
+csr_gather     int64    [nnz]                  CSR-order values are ``values[csr_gather]``
+============== ======== ====================== ============================================
+
+Values are stored in block order next to the layout. Row reordering is carried entirely by
+``row_map`` (and the choice of windows); ``block_cols`` always holds original column ids, so a
+kernel gathers X and stores Y in the user's order and a permutation costs no pass over X or Y.
+Column order does not change the number of blocks (columns are condensed per window), only
+which rows of X neighbouring blocks touch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from .csr import CSR
+
+# TC blocks handled by one thread block of the balanced kernel. 32 blocks of 16x8 are 4096
+# candidate products: long enough to hide the gather latency, short enough that a hub window
+# of 100,000 blocks still spreads over ~3,000 thread blocks (all SMs busy).
+BALANCE_CHUNK = 32
+
+WINDOWS = (8, 16)
+BLOCK_WIDTH = 8
+
+
+@dataclass(frozen=True)
+class MetcfLayout:
+    """Index arrays of an ME-TCF matrix; the values travel separately (block order)."""
+
+    window: int
+    num_rows: int
+    num_cols: int
+    window_offsets: torch.Tensor
+    block_offsets: torch.Tensor
+    local_ids: torch.Tensor
+    block_cols: torch.Tensor
+    row_map: torch.Tensor
+    chunk_offsets: torch.Tensor
+    transpose_gather: torch.Tensor
+    csr_rowptr: torch.Tensor
+    csr_col: torch.Tensor
+    csr_gather: torch.Tensor
+
+    TENSOR_FIELDS = (
+        "window_offsets",
+        "block_offsets",
+        "local_ids",
+        "block_cols",
+        "row_map",
+        "chunk_offsets",
+        "transpose_gather",
+        "csr_rowptr",
+        "csr_col",
+        "csr_gather",
+    )
+
+    @property
+    def num_windows(self) -> int:
+        return self.window_offsets.numel() - 1
+
+    @property
+    def num_blocks(self) -> int:
+        return self.block_offsets.numel() - 1
+
+    @property
+    def nnz(self) -> int:
+        return self.local_ids.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.local_ids.device
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The arrays in the fixed order the ``tcsparse`` ops take them."""
+        return [getattr(self, name) for name in self.TENSOR_FIELDS]
+
+    @classmethod
+    def from_tensors(cls, tensors, window: int, num_rows: int, num_cols: int) -> "MetcfLayout":
+        if len(tensors) != len(cls.TENSOR_FIELDS):
+            raise ValueError(f"an ME-TCF layout has {len(cls.TENSOR_FIELDS)} arrays, got {len(tensors)}")
+        return cls(window, num_rows, num_cols, *tensors)
+
+    def to(self, device) -> "MetcfLayout":
+        moved = {name: getattr(self, name).to(device) for name in self.TENSOR_FIELDS}
+        return dataclasses.replace(self, **moved)
+
+    def with_transpose_gather(self, gather: torch.Tensor) -> "MetcfLayout":
+        return dataclasses.replace(self, transpose_gather=gather)
+
+    def nonzero_coordinates(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(block, original row, original column) of every nonzero in block order, int64."""
+        block = _segment_ids(self.block_offsets, self.nnz)
+        window = _segment_ids(self.window_offsets, self.num_blocks)[block]
+        local = self.local_ids.long()
+        row = self.row_map.long()[window * self.window + (local >> 3)]
+        col = self.block_cols.long()[block * BLOCK_WIDTH + (local & 7)]
+        return block, row, col
+
+    def stats(self, value_bytes: int = 4) -> dict:
+        """Block statistics (DTC-SpMM's MeanNnzTC among them) and bytes against plain CSR."""
+        per_window = (self.window_offsets[1:] - self.window_offsets[:-1]).double()
+        blocks = self.num_blocks
+        metcf_bytes = (
+            self.window_offsets.numel() * 4
+            + self.block_offsets.numel() * 4
+            + self.nnz * (1 + value_bytes)
+            + self.block_cols.numel() * 4
+        )
+        csr_bytes = (self.num_rows + 1) * 4 + self.nnz * (4 + value_bytes)
+        return {
+            "rows": self.num_rows,
+            "cols": self.num_cols,
+            "nnz": self.nnz,
+            "window": self.window,
+            "tc_blocks": blocks,
+            "mean_nnz_per_block": self.nnz / blocks if blocks else 0.0,
+            "blocks_per_window_mean": float(per_window.mean()) if per_window.numel() else 0.0,
+            "blocks_per_window_std": float(per_window.std(unbiased=False)) if per_window.numel() else 0.0,
+            "blocks_per_window_max": int(per_window.max()) if per_window.numel() else 0,
+            "bytes": metcf_bytes,
+            "csr_bytes": csr_bytes,
+            "bytes_vs_csr": metcf_bytes / csr_bytes,
+        }
+
+
+def _segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
+    """For offsets of segments, the segment id of each of the ``total`` items (int64)."""
+    counts = (offsets[1:] - offsets[:-1]).long()
+    ids = torch.arange(counts.numel(), device=offsets.device)
+    return ids.repeat_interleave(counts, output_size=total)
+
+
+def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(counts.numel() + 1, dtype=torch.long, device=counts.device)
+    torch.cumsum(counts, 0, out=out[1:])
+    return out
+
+
+def row_slots(num_rows: int, row_perm: torch.Tensor | None, device) -> torch.Tensor:
+    """Window slot of every original row: its position in the (reordered) row order."""
+    if row_perm is None:
+        return torch.arange(num_rows, device=device)
+    slots = torch.empty(num_rows, dtype=torch.long, device=device)
+    slots[row_perm.long()] = torch.arange(num_rows, device=device)
+    return slots
+
+
+def count_blocks(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None) -> torch.Tensor:
+    """Blocks per window (int64 [windows]) without building the layout: the reordering objective."""
+    num_windows = -(-csr.num_rows // window)
+    if csr.nnz == 0:
+        return torch.zeros(num_windows, dtype=torch.long, device=csr.col.device)
+    slot = row_slots(csr.num_rows, row_perm, csr.col.device)[csr.row_indices()]
+    pairs = torch.unique((slot // window) * max(csr.num_cols, 1) + csr.col.long())
+    distinct = torch.bincount(pairs // max(csr.num_cols, 1), minlength=num_windows)
+    return (distinct + BLOCK_WIDTH - 1) // BLOCK_WIDTH
+
+
+def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None) -> tuple[MetcfLayout, torch.Tensor]:
+    """ME-TCF layout and block-order values of ``csr``; ``row_perm[i]`` is the row placed at slot i."""
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS}, got {window}")
+    device = csr.col.device
+    num_rows, num_cols, nnz = csr.num_rows, csr.num_cols, csr.nnz
+    num_windows = -(-num_rows // window)
+    width = max(num_cols, 1)
+
+    slot = row_slots(num_rows, row_perm, device)[csr.row_indices()]
+    col = csr.col.long()
+    win = slot // window
+
+    # Condense: the distinct (window, column) pairs, ascending, ranked inside their window.
+    pair_key, pair_of_nnz = torch.unique(win * width + col, return_inverse=True)
+    pair_window = pair_key // width
+    pairs_per_window = torch.bincount(pair_window, minlength=num_windows)
+    pair_rank = torch.arange(pair_key.numel(), device=device) - _exclusive_cumsum(pairs_per_window)[pair_window]
+
+    blocks_per_window = (pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
+    window_offsets = _exclusive_cumsum(blocks_per_window)
+    num_blocks = int(window_offsets[-1])
+    pair_block = window_offsets[pair_window] + pair_rank // BLOCK_WIDTH
+    pair_lane = pair_rank % BLOCK_WIDTH
+
+    block_cols = torch.full((num_blocks * BLOCK_WIDTH,), -1, dtype=torch.int32, device=device)
+    block_cols[pair_block * BLOCK_WIDTH + pair_lane] = (pair_key % width).to(torch.int32)
+
+    nnz_block = pair_block[pair_of_nnz]
+    local = (slot % window) * BLOCK_WIDTH + pair_lane[pair_of_nnz]
+    order = torch.sort(nnz_block * (window * BLOCK_WIDTH) + local, stable=True).indices
+    block_offsets = _exclusive_cumsum(torch.bincount(nnz_block, minlength=num_blocks))
+    csr_gather = torch.empty(nnz, dtype=torch.long, device=device)
+    csr_gather[order] = torch.arange(nnz, device=device)
+
+    row_map = torch.full((num_windows * window,), -1, dtype=torch.int32, device=device)
+    row_map[:num_rows] = torch.arange(num_rows, device=device) if row_perm is None else row_perm
+    chunks_per_window = (blocks_per_window + BALANCE_CHUNK - 1) // BALANCE_CHUNK
+
+    layout = MetcfLayout(
+        window=window,
+        num_rows=num_rows,
+        num_cols=num_cols,
+        window_offsets=window_offsets.to(torch.int32),
+        block_offsets=block_offsets.to(torch.int32),
+        local_ids=local[order].to(torch.uint8),
+        block_cols=block_cols,
+        row_map=row_map,
+        chunk_offsets=_exclusive_cumsum(chunks_per_window).to(torch.int32),
+        transpose_gather=torch.empty(0, dtype=torch.long, device=device),
+        csr_rowptr=csr.rowptr,
+        csr_col=csr.col,
+        csr_gather=csr_gather,
+    )
+    return layout, csr.values[order]
+
