@@ -118,8 +118,8 @@ class MetcfLayout:
 
     def nonzero_coordinates(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(block, original row, original column) of every nonzero in block order, int64."""
-        block = _segment_ids(self.block_offsets, self.nnz)
-        window = _segment_ids(self.window_offsets, self.num_blocks)[block]
+        block = segment_ids(self.block_offsets, self.nnz)
+        window = segment_ids(self.window_offsets, self.num_blocks)[block]
         local = self.local_ids.long()
         row = self.row_map.long()[window * self.window + (local >> 3)]
         col = self.block_cols.long()[block * BLOCK_WIDTH + (local & 7)]
@@ -152,7 +152,7 @@ class MetcfLayout:
         }
 
 
-def _segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
+def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
     """For offsets of segments, the segment id of each of the ``total`` items (int64)."""
     counts = (offsets[1:] - offsets[:-1]).long()
     ids = torch.arange(counts.numel(), device=offsets.device)

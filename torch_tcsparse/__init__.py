@@ -1,0 +1,16 @@
+"""torch_tcsparse: Tensor-Core SpMM for graphs, as a torch.Tensor subclass."""
+from . import ops
+from .tensor import TCSparseTensor
+
+__version__ = "0.1.0"
+
+
+def spmm(a: TCSparseTensor, x, path: str = "auto"):
+    """Y = A @ X. ``path`` forces an engine: "base"/"balanced" (CUDA kernels), "csr"
+    (torch.sparse), "reference" (ME-TCF block by block, the test reference), or "auto"."""
+    if not isinstance(a, TCSparseTensor):
+        raise TypeError(f"spmm expects a TCSparseTensor as first argument, got {type(a).__name__}")
+    return a.matmul(x, path=path)
+
+
+__all__ = ["TCSparseTensor", "spmm", "ops"]

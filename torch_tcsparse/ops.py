@@ -1,0 +1,188 @@
+"""The ``tcsparse`` operators: schema, implementation per path, fake implementation and autograd.
+
+``tcsparse::spmm`` multiplies an ME-TCF matrix (its layout arrays, ``MetcfLayout.tensors()``,
+and its values in block order) by a dense ``x`` of shape [K, N]. ``path`` picks the engine:
+
+- ``"base"`` / ``"balanced"``: the Tensor-Core CUDA kernels (``kernels.py``);
+- ``"csr"``: ``torch.sparse.mm`` on the layout's CSR arrays (cuSPARSE on CUDA, MKL or
+  native on CPU): the fast CPU path and the vendor fallback;
+- ``"reference"``: ME-TCF computed block by block with dense torch ops, the reference the CUDA
+  kernels are tested against;
+- ``"auto"``: the kernel on CUDA where it supports the dtype, ``"csr"`` elsewhere.
+
+The backward of ``spmm`` needs the transpose's layout (``layout_t``): dX = A^T dY runs the same
+op on it, and d(values) is ``tcsparse::sddmm``. Both ops are opaque to ``torch.compile``, which
+traces them through their fake implementations.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+from .formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
+
+PATHS = ("auto", "base", "balanced", "csr", "reference")
+KERNEL_PATHS = ("base", "balanced")
+KERNEL_DTYPES = (torch.float32,)
+
+# Upper bound on the elements of one chunk of dense temporaries in the torch paths: 16M floats
+# (64 MB) keeps the reference usable on graphs of millions of nonzeros without running out of
+# memory, while each chunk is still large enough to amortize the per-op overhead.
+CHUNK_ELEMENTS = 1 << 24
+
+
+def resolve_path(path: str, x: Tensor) -> str:
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path in KERNEL_PATHS and not (x.is_cuda and x.dtype in KERNEL_DTYPES):
+        raise ValueError(f"path {path!r} needs a CUDA tensor of dtype {KERNEL_DTYPES}, got {x.dtype} on {x.device}")
+    if path != "auto":
+        return path
+    if x.is_cuda and x.dtype in KERNEL_DTYPES and _kernels_available():
+        return "base"
+    if x.dtype in (torch.float32, torch.float64) or x.is_cuda:
+        return "csr"
+    return "reference"
+
+
+def _kernels_available() -> bool:
+    from . import kernels
+
+    return kernels.available()
+
+
+def _layout(tensors, window: int, num_rows: int, num_cols: int) -> MetcfLayout:
+    return MetcfLayout.from_tensors(tensors, window, num_rows, num_cols)
+
+
+def _chunks(total: int, per_item: int):
+    step = max(1, CHUNK_ELEMENTS // max(per_item, 1))
+    for start in range(0, total, step):
+        yield start, min(total, start + step)
+
+
+def _accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def reference_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
+    """Y = A @ x from the ME-TCF arrays: each block becomes a dense window x 8 tile, multiplied by
+    the 8 rows of x it names (zeros for padding), tiles of a window summed, stored via row_map."""
+    w, n = layout.window, x.shape[1]
+    acc_dtype = _accumulate_dtype(x.dtype)
+    window_rows = torch.zeros(layout.num_windows * w, n, dtype=acc_dtype, device=x.device)
+    block_window = segment_ids(layout.window_offsets, layout.num_blocks)
+    nonzero_block = segment_ids(layout.block_offsets, layout.nnz)
+    tile_size = w * BLOCK_WIDTH
+    for start, end in _chunks(layout.num_blocks, tile_size * n):
+        lo, hi = int(layout.block_offsets[start]), int(layout.block_offsets[end])
+        tiles = torch.zeros((end - start) * tile_size, dtype=acc_dtype, device=x.device)
+        flat = (nonzero_block[lo:hi] - start) * tile_size + layout.local_ids[lo:hi].long()
+        tiles[flat] = values[lo:hi].to(acc_dtype)
+        cols = layout.block_cols[start * BLOCK_WIDTH : end * BLOCK_WIDTH].long()
+        gathered = torch.where((cols >= 0)[:, None], x[cols.clamp(min=0)].to(acc_dtype), 0.0)
+        products = torch.bmm(tiles.view(-1, w, BLOCK_WIDTH), gathered.view(-1, BLOCK_WIDTH, n))
+        slots = (block_window[start:end, None] * w + torch.arange(w, device=x.device)).reshape(-1)
+        window_rows.index_add_(0, slots, products.reshape(-1, n))
+    y = torch.zeros(layout.num_rows, n, dtype=x.dtype, device=x.device)
+    valid = layout.row_map >= 0
+    y[layout.row_map[valid].long()] = window_rows[valid].to(x.dtype)
+    return y
+
+
+def csr_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
+    csr_values = values[layout.csr_gather]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        matrix = torch.sparse_csr_tensor(
+            layout.csr_rowptr, layout.csr_col, csr_values, (layout.num_rows, layout.num_cols), check_invariants=False
+        )
+        return torch.sparse.mm(matrix, x)
+
+
+def reference_sddmm(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
+    """<grad_y[row], x[col]> for every nonzero in block order."""
+    _, row, col = layout.nonzero_coordinates()
+    acc_dtype = _accumulate_dtype(x.dtype)
+    out = torch.empty(layout.nnz, dtype=x.dtype, device=x.device)
+    for start, end in _chunks(layout.nnz, x.shape[1]):
+        rows = grad_y[row[start:end]].to(acc_dtype)
+        cols = x[col[start:end]].to(acc_dtype)
+        out[start:end] = (rows * cols).sum(1).to(x.dtype)
+    return out
+
+
+@torch.library.custom_op("tcsparse::spmm", mutates_args=())
+def spmm(
+    x: Tensor,
+    values: Tensor,
+    layout: list[Tensor],
+    layout_t: list[Tensor],
+    window: int,
+    num_rows: int,
+    num_cols: int,
+    path: str,
+) -> Tensor:
+    """Y[num_rows, N] = A @ x for the ME-TCF matrix A given by ``layout`` and block-order ``values``.
+
+    ``layout_t`` is the transpose's layout (for the backward) or an empty list when no gradient
+    for ``x`` is needed."""
+    a = _layout(layout, window, num_rows, num_cols)
+    path = resolve_path(path, x)
+    if a.nnz == 0 or x.shape[1] == 0:
+        return torch.zeros(num_rows, x.shape[1], dtype=x.dtype, device=x.device)
+    if path in KERNEL_PATHS:
+        from . import kernels
+
+        return kernels.spmm(x, values, a, path)
+    if path == "csr":
+        return csr_spmm(x.contiguous(), values, a)
+    return reference_spmm(x, values, a)
+
+
+@spmm.register_fake
+def _(x, values, layout, layout_t, window, num_rows, num_cols, path):
+    return x.new_empty(num_rows, x.shape[1])
+
+
+@torch.library.custom_op("tcsparse::sddmm", mutates_args=())
+def sddmm(grad_y: Tensor, x: Tensor, layout: list[Tensor], window: int, num_rows: int, num_cols: int) -> Tensor:
+    """For every nonzero (row, col) of the ME-TCF matrix, in block order: <grad_y[row], x[col]>."""
+    a = _layout(layout, window, num_rows, num_cols)
+    if x.is_cuda and x.dtype in KERNEL_DTYPES and a.nnz and _kernels_available():
+        from . import kernels
+
+        return kernels.sddmm(grad_y, x, a)
+    return reference_sddmm(grad_y, x, a)
+
+
+@sddmm.register_fake
+def _(grad_y, x, layout, window, num_rows, num_cols):
+    return x.new_empty(layout[2].shape[0])
+
+
+def _spmm_setup_context(ctx, inputs, output):
+    x, values, layout, layout_t, window, num_rows, num_cols, path = inputs
+    ctx.save_for_backward(x, values, *layout, *layout_t)
+    ctx.sizes = (len(layout), window, num_rows, num_cols, path)
+
+
+def _spmm_backward(ctx, grad_y):
+    count, window, num_rows, num_cols, path = ctx.sizes
+    x, values, *arrays = ctx.saved_tensors
+    layout, layout_t = arrays[:count], arrays[count:]
+    grad_x = grad_values = None
+    if ctx.needs_input_grad[0]:
+        if not layout_t:
+            raise RuntimeError("tcsparse::spmm was called without the transpose layout; it cannot compute dX")
+        values_t = values[_layout(layout_t, window, num_cols, num_rows).transpose_gather]
+        grad_x = spmm(grad_y, values_t, layout_t, layout, window, num_cols, num_rows, path)
+    if ctx.needs_input_grad[1]:
+        grad_values = sddmm(grad_y, x, layout, window, num_rows, num_cols)
+    no_grad_for = [None] * count
+    return grad_x, grad_values, no_grad_for, [None] * len(layout_t), None, None, None, None
+
+
+spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup_context)

@@ -1,0 +1,87 @@
+"""The value-independent part of a TCSparseTensor: CSR indices, permutation, ME-TCF layout, and
+the transpose built on first need. Tensors that differ only in values (``with_values``) share one
+``Structure``, so conversion and transposition are paid once."""
+from __future__ import annotations
+
+import torch
+
+from .formats.csr import CSR, transpose
+from .formats.metcf import MetcfLayout, build_metcf
+
+
+def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(perm.numel(), device=perm.device, dtype=perm.dtype)
+    return inverse
+
+
+class Structure:
+    """Indices of a sparse matrix in canonical CSR and ME-TCF.
+
+    ``block_order[i]`` is the CSR position of the i-th nonzero in block order, so block-order
+    values are ``csr_values[block_order]``; ``layout.csr_gather`` is its inverse."""
+
+    def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None, col_perm: torch.Tensor | None, method: str):
+        self.num_rows, self.num_cols = csr.num_rows, csr.num_cols
+        self.rowptr, self.col = csr.rowptr, csr.col
+        self.window = window
+        self.row_perm, self.col_perm = row_perm, col_perm
+        self.method = method
+        self.layout, _ = build_metcf(csr, window, row_perm)
+        self.block_order = inverse_permutation(self.layout.csr_gather)
+        self._transpose: Structure | None = None
+        self._transpose_order: torch.Tensor | None = None
+
+    @property
+    def nnz(self) -> int:
+        return self.col.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.col.device
+
+    def csr(self, values: torch.Tensor) -> CSR:
+        return CSR(self.rowptr, self.col, values, self.num_rows, self.num_cols)
+
+    def transposed(self) -> tuple["Structure", torch.Tensor]:
+        """The transpose's structure and, for each of its CSR nonzeros, the position in ours."""
+        if self._transpose is None:
+            placeholder = torch.empty(self.nnz, device=self.device)
+            csr_t, order = transpose(self.csr(placeholder))
+            t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
+            # Entry p of the transpose's CSR is our CSR entry order[p]: link the block orders.
+            ours_in_blocks = self.layout.csr_gather[order]
+            theirs_in_blocks = t.layout.csr_gather
+            gather_t = torch.empty_like(ours_in_blocks)
+            gather_t[theirs_in_blocks] = ours_in_blocks
+            gather = torch.empty_like(theirs_in_blocks)
+            gather[ours_in_blocks] = theirs_in_blocks
+            t.layout = t.layout.with_transpose_gather(gather_t)
+            self.layout = self.layout.with_transpose_gather(gather)
+            t._transpose, t._transpose_order = self, inverse_permutation(order)
+            self._transpose, self._transpose_order = t, order
+        return self._transpose, self._transpose_order
+
+    def to(self, device) -> "Structure":
+        """A copy on ``device``; a transpose already built moves along, still linked."""
+        moved = self._moved(device)
+        if self._transpose is not None:
+            moved_t = self._transpose._moved(device)
+            moved._transpose, moved._transpose_order = moved_t, self._transpose_order.to(device)
+            moved_t._transpose, moved_t._transpose_order = moved, self._transpose._transpose_order.to(device)
+        return moved
+
+    def _moved(self, device) -> "Structure":
+        moved = object.__new__(Structure)
+        moved.__dict__.update(self.__dict__)
+        moved.rowptr, moved.col = self.rowptr.to(device), self.col.to(device)
+        moved.layout = self.layout.to(device)
+        moved.block_order = self.block_order.to(device)
+        moved.row_perm = None if self.row_perm is None else self.row_perm.to(device)
+        moved.col_perm = None if self.col_perm is None else self.col_perm.to(device)
+        moved._transpose = moved._transpose_order = None
+        return moved
+
+    def stats(self, value_bytes: int = 4) -> dict:
+        return {**self.layout.stats(value_bytes), "reorder": self.method}
+

@@ -1,0 +1,308 @@
+"""TCSparseTensor: a sparse matrix (M, K) in Tensor-Core storage that multiplies like a tensor.
+
+``A @ X``, ``torch.matmul``, ``torch.mm``, ``torch.sparse.mm``, ``A.matmul(X)`` and
+``torch_tcsparse.spmm(A, X)`` run the ``tcsparse::spmm`` op and return a plain dense tensor in the
+user's row order. Any other torch operation raises a TypeError that says what to do instead: the
+subclass holds no dense storage, so nothing may silently compute on it.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import ops
+from .formats import inputs
+from .formats.csr import CSR, check_values, from_csr_arrays
+from .formats.metcf import WINDOWS
+from .structure import Structure
+
+SAVE_FORMAT_VERSION = 1
+
+
+def _structure(csr: CSR, window: int, reorder, symmetric: bool, seed: int) -> Structure:
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS}, got {window}")
+    method, row_perm = _reorder(csr, reorder, symmetric, window, seed)
+    col_perm = row_perm if (symmetric and row_perm is not None and csr.num_rows == csr.num_cols) else None
+    return Structure(csr, window, row_perm, col_perm, method)
+
+
+def _reorder(csr: CSR, reorder, symmetric: bool, window: int, seed: int):
+    """The method actually used and its row permutation (None for the identity)."""
+    if isinstance(reorder, torch.Tensor):
+        return "user", _checked_permutation(reorder, csr.num_rows, csr.col.device)
+    if reorder in (None, "none"):
+        return "none", None
+    if not isinstance(reorder, str):
+        raise TypeError(f"reorder must be a method name or a permutation tensor, got {type(reorder).__name__}")
+    from . import reorder as reordering
+
+    if reorder == "auto":
+        method, perm, _ = reordering.choose(csr, window=window, seed=seed)
+    else:
+        method, perm = reorder, reordering.reorder(csr, reorder, symmetric=symmetric, window=window, seed=seed)
+    return method, None if method == "none" else perm.to(csr.col.device)
+
+
+def _checked_permutation(perm: torch.Tensor, size: int, device) -> torch.Tensor:
+    if perm.dtype.is_floating_point or perm.dtype == torch.bool or perm.dim() != 1 or perm.numel() != size:
+        raise ValueError(f"a row permutation must be an integer tensor of {size} entries, got {perm.dtype} {tuple(perm.shape)}")
+    perm = perm.to(device=device, dtype=torch.long)
+    seen = torch.zeros(size, dtype=torch.bool, device=device)
+    if size and (int(perm.min()) < 0 or int(perm.max()) >= size):
+        raise ValueError(f"row permutation holds an index outside [0, {size})")
+    seen[perm] = True
+    if not bool(seen.all()):
+        raise ValueError("row permutation repeats an index: it is not a permutation")
+    return perm
+
+
+class TCSparseTensor(torch.Tensor):
+    """A sparse matrix in ME-TCF Tensor-Core storage; build it with one of the ``from_*`` methods."""
+
+    _structure: Structure
+    _values: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, structure: Structure, values: torch.Tensor):
+        out = torch.Tensor._make_wrapper_subclass(
+            cls, (structure.num_rows, structure.num_cols), dtype=values.dtype, device=values.device
+        )
+        out._structure = structure
+        out._values = values
+        with torch.no_grad():
+            out._block_values = values[structure.block_order]
+        return out
+
+    @classmethod
+    def _build(cls, csr: CSR, window=16, reorder="none", symmetric=True, seed=0) -> "TCSparseTensor":
+        return cls(_structure(csr, window, reorder, symmetric, seed), csr.values)
+
+    # Constructors. Keywords shared by all: dtype (cast the values), window (16 or 8 rows),
+    # reorder ("none", "auto", a method of torch_tcsparse.reorder, or a row permutation),
+    # symmetric (apply the permutation to the columns too), seed (for randomized reorderings).
+
+    @classmethod
+    def from_edge_index(cls, edge_index, edge_weight=None, num_nodes=None, *, dtype=None, **options):
+        """From a PyG [2, E] edge_index or EdgeIndex: A[target, source] = weight, duplicates summed."""
+        return cls._build(inputs.from_edge_index(edge_index, edge_weight, num_nodes, dtype), **options)
+
+    @classmethod
+    def from_coo(cls, row, col, values=None, shape=None, *, dtype=None, **options):
+        """From COO triplets; duplicate (row, col) pairs are summed."""
+        return cls._build(inputs.from_coo(row, col, values, shape, dtype), **options)
+
+    @classmethod
+    def from_csr(cls, rowptr, col, values=None, shape=None, *, dtype=None, **options):
+        """From CSR arrays (columns may be unsorted; duplicates are summed)."""
+        return cls._build(inputs.from_csr(rowptr, col, values, shape, dtype), **options)
+
+    @classmethod
+    def from_scipy(cls, matrix, *, dtype=None, **options):
+        return cls._build(inputs.from_scipy(matrix, dtype), **options)
+
+    @classmethod
+    def from_torch(cls, tensor, *, dtype=None, **options):
+        """From a torch sparse COO or CSR tensor."""
+        return cls._build(inputs.from_torch(tensor, dtype), **options)
+
+    @classmethod
+    def from_dense(cls, dense, *, dtype=None, **options):
+        return cls._build(inputs.from_dense(dense, dtype), **options)
+
+    # Views and conversions.
+
+    @property
+    def csr(self) -> CSR:
+        """Canonical CSR (rows and columns in the user's order, duplicates summed)."""
+        return self._structure.csr(self._values)
+
+    @property
+    def nnz(self) -> int:
+        return self._structure.nnz
+
+    @property
+    def reorder_method(self) -> str:
+        return self._structure.method
+
+    def stats(self) -> dict:
+        """TC blocks, MeanNnzTC, blocks per window (mean, std, max), bytes against CSR."""
+        return self._structure.stats(self._values.element_size())
+
+    def with_values(self, values: torch.Tensor) -> "TCSparseTensor":
+        """Same sparsity structure, new values given in canonical CSR order (``A.csr`` order)."""
+        check_values(values, self.nnz, self.device)
+        return TCSparseTensor(self._structure, values)
+
+    def to(self, *args, **kwargs) -> "TCSparseTensor":
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        device = self.device if device is None else torch.device(device)
+        dtype = self.dtype if dtype is None else dtype
+        if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            raise TypeError(f"TCSparseTensor values must be a floating dtype, got {dtype}")
+        structure = self._structure if device == self.device else self._structure.to(device)
+        return TCSparseTensor(structure, self._values.to(device=device, dtype=dtype))
+
+    def cuda(self, device=None) -> "TCSparseTensor":
+        return self.to(torch.device("cuda") if device is None else torch.device("cuda", device) if isinstance(device, int) else device)
+
+    def cpu(self) -> "TCSparseTensor":
+        return self.to("cpu")
+
+    def t(self) -> "TCSparseTensor":
+        """The transpose (K, M); its structure is built once and cached on both matrices."""
+        structure_t, order = self._structure.transposed()
+        return TCSparseTensor(structure_t, self._values[order])
+
+    @property
+    def T(self) -> "TCSparseTensor":
+        return self.t()
+
+    def to_dense(self) -> torch.Tensor:
+        row = self.csr.row_indices()
+        dense = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+        return dense.index_put_((row, self._structure.col.long()), self._values)
+
+    def to_torch_csr(self) -> torch.Tensor:
+        s = self._structure
+        return torch.sparse_csr_tensor(s.rowptr, s.col, self._values, tuple(self.shape))
+
+    def to_scipy(self):
+        import scipy.sparse as sp
+
+        s = self._structure
+        values = self._values.detach().cpu()
+        if values.dtype == torch.bfloat16:
+            values = values.float()
+        return sp.csr_matrix((values.numpy(), s.col.cpu().numpy(), s.rowptr.cpu().numpy()), shape=tuple(self.shape))
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        stats = self._structure.layout
+        return (
+            f"TCSparseTensor(shape={tuple(self.shape)}, nnz={self.nnz}, dtype={self.dtype}, device={self.device}, "
+            f"window={stats.window}, tc_blocks={stats.num_blocks}, reorder={self._structure.method!r})"
+        )
+
+    # Multiplication.
+
+    def matmul(self, other: torch.Tensor, path: str = "auto") -> torch.Tensor:
+        """Y = A @ X for X of shape [K] or [K, N]; differentiable for X and the values."""
+        x = _check_operand(self, other)
+        vector = x.dim() == 1
+        if vector:
+            x = x.unsqueeze(1)
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or self._values.requires_grad)
+        values = self._values[self._structure.block_order] if needs_grad and self._values.requires_grad else self._block_values
+        s = self._structure
+        layout_t = s.transposed()[0].layout.tensors() if needs_grad and x.requires_grad else []
+        y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
+        return y.squeeze(1) if vector else y
+
+    def __matmul__(self, other):
+        return self.matmul(other)
+
+    def mm(self, other):
+        return self.matmul(other)
+
+    # Serialization: only canonical CSR, the permutation and options travel; the layout is rebuilt
+    # and every array validated on load, so a crafted file cannot plant out-of-range indices.
+
+    def __reduce_ex__(self, protocol):
+        s = self._structure
+        state = {
+            "version": SAVE_FORMAT_VERSION,
+            "shape": (s.num_rows, s.num_cols),
+            "rowptr": s.rowptr,
+            "col": s.col,
+            "values": self._values.detach(),
+            "window": s.window,
+            "row_perm": s.row_perm,
+            "symmetric": s.col_perm is not None,
+            "method": s.method,
+        }
+        return (_rebuild, (state,))
+
+    # torch function protocol.
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = _HANDLED.get(func)
+        if handler is not None:
+            return handler(*args, **kwargs)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise TypeError(
+            f"TCSparseTensor does not support {func}: it supports A @ X, torch.matmul, torch.mm, "
+            "torch.sparse.mm, .t(), .to(), .with_values(); convert with .to_dense() or .to_torch_csr() first"
+        )
+
+
+def _check_operand(a: TCSparseTensor, x) -> torch.Tensor:
+    if isinstance(x, TCSparseTensor):
+        raise TypeError("the product of two TCSparseTensors is not supported; convert one with .to_dense()")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"A @ X needs a torch.Tensor X, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise TypeError(f"A @ X needs a dense X, got layout {x.layout}")
+    if x.dim() not in (1, 2):
+        raise ValueError(f"A @ X needs X of shape [K] or [K, N], got shape {tuple(x.shape)}")
+    if x.shape[0] != a.shape[1]:
+        raise ValueError(f"shape mismatch: A is {tuple(a.shape)} but X has {x.shape[0]} rows (shape {tuple(x.shape)})")
+    if x.device != a.device:
+        raise ValueError(f"device mismatch: A is on {a.device} but X is on {x.device}")
+    if x.dtype != a.dtype:
+        raise TypeError(f"dtype mismatch: A is {a.dtype} but X is {x.dtype}; convert one with .to(dtype)")
+    return x
+
+
+def _reject_right_operand(*args, **kwargs):
+    raise TypeError(
+        "a TCSparseTensor can only be the left operand of a matrix product (A @ X); "
+        "for X @ A compute (A.t() @ X.t()).t()"
+    )
+
+
+def _matmul(a, x, *rest, **kwargs):
+    if not isinstance(a, TCSparseTensor):
+        _reject_right_operand()
+    if rest or kwargs:
+        raise TypeError("TCSparseTensor matmul takes no out= or extra arguments")
+    return a.matmul(x)
+
+
+def _rebuild(state: dict) -> TCSparseTensor:
+    if not isinstance(state, dict) or state.get("version") != SAVE_FORMAT_VERSION:
+        raise ValueError(f"not a saved TCSparseTensor of format version {SAVE_FORMAT_VERSION}")
+    try:
+        num_rows, num_cols = (int(v) for v in state["shape"])
+        values = state["values"]
+        csr = from_csr_arrays(state["rowptr"], state["col"], values, num_rows, num_cols, values.dtype)
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"corrupted TCSparseTensor file: {error}") from error
+    if csr.nnz != values.numel() or not torch.equal(csr.col.long(), state["col"].long()):
+        raise ValueError("corrupted TCSparseTensor file: its CSR is not canonical (unsorted or duplicated)")
+    reorder = state["row_perm"] if state["row_perm"] is not None else "none"
+    try:
+        structure = _structure(csr, state["window"], reorder, bool(state["symmetric"]), 0)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"corrupted TCSparseTensor file: {error}") from error
+    structure.method = str(state["method"])
+    return TCSparseTensor(structure, csr.values)
+
+
+_HANDLED = {
+    torch.matmul: _matmul,
+    torch.mm: _matmul,
+    torch.sparse.mm: _matmul,
+    torch.Tensor.matmul: _matmul,
+    torch.Tensor.mm: _matmul,
+    torch.Tensor.__matmul__: _matmul,
+    torch.Tensor.__rmatmul__: _reject_right_operand,
+    torch.t: lambda a: a.t(),
+    torch.Tensor.t: lambda a: a.t(),
+}
+
+torch.serialization.add_safe_globals([_rebuild])
