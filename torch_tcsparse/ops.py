@@ -16,11 +16,10 @@ traces them through their fake implementations.
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor
 
+from .formats.csr import torch_csr
 from .formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
 
 PATHS = ("auto", "base", "balanced", "csr", "reference")
@@ -94,12 +93,8 @@ def reference_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
 
 def csr_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
     csr_values = values[layout.csr_gather]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        matrix = torch.sparse_csr_tensor(
-            layout.csr_rowptr, layout.csr_col, csr_values, (layout.num_rows, layout.num_cols), check_invariants=False
-        )
-        return torch.sparse.mm(matrix, x)
+    matrix = torch_csr(layout.csr_rowptr, layout.csr_col, csr_values, (layout.num_rows, layout.num_cols))
+    return torch.sparse.mm(matrix, x)
 
 
 def reference_sddmm(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:

@@ -11,7 +11,7 @@ import torch
 
 from . import ops
 from .formats import inputs
-from .formats.csr import CSR, check_values, from_csr_arrays
+from .formats.csr import CSR, check_values, from_csr_arrays, torch_csr
 from .formats.metcf import WINDOWS
 from .structure import Structure
 
@@ -164,7 +164,7 @@ class TCSparseTensor(torch.Tensor):
 
     def to_torch_csr(self) -> torch.Tensor:
         s = self._structure
-        return torch.sparse_csr_tensor(s.rowptr, s.col, self._values, tuple(self.shape))
+        return torch_csr(s.rowptr, s.col, self._values, self.shape)
 
     def to_scipy(self):
         import scipy.sparse as sp

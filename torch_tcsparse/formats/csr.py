@@ -6,6 +6,7 @@ tensors int32 when every index and the nonzero count fit, int64 otherwise.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,13 @@ class CSR:
     def to(self, device=None, dtype=None) -> "CSR":
         values = self.values.to(device=device, dtype=dtype)
         return CSR(self.rowptr.to(device), self.col.to(device), values, self.num_rows, self.num_cols)
+
+
+def torch_csr(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape) -> torch.Tensor:
+    """A torch sparse CSR tensor over canonical arrays (already validated: no invariant check)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(rowptr, col, values, tuple(shape), check_invariants=False)
 
 
 def index_dtype_for(num_rows: int, num_cols: int, nnz: int) -> torch.dtype:
