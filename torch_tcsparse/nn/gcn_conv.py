@@ -128,6 +128,8 @@ def gcn_norm(
       (an existing diagonal entry grows by ``fill``, as PyG's torch-sparse path does) and
       normalized; a torch sparse matrix comes back in its layout (CSC as CSR).
     Degrees are taken over targets (over sources when ``flow="target_to_source"``, edge_index only).
+    ``improved`` fills 2 also for an unweighted edge_index, where PyG 2.8 fills 1 (it creates the
+    unit weights only after adding the loops), so pass unit weights to PyG to compare.
     """
     if flow not in _FLOWS:
         raise ValueError(f"flow must be one of {_FLOWS}, got {flow!r}")
