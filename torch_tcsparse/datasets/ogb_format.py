@@ -1,0 +1,326 @@
+"""Graphs in OGB's on-disk node-property format, read back through ogb's own loader.
+
+``write_node_dataset`` lays a graph out the way an ogbn-* download unpacks (the CSV variant that
+ogbn-arxiv, -products and -proteins use)::
+
+    <folder>/RELEASE_v1.txt
+    <folder>/raw/{edge,node-feat,node-label,num-node-list,num-edge-list}.csv.gz  (+ edge-feat)
+    <folder>/split/<split>/{train,valid,test}.csv.gz
+    <folder>/meta_dict.json     the columns ogb's master.csv holds for a registered dataset
+
+and ``load_node_dataset`` passes that meta_dict to ``ogb.nodeproppred.PygNodePropPredDataset``,
+which accepts one in place of a registered name, so nothing is downloaded. ``default_dataset`` is
+the offline default of the GCN example: a planted-partition graph whose node features carry a
+noisy copy of the class, generated once into the cache folder.
+
+ogb 1.3.6 calls ``torch.load(path)`` on its own processed files; torch >= 2.6 defaults to
+``weights_only=True``, which refuses the pickled PyG ``Data`` in them. ``trusted_torch_load``
+restores the old default for the duration of a ``with`` block, around ogb's loaders only.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import inspect
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from ogb.nodeproppred import Evaluator, PygNodePropPredDataset
+
+SPLITS = ("train", "valid", "test")
+RELEASE_VERSION = 1
+
+
+@contextlib.contextmanager
+def trusted_torch_load():
+    """Within the block, ``torch.load`` defaults to ``weights_only=False``, as before torch 2.6.
+
+    Use it only around loaders reading files you trust (your own processed datasets, OGB's
+    releases): unpickling runs code. ``torch.load`` is patched module-wide for the block, so do
+    not load untrusted files from other threads meanwhile."""
+    original = torch.load
+
+    def load(*args, **kwargs):
+        kwargs.setdefault("weights_only", False)
+        return original(*args, **kwargs)
+
+    torch.load = load
+    try:
+        yield
+    finally:
+        torch.load = original
+
+
+@dataclass
+class NodeGraph:
+    """One graph for node-property prediction, as numpy arrays in OGB's conventions.
+
+    ``edge_index`` [2, E] int64 holds each undirected edge once (the loader adds the reverse);
+    ``node_label`` is [N, num_tasks]; ``split`` maps train/valid/test to node index arrays."""
+
+    num_nodes: int
+    edge_index: np.ndarray
+    node_feat: np.ndarray
+    node_label: np.ndarray
+    split: dict[str, np.ndarray]
+    edge_feat: np.ndarray | None = None
+    num_classes: int = 2
+    info: dict = field(default_factory=dict)
+
+
+def planted_partition(
+    num_nodes: int = 4000,
+    num_classes: int = 8,
+    num_features: int = 64,
+    avg_degree: float = 12.0,
+    homophily: float = 0.75,
+    feature_signal: float = 0.35,
+    train_fraction: float = 0.5,
+    seed: int = 0,
+) -> NodeGraph:
+    """A stochastic-block-style graph with learnable labels.
+
+    Each node gets a random class; a fraction ``homophily`` of its edges goes to nodes of its own
+    class, the rest anywhere. Features are ``feature_signal * centroid[class] + N(0, 1)``: with
+    64 features and signal 0.35, a linear model on features alone reaches roughly 60% on 8
+    classes, while averaging over neighbours (mostly same-class) lifts a GCN well above that.
+    Node ids are random, so classes are scattered over the id range as in real graphs."""
+    for name, value in (("num_nodes", num_nodes), ("num_classes", num_classes), ("num_features", num_features)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise ValueError(f"{name} must be an int >= 2, got {value!r}")
+    if not 0.0 <= homophily <= 1.0:
+        raise ValueError(f"homophily must lie in [0, 1], got {homophily}")
+    if not 0.0 < train_fraction < 1.0:
+        raise ValueError(f"train_fraction must lie in (0, 1), got {train_fraction}")
+    if avg_degree <= 0:
+        raise ValueError(f"avg_degree must be positive, got {avg_degree}")
+    rng = np.random.default_rng(seed)
+    label = rng.integers(0, num_classes, num_nodes)
+    members = [np.flatnonzero(label == c) for c in range(num_classes)]
+
+    num_draws = int(num_nodes * avg_degree / 2)
+    src = rng.integers(0, num_nodes, num_draws)
+    dst = rng.integers(0, num_nodes, num_draws)
+    same = rng.random(num_draws) < homophily
+    for c, nodes in enumerate(members):
+        pick = same & (label[src] == c)
+        if nodes.size:
+            dst[pick] = nodes[rng.integers(0, nodes.size, int(pick.sum()))]
+    low, high = np.minimum(src, dst), np.maximum(src, dst)
+    pairs = np.unique(np.stack([low, high])[:, low != high], axis=1)
+
+    centroids = rng.standard_normal((num_classes, num_features))
+    features = feature_signal * centroids[label] + rng.standard_normal((num_nodes, num_features))
+
+    order = rng.permutation(num_nodes)
+    num_train = int(train_fraction * num_nodes)
+    num_valid = (num_nodes - num_train) // 2
+    split = {
+        "train": np.sort(order[:num_train]),
+        "valid": np.sort(order[num_train : num_train + num_valid]),
+        "test": np.sort(order[num_train + num_valid :]),
+    }
+    info = {
+        "generator": "planted_partition",
+        "num_nodes": num_nodes,
+        "num_classes": num_classes,
+        "num_features": num_features,
+        "avg_degree": avg_degree,
+        "homophily": homophily,
+        "feature_signal": feature_signal,
+        "train_fraction": train_fraction,
+        "seed": seed,
+    }
+    return NodeGraph(
+        num_nodes=num_nodes,
+        edge_index=pairs.astype(np.int64),
+        node_feat=features.astype(np.float32),
+        node_label=label.astype(np.int64)[:, None],
+        split=split,
+        num_classes=num_classes,
+        info=info,
+    )
+
+
+def _write_csv_gz(path: Path, array: np.ndarray, fmt: str) -> None:
+    array = np.asarray(array)
+    if array.ndim == 1:
+        array = array[:, None]
+    # mtime=0 keeps the archives byte-identical across runs of the same generator.
+    with gzip.GzipFile(path, "wb", mtime=0) as handle:
+        np.savetxt(handle, array, fmt=fmt, delimiter=",")
+
+
+def meta_dict_for(folder: Path, graph: NodeGraph, name: str, task_type: str, eval_metric: str, split_name: str) -> dict:
+    """The meta-information ogb reads from master.csv for a registered dataset, for ``folder``."""
+    return {
+        "name": name,
+        "dir_path": str(folder),
+        "version": RELEASE_VERSION,
+        "num tasks": int(graph.node_label.shape[1]),
+        "num classes": int(graph.num_classes),
+        "eval metric": eval_metric,
+        "task type": task_type,
+        "download_name": Path(folder).name,
+        "url": "",
+        "add_inverse_edge": "True",
+        "has_node_attr": "True",
+        "has_edge_attr": str(graph.edge_feat is not None),
+        "split": split_name,
+        "additional node files": "None",
+        "additional edge files": "None",
+        "is hetero": "False",
+        "binary": "False",
+    }
+
+
+def write_node_dataset(
+    graph: NodeGraph,
+    folder,
+    name: str = "ogbn-synthetic",
+    task_type: str = "multiclass classification",
+    eval_metric: str = "acc",
+    split_name: str = "random",
+) -> dict:
+    """Write ``graph`` into ``folder`` in OGB's CSV node-property layout; returns the meta_dict
+    (also saved as ``meta_dict.json``) to pass to ``PygNodePropPredDataset``."""
+    if "classification" not in task_type and "regression" not in task_type:
+        raise ValueError(f"task_type must name a classification or regression task, got {task_type!r}")
+    if eval_metric not in ("acc", "rocauc"):
+        raise ValueError(f"eval_metric must be 'acc' or 'rocauc' (ogb's node metrics), got {eval_metric!r}")
+    if graph.edge_index.ndim != 2 or graph.edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape [2, E], got {graph.edge_index.shape}")
+    if graph.node_feat.shape[0] != graph.num_nodes or graph.node_label.shape[0] != graph.num_nodes:
+        raise ValueError(
+            f"node_feat ({graph.node_feat.shape[0]} rows) and node_label ({graph.node_label.shape[0]} rows) "
+            f"must have one row per node ({graph.num_nodes})"
+        )
+    if graph.node_label.ndim != 2:
+        raise ValueError(f"node_label must be [num_nodes, num_tasks], got shape {graph.node_label.shape}")
+    if set(graph.split) != set(SPLITS):
+        raise ValueError(f"split must hold exactly {SPLITS}, got {sorted(graph.split)}")
+    folder = Path(folder).resolve()
+    raw, split_dir = folder / "raw", folder / "split" / split_name
+    raw.mkdir(parents=True, exist_ok=True)
+    split_dir.mkdir(parents=True, exist_ok=True)
+
+    num_edges = graph.edge_index.shape[1]
+    _write_csv_gz(raw / "edge.csv.gz", graph.edge_index.T, "%d")
+    _write_csv_gz(raw / "num-node-list.csv.gz", np.array([graph.num_nodes]), "%d")
+    _write_csv_gz(raw / "num-edge-list.csv.gz", np.array([num_edges]), "%d")
+    _write_csv_gz(raw / "node-feat.csv.gz", graph.node_feat, "%.7g")
+    label_format = "%d" if np.issubdtype(graph.node_label.dtype, np.integer) else "%.7g"
+    _write_csv_gz(raw / "node-label.csv.gz", graph.node_label, label_format)
+    if graph.edge_feat is not None:
+        _write_csv_gz(raw / "edge-feat.csv.gz", graph.edge_feat, "%.7g")
+    for part in SPLITS:
+        _write_csv_gz(split_dir / f"{part}.csv.gz", graph.split[part], "%d")
+    (folder / f"RELEASE_v{RELEASE_VERSION}.txt").write_text(f"# {name}: written by torch_tcsparse\n{json.dumps(graph.info)}\n")
+
+    meta = meta_dict_for(folder, graph, name, task_type, eval_metric, split_name)
+    (folder / "meta_dict.json").write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def read_meta_dict(folder) -> dict:
+    """The meta_dict saved by ``write_node_dataset``, pointed at ``folder`` wherever it now lies."""
+    folder = Path(folder).resolve()
+    path = folder / "meta_dict.json"
+    if not path.is_file():
+        raise ValueError(f"{folder} holds no meta_dict.json: not a dataset written by write_node_dataset")
+    meta = json.loads(path.read_text())
+    meta["dir_path"] = str(folder)
+    return meta
+
+
+def load_node_dataset(folder, transform=None):
+    """``(dataset, evaluator)``: ogb's ``PygNodePropPredDataset`` and ``Evaluator`` for a folder
+    written by ``write_node_dataset`` (processed on first load, as ogb does)."""
+    meta = read_meta_dict(folder)
+    with trusted_torch_load():
+        dataset = PygNodePropPredDataset(meta["name"], transform=transform, meta_dict=meta)
+    return dataset, MetaDictEvaluator(meta)
+
+
+class MetaDictEvaluator(Evaluator):
+    """ogb's node ``Evaluator`` for a dataset known by its meta_dict instead of master.csv
+    (the Evaluator reads only the task count and the metric from there)."""
+
+    def __init__(self, meta_dict: dict):
+        self.name = meta_dict["name"]
+        self.num_tasks = int(meta_dict["num tasks"])
+        self.eval_metric = meta_dict["eval metric"]
+
+
+def cache_dir() -> Path:
+    """Where generated datasets live: ``$TCSPARSE_CACHE``, else ``$XDG_CACHE_HOME/torch_tcsparse``
+    (``~/.cache/torch_tcsparse``)."""
+    if "TCSPARSE_CACHE" in os.environ:
+        return Path(os.environ["TCSPARSE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torch_tcsparse"
+
+
+DEFAULT_NAME = "ogbn-synthetic-sbm"
+
+
+def default_dataset(root=None, transform=None, **generator_options):
+    """``(dataset, evaluator)`` for the offline default: ``planted_partition(**generator_options)``
+    in OGB format under ``root`` (default: the cache folder), generated and processed on first use.
+
+    The folder name encodes the generator options, so different graphs never collide; a new
+    folder is built in a temporary sibling and renamed into place, so concurrent or interrupted
+    runs never see half a dataset."""
+    options = _generator_defaults() | generator_options
+    root = Path(cache_dir() if root is None else root) / "ogb"
+    folder = root / ("synthetic_sbm_" + "_".join(f"{key}{options[key]}" for key in sorted(options)))
+    if not (folder / "meta_dict.json").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging_", dir=root))
+        try:
+            write_node_dataset(planted_partition(**options), staging, name=DEFAULT_NAME)
+            load_node_dataset(staging)
+            try:
+                staging.rename(folder)
+            except OSError:
+                if not (folder / "meta_dict.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return load_node_dataset(folder, transform=transform)
+
+
+def _generator_defaults() -> dict:
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(planted_partition).parameters.items()
+    }
+
+
+def writable_root(root, dataset_dir: str, cache=None) -> Path:
+    """A root from which a loader can use ``root/dataset_dir`` and write its ``processed/`` folder.
+
+    ogb and PyG process raw files into ``<dataset_dir>/processed`` next to them; for a read-only
+    copy (such as ../shared/data) this returns a mirror in the cache whose entries are symbolic
+    links to the originals, except ``processed`` which is the mirror's own. A writable root is
+    returned unchanged."""
+    root = Path(root).resolve()
+    source = root / dataset_dir
+    if not source.is_dir():
+        raise ValueError(f"no dataset folder {source}")
+    processed = source / "processed"
+    if os.access(source, os.W_OK) and (not processed.exists() or os.access(processed, os.W_OK)):
+        return root
+    mirror_root = Path(cache_dir() if cache is None else cache) / "mirrors" / str(root).strip("/").replace("/", "_")
+    mirror = mirror_root / dataset_dir
+    mirror.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        link = mirror / entry.name
+        if entry.name != "processed" and not link.exists():
+            link.symlink_to(entry)
+    return mirror_root
