@@ -1,0 +1,73 @@
+"""Build of the CUDA kernels in ``csrc/`` on first use (``torch.utils.cpp_extension.load``).
+
+torch hashes the sources and flags, so the build is cached (under ``$TCSPARSE_BUILD_DIR`` if set,
+else torch's extension cache, ``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``) and
+redone only when they change; a file lock makes two processes building at once safe.
+
+Ahead of time (e.g. in a Docker image, or before a timed run)::
+
+    python -m torch_tcsparse._ext
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = ("bindings.cpp", "metcf_spmm.cu", "sddmm.cu")
+NAME = "tcsparse_kernels"
+
+# sm_80 (A100) and sm_90 (H100/H200) machine code; mma.sync TF32 needs sm_80 at least.
+CUDA_FLAGS = [
+    "-O3",
+    "-lineinfo",
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90,code=sm_90",
+]
+
+_lock = threading.Lock()
+_module = None
+
+
+def _check_toolchain() -> None:
+    from torch.utils import cpp_extension
+
+    if cpp_extension.CUDA_HOME is None or shutil.which(os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")) is None:
+        raise RuntimeError(
+            "torch_tcsparse needs nvcc to build its CUDA kernels, and none was found "
+            "(set CUDA_HOME or put nvcc on PATH); the CPU path works without it"
+        )
+    if not cpp_extension.is_ninja_available():
+        raise RuntimeError("torch_tcsparse needs ninja to build its CUDA kernels: pip install ninja")
+
+
+def load(verbose: bool = False):
+    """The compiled extension module, built on the first call of the process."""
+    global _module
+    if _module is not None:
+        return _module
+    with _lock:
+        if _module is None:
+            _check_toolchain()
+            from torch.utils import cpp_extension
+
+            build_dir = os.environ.get("TCSPARSE_BUILD_DIR")
+            if build_dir:
+                os.makedirs(build_dir, exist_ok=True)
+            _module = cpp_extension.load(
+                name=NAME,
+                sources=[str(CSRC / s) for s in SOURCES],
+                extra_cflags=["-O3"],
+                extra_cuda_cflags=CUDA_FLAGS,
+                extra_include_paths=[str(CSRC)],
+                build_directory=build_dir,
+                verbose=verbose,
+            )
+    return _module
+
+
+if __name__ == "__main__":
+    module = load(verbose=True)
+    print(f"built {module.__file__}")

@@ -1,0 +1,146 @@
+// Torch binding of the ME-TCF kernels: validation (TORCH_CHECK), allocation, stream, dispatch.
+// The kernels themselves live in the .cu files, which never include torch headers.
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include "metcf_spmm.h"
+
+namespace {
+
+// Past this the deterministic balanced kernel's per-chunk workspace is not worth its memory;
+// the base kernel (deterministic by construction: one thread block per window) runs instead.
+constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 30;
+
+void check_index(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t numel, const at::Device& device) {
+    TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but the operands are on ", device);
+    TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
+    TORCH_CHECK(t.dim() == 1 && t.numel() == numel, name, " must be 1-D with ", numel, " entries, got shape ", t.sizes());
+    TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+struct Layout {
+    tcsparse::MetcfArrays arrays;
+    at::Tensor local_ids;  // keeps an aligned copy alive when the given one was not 4-byte aligned
+};
+
+Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_offsets, const at::Tensor& local_ids,
+                   const at::Tensor& block_cols, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
+                   int64_t window, int64_t num_rows, int64_t chunk, const at::Device& device) {
+    TORCH_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
+    TORCH_CHECK(chunk >= 1, "chunk must be positive, got ", chunk);
+    TORCH_CHECK(num_rows >= 0, "num_rows must be non-negative, got ", num_rows);
+    const int64_t num_windows = (num_rows + window - 1) / window;
+    TORCH_CHECK(block_offsets.dim() == 1 && block_offsets.numel() >= 1, "block_offsets must be 1-D and non-empty");
+    const int64_t num_blocks = block_offsets.numel() - 1;
+    const int64_t nnz = local_ids.numel();
+    check_index(window_offsets, "window_offsets", at::kInt, num_windows + 1, device);
+    check_index(block_offsets, "block_offsets", at::kInt, num_blocks + 1, device);
+    check_index(local_ids, "local_ids", at::kByte, nnz, device);
+    check_index(block_cols, "block_cols", at::kInt, num_blocks * 8, device);
+    check_index(row_map, "row_map", at::kInt, num_windows * window, device);
+    check_index(chunk_offsets, "chunk_offsets", at::kInt, num_windows + 1, device);
+    Layout layout;
+    layout.local_ids = (reinterpret_cast<uintptr_t>(local_ids.data_ptr()) & 3) ? local_ids.clone() : local_ids;
+    layout.arrays = tcsparse::MetcfArrays{window_offsets.data_ptr<int32_t>(),
+                                          block_offsets.data_ptr<int32_t>(),
+                                          layout.local_ids.data_ptr<uint8_t>(),
+                                          block_cols.data_ptr<int32_t>(),
+                                          row_map.data_ptr<int32_t>(),
+                                          chunk_offsets.data_ptr<int32_t>(),
+                                          num_windows,
+                                          num_blocks,
+                                          nnz,
+                                          static_cast<int>(window),
+                                          static_cast<int>(chunk)};
+    return layout;
+}
+
+void check_dense(const at::Tensor& t, const char* name, int64_t rows, const at::Device& device) {
+    TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor, got device ", t.device());
+    TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but the values are on ", device);
+    TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+    TORCH_CHECK(t.dim() == 2, name, " must be 2-D, got shape ", t.sizes());
+    TORCH_CHECK(t.size(0) == rows, name, " must have ", rows, " rows, got ", t.size(0));
+}
+
+void check_values(const at::Tensor& values, int64_t nnz) {
+    TORCH_CHECK(values.is_cuda(), "values must be a CUDA tensor, got device ", values.device());
+    TORCH_CHECK(values.scalar_type() == at::kFloat, "values must be float32, got ", values.scalar_type());
+    TORCH_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
+                values.sizes());
+    TORCH_CHECK(values.is_contiguous(), "values must be contiguous");
+}
+
+void check_launch(cudaError_t err, const char* what) {
+    TORCH_CHECK(err == cudaSuccess, what, " failed: ", cudaGetErrorString(err));
+}
+
+at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
+                const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
+                const at::Tensor& row_map, const at::Tensor& chunk_offsets, int64_t window, int64_t num_rows,
+                int64_t num_cols, int64_t chunk, bool balanced, bool deterministic, bool exact) {
+    check_values(values, local_ids.numel());
+    const at::Device device = values.device();
+    check_dense(x, "x", num_cols, device);
+    const c10::cuda::CUDAGuard guard(device);
+    Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, row_map, chunk_offsets, window,
+                                num_rows, chunk, device);
+    const at::Tensor xc = x.contiguous();
+    const int64_t n = xc.size(1);
+    TORCH_CHECK(n <= 65535 * 32, "x has ", n, " columns; at most ", 65535 * 32, " are supported");
+    at::Tensor y = at::empty({num_rows, n}, xc.options());
+    if (num_rows == 0 || n == 0) return y;
+    const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const float* xp = xc.data_ptr<float>();
+    const float* vp = values.data_ptr<float>();
+    const auto& a = layout.arrays;
+    if (balanced && deterministic) {
+        const int64_t floats = tcsparse::metcf_balanced_workspace_floats(a, n);
+        if (floats * 4 <= kMaxWorkspaceBytes) {
+            at::Tensor workspace = at::empty({floats}, xc.options());
+            check_launch(tcsparse::metcf_spmm_balanced_f32(a, vp, xp, y.data_ptr<float>(), n, precision,
+                                                           workspace.data_ptr<float>(), stream),
+                         "metcf_spmm_balanced (deterministic)");
+            return y;
+        }
+        balanced = false;
+    }
+    if (balanced) {
+        check_launch(tcsparse::metcf_spmm_balanced_f32(a, vp, xp, y.data_ptr<float>(), n, precision, nullptr, stream),
+                     "metcf_spmm_balanced");
+    } else {
+        check_launch(tcsparse::metcf_spmm_base_f32(a, vp, xp, y.data_ptr<float>(), n, precision, stream),
+                     "metcf_spmm_base");
+    }
+    return y;
+}
+
+at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& window_offsets,
+                 const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
+                 const at::Tensor& row_map, const at::Tensor& chunk_offsets, int64_t window, int64_t num_rows,
+                 int64_t num_cols, int64_t chunk) {
+    const at::Device device = x.device();
+    check_dense(x, "x", num_cols, device);
+    check_dense(grad_y, "grad_y", num_rows, device);
+    TORCH_CHECK(grad_y.size(1) == x.size(1), "grad_y has ", grad_y.size(1), " columns but x has ", x.size(1));
+    const c10::cuda::CUDAGuard guard(device);
+    Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, row_map, chunk_offsets, window,
+                                num_rows, chunk, device);
+    const at::Tensor xc = x.contiguous();
+    const at::Tensor gc = grad_y.contiguous();
+    at::Tensor out = at::empty({local_ids.numel()}, xc.options());
+    check_launch(tcsparse::metcf_sddmm_f32(layout.arrays, gc.data_ptr<float>(), xc.data_ptr<float>(),
+                                           out.data_ptr<float>(), xc.size(1), c10::cuda::getCurrentCUDAStream()),
+                 "metcf_sddmm");
+    return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.doc() = "TF32 Tensor-Core SpMM / SDDMM on ME-TCF (torch_tcsparse)";
+    m.def("spmm", &spmm, "Y = A @ X on ME-TCF");
+    m.def("sddmm", &sddmm, "<grad_y[row], x[col]> for every nonzero in block order");
+}

@@ -1,0 +1,477 @@
+// TF32 Tensor-Core SpMM on ME-TCF (DTC-SpMM, ASPLOS'24, sections 4.4 and 4.5.1), written anew.
+//
+// Work decomposition. A thread block has 4 warps; all 4 share one range of TC blocks (a whole row
+// window for "base", a chunk of at most `chunk` blocks for "balanced") and one slice of 32 or 64
+// output columns (blockIdx.y / the item's slice). The warps take groups of 4 TC blocks in turn, so
+// each warp works alone on its groups: no block-wide barrier inside the main loop. At the end
+// the 4 partial 16 x slice tiles are summed in shared memory and written once.
+//
+// Per group, per warp:
+//   1. cp.async brings the group's sparse data (values, one-byte local ids, block column ids,
+//      block offsets) into the warp's shared stage; two stages, so group i+1 is in flight while
+//      group i computes (sparse double buffering, 4.4.2).
+//   2. Rows of X for the group's 4 x 8 block columns are gathered straight into registers,
+//      16 bytes per load (shared-memory bypass, 4.4.1).
+//   3. The group's nonzeros are scattered into dense 16 x 8 tiles stored in mma fragment order,
+//      so each lane reads its A fragment of a block with one 16-byte shared load.
+//   4. mma.m16n8k8 (TF32) per block and 8 output columns.
+//
+// Column mapping (why one float4 per lane feeds 4 mma and stores come out as float4): lane (g, t)
+// loads X[col[t]][c0 + 4g .. 4g+3] and X[col[t+4]][...]; element m of those vectors is operand B
+// of the m-th mma, whose logical column g is output column c0 + 4g + m. The accumulator of mma m
+// then holds output columns c0 + 8t + m and c0 + 8t + 4 + m, so a lane owns 8 consecutive output
+// columns of rows g and g + 8: two float4 stores per row.
+#include <algorithm>
+
+#include "metcf_spmm.h"
+#include "mma.cuh"
+#include "static_switch.h"
+
+namespace tcsparse {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kGroup = 4;                            // TC blocks per warp per pipeline step
+constexpr int kBlockCols = 8;                        // columns of a TC block (the mma k)
+constexpr int kTileElems = 16 * kBlockCols;          // entries of a 16 x 8 A tile
+constexpr int kGroupNnzMax = kGroup * kTileElems;    // a group of dense blocks
+
+// One warp's shared memory: two stages of raw sparse data and the dense tiles of one group.
+struct alignas(16) WarpStage {
+    float values[2][kGroupNnzMax];
+    uint32_t id_words[2][kGroupNnzMax / 4 + 4];      // +1 word for a misaligned start, padded to 16 B
+    int32_t cols[2][kGroup * kBlockCols];
+    int32_t offs[2][8];                              // [0..kGroup]: block starts, [kGroup + 1]: id byte skew
+    float4 tile[kGroup * 32];                        // A tiles, fragment order: tile[block * 32 + lane]
+};
+
+enum class StoreMode { kStore, kAtomic, kWorkspace };
+
+template <int NV>
+using Acc = float[NV][4][4];
+
+__device__ __forceinline__ float component(const float4& v, int m) {
+    return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w;
+}
+
+// Start the asynchronous copy of blocks [b0, b0 + nb) into stage `buf`.
+__device__ __forceinline__ void issue_group(const MetcfArrays& a, const float* __restrict__ values, WarpStage& st,
+                                            int buf, int64_t b0, int nb, int lane) {
+    int off = 0;
+    if (lane <= nb) off = a.block_offsets[b0 + lane];
+    const int p0 = __shfl_sync(kFullMask, off, 0);
+    const int p1 = __shfl_sync(kFullMask, off, nb);
+    const int cnt = p1 - p0;
+    if (lane <= kGroup) st.offs[buf][lane] = (lane <= nb ? off : p1) - p0;
+    if (lane == kGroup + 1) st.offs[buf][lane] = p0 & 3;
+    for (int i = lane; i < cnt; i += 32) ptx::cp_async_4(&st.values[buf][i], values + p0 + i, 4);
+    // Ids are bytes: copy the 4-byte words that cover [p0, p1); the last word may run past nnz,
+    // so only the bytes that exist are read (the rest zero-filled).
+    const int64_t w0 = p0 >> 2;
+    const int words = static_cast<int>(((static_cast<int64_t>(p1) + 3) >> 2) - w0);
+    for (int i = lane; i < words; i += 32) {
+        const int64_t byte = (w0 + i) * 4;
+        const int bytes = static_cast<int>(a.nnz - byte < 4 ? a.nnz - byte : 4);
+        ptx::cp_async_4(&st.id_words[buf][i], a.local_ids + byte, bytes);
+    }
+    if (lane < nb * kBlockCols) ptx::cp_async_4(&st.cols[buf][lane], a.block_cols + b0 * kBlockCols + lane, 4);
+}
+
+template <bool kSplit>
+__device__ __forceinline__ void mma_tile(float (&d)[4], const float4& av, float b0, float b1) {
+    if constexpr (!kSplit) {
+        const uint32_t a[4] = {ptx::to_tf32(av.x), ptx::to_tf32(av.y), ptx::to_tf32(av.z), ptx::to_tf32(av.w)};
+        ptx::mma_m16n8k8_tf32(d, a, ptx::to_tf32(b0), ptx::to_tf32(b1));
+    } else {
+        const float af[4] = {av.x, av.y, av.z, av.w};
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            hi[i] = ptx::to_tf32(af[i]);
+            lo[i] = ptx::to_tf32(af[i] - __uint_as_float(hi[i]));
+        }
+        const uint32_t b0h = ptx::to_tf32(b0), b1h = ptx::to_tf32(b1);
+        const uint32_t b0l = ptx::to_tf32(b0 - __uint_as_float(b0h)), b1l = ptx::to_tf32(b1 - __uint_as_float(b1h));
+        // Small terms first, so they are not lost against the large partial sum.
+        ptx::mma_m16n8k8_tf32(d, lo, b0h, b1h);
+        ptx::mma_m16n8k8_tf32(d, hi, b0l, b1l);
+        ptx::mma_m16n8k8_tf32(d, hi, b0h, b1h);
+    }
+}
+
+// Gather X for stage `buf`, build the dense tiles, multiply-accumulate into acc.
+template <int NV, bool kVec4, bool kSplit>
+__device__ __forceinline__ void compute_group(WarpStage& st, int buf, int nb, const float* __restrict__ x, int64_t n,
+                                              int64_t nbase, int lane, Acc<NV>& acc) {
+    const int g = lane >> 2, t = lane & 3;
+    float4 xv[kGroup][2][NV];
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int col = j < nb ? st.cols[buf][j * kBlockCols + t + 4 * h] : -1;
+            const float* xrow = x + static_cast<int64_t>(col) * n;
+#pragma unroll
+            for (int s = 0; s < NV; ++s) {
+                const int64_t c0 = nbase + 32 * s + 4 * g;
+                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                if constexpr (kVec4) {
+                    if (col >= 0 && c0 < n) v = ptx::load_global_f4(xrow + c0);
+                } else {
+                    if (col >= 0) {
+                        if (c0 + 0 < n) v.x = __ldg(xrow + c0 + 0);
+                        if (c0 + 1 < n) v.y = __ldg(xrow + c0 + 1);
+                        if (c0 + 2 < n) v.z = __ldg(xrow + c0 + 2);
+                        if (c0 + 3 < n) v.w = __ldg(xrow + c0 + 3);
+                    }
+                }
+                xv[j][h][s] = v;
+            }
+        }
+    }
+
+    // Dense A tiles: zero, then scatter this group's nonzeros in fragment order. Entry (r, c) of
+    // a block goes to lane (r % 8) * 4 + c % 4, register (r / 8) + 2 * (c / 4).
+#pragma unroll
+    for (int i = lane; i < kGroup * 32; i += 32) st.tile[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    __syncwarp();
+    const int32_t* offs = st.offs[buf];
+    const int cnt = offs[kGroup];
+    const uint8_t* ids = reinterpret_cast<const uint8_t*>(st.id_words[buf]) + offs[kGroup + 1];
+    float* tile = reinterpret_cast<float*>(st.tile);
+    for (int i = lane; i < cnt; i += 32) {
+        int j = 0;
+#pragma unroll
+        for (int k = 1; k < kGroup; ++k) j += i >= offs[k];
+        const int id = ids[i];
+        const int r = id >> 3, c = id & 7;
+        tile[j * kTileElems + ((r & 7) * 4 + (c & 3)) * 4 + (r >> 3) + 2 * (c >> 2)] = st.values[buf][i];
+    }
+    __syncwarp();
+
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+        if (j < nb) {
+            const float4 av = st.tile[j * 32 + lane];
+#pragma unroll
+            for (int s = 0; s < NV; ++s) {
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                    mma_tile<kSplit>(acc[s][m], av, component(xv[j][0][s], m), component(xv[j][1][s], m));
+                }
+            }
+        }
+    }
+}
+
+// This warp's share of TC blocks [rb, re): groups warp, warp + kWarps, ... of kGroup blocks.
+template <int NV, bool kVec4, bool kSplit>
+__device__ __forceinline__ void warp_range(const MetcfArrays& a, const float* __restrict__ values,
+                                           const float* __restrict__ x, int64_t n, int64_t nbase, int64_t rb,
+                                           int64_t re, WarpStage& st, int warp, int lane, Acc<NV>& acc) {
+    constexpr int64_t kStep = kWarps * kGroup;
+    int64_t b0 = rb + warp * kGroup;
+    if (b0 >= re) return;
+    issue_group(a, values, st, 0, b0, static_cast<int>(re - b0 < kGroup ? re - b0 : kGroup), lane);
+    ptx::cp_async_commit();
+    for (int it = 0; b0 < re; ++it, b0 += kStep) {
+        const int64_t next = b0 + kStep;
+        if (next < re) issue_group(a, values, st, (it + 1) & 1, next, static_cast<int>(re - next < kGroup ? re - next : kGroup), lane);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<1>();
+        __syncwarp();
+        compute_group<NV, kVec4, kSplit>(st, it & 1, static_cast<int>(re - b0 < kGroup ? re - b0 : kGroup), x, n, nbase,
+                                         lane, acc);
+        __syncwarp();
+    }
+    ptx::cp_async_wait<0>();
+}
+
+// Write (or add) warp 0's tile: rows slot0 + g and slot0 + g + 8 of the window, 8 columns per lane.
+template <int WINDOW, int NV, bool kVec4>
+__device__ __forceinline__ void store_tile(const Acc<NV>& acc, StoreMode mode, float* dst, const int32_t* row_map,
+                                           int64_t slot0, int64_t n, int64_t nbase, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < WINDOW / 8; ++h) {
+        const int slot = g + 8 * h;
+        int64_t row = slot;
+        if (mode != StoreMode::kWorkspace) {
+            row = row_map[slot0 + slot];
+            if (row < 0) continue;
+        }
+        float* yrow = dst + row * n;
+#pragma unroll
+        for (int s = 0; s < NV; ++s) {
+            const int64_t c0 = nbase + 32 * s + 8 * t;
+            float v[8];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                v[m] = acc[s][m][2 * h];
+                v[4 + m] = acc[s][m][2 * h + 1];
+            }
+            if constexpr (kVec4) {
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    if (c0 + 4 * q < n) {
+                        const float4 f = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+                        if (mode == StoreMode::kAtomic) {
+                            ptx::atomic_add_f4(yrow + c0 + 4 * q, f);
+                        } else {
+                            *reinterpret_cast<float4*>(yrow + c0 + 4 * q) = f;
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    if (c0 + e < n) {
+                        if (mode == StoreMode::kAtomic) {
+                            atomicAdd(yrow + c0 + e, v[e]);
+                        } else {
+                            yrow[c0 + e] = v[e];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Sum the warps' partial tiles into warp 0 (fixed order: deterministic) and store once.
+template <int WINDOW, int NV, bool kVec4>
+__device__ __forceinline__ void combine_and_store(Acc<NV>& acc, int active_warps, void* smem, StoreMode mode,
+                                                  float* dst, const int32_t* row_map, int64_t slot0, int64_t n,
+                                                  int64_t nbase, int warp, int lane) {
+    constexpr int kPerLane = NV * 16;
+    if (active_warps > 1) {
+        float* red = static_cast<float*>(smem);
+        __syncthreads();  // every warp is done with its stages, which the buffer below reuses
+        if (warp > 0 && warp < active_warps) {
+#pragma unroll
+            for (int s = 0; s < NV; ++s)
+#pragma unroll
+                for (int m = 0; m < 4; ++m)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) red[(((warp - 1) * kPerLane) + (s * 16 + m * 4 + e)) * 32 + lane] = acc[s][m][e];
+        }
+        __syncthreads();
+        if (warp == 0) {
+            for (int w = 1; w < active_warps; ++w) {
+#pragma unroll
+                for (int s = 0; s < NV; ++s)
+#pragma unroll
+                    for (int m = 0; m < 4; ++m)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[s][m][e] += red[(((w - 1) * kPerLane) + (s * 16 + m * 4 + e)) * 32 + lane];
+            }
+        }
+    }
+    if (warp == 0) store_tile<WINDOW, NV, kVec4>(acc, mode, dst, row_map, slot0, n, nbase, lane);
+}
+
+template <int NV>
+__device__ __forceinline__ void zero_acc(Acc<NV>& acc) {
+#pragma unroll
+    for (int s = 0; s < NV; ++s)
+#pragma unroll
+        for (int m = 0; m < 4; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[s][m][e] = 0.f;
+}
+
+__device__ __forceinline__ int active_warps_for(int64_t blocks) {
+    const int64_t groups = (blocks + kGroup - 1) / kGroup;
+    return static_cast<int>(groups < kWarps ? groups : kWarps);
+}
+
+// One thread block per (row window, column slice).
+template <int WINDOW, int NV, bool kVec4, bool kSplit>
+__global__ void __launch_bounds__(kThreads) metcf_base_kernel(MetcfArrays a, const float* __restrict__ values,
+                                                              const float* __restrict__ x, float* __restrict__ y,
+                                                              int64_t n) {
+    __shared__ WarpStage stages[kWarps];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t w = blockIdx.x;
+    const int64_t nbase = static_cast<int64_t>(blockIdx.y) * (32 * NV);
+    const int64_t rb = a.window_offsets[w], re = a.window_offsets[w + 1];
+    Acc<NV> acc;
+    zero_acc<NV>(acc);
+    warp_range<NV, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp, lane, acc);
+    combine_and_store<WINDOW, NV, kVec4>(acc, active_warps_for(re - rb), stages, StoreMode::kStore, y, a.row_map,
+                                         w * WINDOW, n, nbase, warp, lane);
+}
+
+// Persistent grid over (chunk, column slice) items; a chunk is at most a.chunk TC blocks of one
+// window. Windows of one chunk store; windows of several add atomically into rows zeroed by
+// zero_shared_windows_kernel, or (deterministic) write their chunk's tile to the workspace.
+template <int WINDOW, int NV, bool kVec4, bool kSplit>
+__global__ void __launch_bounds__(kThreads) metcf_balanced_kernel(MetcfArrays a, const float* __restrict__ values,
+                                                                  const float* __restrict__ x, float* __restrict__ y,
+                                                                  int64_t n, int slices, float* __restrict__ workspace) {
+    __shared__ WarpStage stages[kWarps];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t chunks = a.chunk_offsets[a.num_windows];
+    const int64_t items = chunks * slices;
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+        const int64_t c = item / slices;
+        const int64_t nbase = (item % slices) * (32 * NV);
+        // The window holding chunk c: the last w with chunk_offsets[w] <= c.
+        int64_t lo = 0, hi = a.num_windows;
+        while (hi - lo > 1) {
+            const int64_t mid = (lo + hi) >> 1;
+            if (a.chunk_offsets[mid] <= c) lo = mid; else hi = mid;
+        }
+        const int64_t w = lo;
+        const int64_t first = a.chunk_offsets[w];
+        const int64_t count = a.chunk_offsets[w + 1] - first;
+        const int64_t wend = a.window_offsets[w + 1];
+        const int64_t rb = a.window_offsets[w] + (c - first) * a.chunk;
+        const int64_t re = rb + a.chunk < wend ? rb + a.chunk : wend;
+        Acc<NV> acc;
+        zero_acc<NV>(acc);
+        warp_range<NV, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp, lane, acc);
+        const StoreMode mode = count == 1 ? StoreMode::kStore
+                               : workspace ? StoreMode::kWorkspace
+                                           : StoreMode::kAtomic;
+        float* dst = mode == StoreMode::kWorkspace ? workspace + c * WINDOW * n : y;
+        combine_and_store<WINDOW, NV, kVec4>(acc, active_warps_for(re - rb), stages, mode, dst, a.row_map, w * WINDOW,
+                                             n, nbase, warp, lane);
+        __syncthreads();  // the next item refills the stages that the combine may have used
+    }
+}
+
+// One warp per window: zero the rows of windows that are not written by exactly one chunk
+// (several chunks add into them; no chunk means the rows are zero).
+__global__ void zero_shared_windows_kernel(MetcfArrays a, float* __restrict__ y, int64_t n) {
+    const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= a.num_windows) return;
+    if (a.chunk_offsets[w + 1] - a.chunk_offsets[w] == 1) return;
+    for (int slot = 0; slot < a.window; ++slot) {
+        const int64_t row = a.row_map[w * a.window + slot];
+        if (row < 0) continue;
+        for (int64_t col = lane; col < n; col += 32) y[row * n + col] = 0.f;
+    }
+}
+
+// Deterministic combine: rows of windows not written by exactly one chunk get the sum of their
+// chunks' tiles in chunk order (or zero). Grid: (window, 1024-entry piece of the window's tile).
+__global__ void sum_workspace_kernel(MetcfArrays a, const float* __restrict__ workspace, float* __restrict__ y, int64_t n) {
+    const int64_t w = blockIdx.x;
+    const int64_t first = a.chunk_offsets[w];
+    const int64_t count = a.chunk_offsets[w + 1] - first;
+    if (count == 1) return;
+    const int64_t tile = static_cast<int64_t>(a.window) * n;
+    for (int64_t e = static_cast<int64_t>(blockIdx.y) * 1024 + threadIdx.x; e < tile && e < (blockIdx.y + 1) * 1024ll;
+         e += blockDim.x) {
+        const int64_t slot = e / n, col = e % n;
+        const int64_t row = a.row_map[w * a.window + slot];
+        if (row < 0) continue;
+        float sum = 0.f;
+        for (int64_t c = first; c < first + count; ++c) sum += workspace[c * tile + e];
+        y[row * n + col] = sum;
+    }
+}
+
+int device_sm_count() {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// 64-column slices halve the repeated sparse work per output column but waste half a warp's
+// lanes when only 32 columns are left; take them when that waste is at most the last slice.
+bool use_wide_slices(int64_t n) { return n >= 64 && (n % 64 == 0 || n % 64 > 32); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename Launch>
+cudaError_t dispatch(const MetcfArrays& a, const float* x, float* y, int64_t n, Precision precision, Launch&& launch) {
+    const bool vec4 = n % 4 == 0 && aligned16(x) && aligned16(y);
+    return TCS_WINDOW_SWITCH(a.window, WINDOW, [&] {
+        return TCS_SLICE_SWITCH(use_wide_slices(n), NV, [&] {
+            return TCS_BOOL_SWITCH(vec4, kVec4, [&] {
+                return TCS_BOOL_SWITCH(precision == Precision::kTF32x3, kSplit,
+                                       [&] { return launch.template operator()<WINDOW, NV, kVec4, kSplit>(); });
+            });
+        });
+    });
+}
+
+struct BaseLaunch {
+    const MetcfArrays& a;
+    const float* values;
+    const float* x;
+    float* y;
+    int64_t n;
+    cudaStream_t stream;
+    template <int WINDOW, int NV, bool kVec4, bool kSplit>
+    cudaError_t operator()() const {
+        const dim3 grid(static_cast<unsigned>(a.num_windows), static_cast<unsigned>(ceil_div(n, 32 * NV)));
+        metcf_base_kernel<WINDOW, NV, kVec4, kSplit><<<grid, kThreads, 0, stream>>>(a, values, x, y, n);
+        return cudaGetLastError();
+    }
+};
+
+struct BalancedLaunch {
+    const MetcfArrays& a;
+    const float* values;
+    const float* x;
+    float* y;
+    int64_t n;
+    float* workspace;
+    cudaStream_t stream;
+    template <int WINDOW, int NV, bool kVec4, bool kSplit>
+    cudaError_t operator()() const {
+        const auto kernel = metcf_balanced_kernel<WINDOW, NV, kVec4, kSplit>;
+        static const int resident = [kernel] {
+            int blocks = 0;
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0);
+            return blocks > 0 ? blocks : 1;
+        }();
+        const int slices = static_cast<int>(ceil_div(n, 32 * NV));
+        // Upper bound of the item count without reading chunk_offsets back (no host sync).
+        const int64_t items = (a.num_windows + a.num_blocks / std::max(a.chunk, 1) + 1) * slices;
+        const int64_t grid = std::min<int64_t>(items, static_cast<int64_t>(device_sm_count()) * resident);
+        kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, values, x, y, n, slices, workspace);
+        return cudaGetLastError();
+    }
+};
+
+}  // namespace
+
+cudaError_t metcf_spmm_base_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
+                                Precision precision, cudaStream_t stream) {
+    if (a.num_windows == 0 || n == 0) return cudaSuccess;
+    if (ceil_div(n, 32) > 65535 || a.num_windows > 0x7fffffffll) return cudaErrorInvalidConfiguration;
+    return dispatch(a, x, y, n, precision, BaseLaunch{a, values, x, y, n, stream});
+}
+
+int64_t metcf_balanced_workspace_floats(const MetcfArrays& a, int64_t n) {
+    return (a.num_windows + a.num_blocks / std::max(a.chunk, 1) + 1) * a.window * n;
+}
+
+cudaError_t metcf_spmm_balanced_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
+                                    Precision precision, float* workspace, cudaStream_t stream) {
+    if (a.num_windows == 0 || n == 0) return cudaSuccess;
+    if (a.chunk < 1) return cudaErrorInvalidValue;
+    if (!workspace) {
+        const int64_t threads = a.num_windows * 32;
+        zero_shared_windows_kernel<<<static_cast<unsigned>(ceil_div(threads, 256)), 256, 0, stream>>>(a, y, n);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
+    cudaError_t err = dispatch(a, x, y, n, precision, BalancedLaunch{a, values, x, y, n, workspace, stream});
+    if (err != cudaSuccess || !workspace) return err;
+    const dim3 grid(static_cast<unsigned>(a.num_windows), static_cast<unsigned>(ceil_div(a.window * n, 1024)));
+    sum_workspace_kernel<<<grid, 256, 0, stream>>>(a, workspace, y, n);
+    return cudaGetLastError();
+}
+
+}  // namespace tcsparse
