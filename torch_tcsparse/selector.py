@@ -1,0 +1,498 @@
+"""Kernel selector: simulate the GPU's thread-block scheduling and pick the fastest SpMM path.
+
+DTC-SpMM (ASPLOS'24, section 4.5.2) decides between its base kernel (one thread block per row
+window) and its balanced kernel (fixed chunks of TC blocks, partial rows combined with atomics)
+by simulating how thread blocks land on the SMs: the approximation ratio AR is the makespan of
+base divided by the makespan of balanced, and balanced runs when AR exceeds a threshold (1.2,
+fitted on an RTX 4090). We keep that rule, with the threshold calibrated per GPU family, and add
+a cost model in microseconds for every path so that the chosen Tensor-Core kernel is also ranked
+against ``"csr"`` (torch.sparse, cuSPARSE): ``A @ X`` should never be meaningfully slower than it.
+
+The launch shapes simulated are those of ``csrc/metcf_spmm.cu``:
+
+- base: grid (windows, column slices), blockIdx.x fastest, so thread blocks are issued window by
+  window for slice 0, then for slice 1, ...; the hardware gives each block to the first slot that
+  frees (list scheduling), with ``SMs x resident blocks per SM`` slots. A block costs
+  ``unit_us * (block_units + tc_blocks of its window)``;
+- balanced: a persistent grid of ``G = min(items, SMs x resident)`` blocks; block g handles items
+  g, g + G, ... where items are (chunk, slice) pairs, slice fastest: a static round robin, so its
+  makespan is exact. An item costs ``unit_us * (item_units + tc_blocks of its chunk +
+  split_units if its window spans several chunks)`` (the atomic adds); a second small kernel zeroes
+  the rows of those windows first (``zero_us`` per row);
+- csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row`` (the gather of X
+  per nonzero, the write of Y per row, the row-split imbalance of the longest row).
+
+Constants live in ``calibration/<family>.json`` (one per GPU family, ``default.json`` when the
+family has none), per N bucket; ``benchmarks/selector.py --calibrate`` fits them on measurements.
+
+Simulation cost. Exact list scheduling with a heap is O(jobs log slots) Python steps, too slow for
+graphs of 100k+ windows (the choice must cost at most half an SpMM). ``list_schedule_makespan``
+is exact (vectorized in batches of up to one job per slot) when there are at most
+``EXACT_JOBS_PER_SLOT`` jobs per slot. Beyond that, jobs are in launch order and the makespan is
+governed by the long jobs and the last wave: all but the last ``TAIL_JOBS_PER_SLOT * slots`` jobs
+are simulated with the ``MAX_HEAVY`` longest jobs (above ``HEAVY_FACTOR`` x the mean) exact and the
+others as a fluid poured evenly into the slots that free first (water filling); the tail is then
+simulated exactly from that state. The fluid misplaces work by less than one light job per slot;
+``tests/test_selector.py`` checks the error against heapq list scheduling on random cases.
+"""
+from __future__ import annotations
+
+import functools
+import heapq
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .formats.metcf import BALANCE_CHUNK, MetcfLayout
+
+CHOICES = ("base", "balanced", "csr")
+KERNEL_CHOICES = ("base", "balanced")
+KERNEL_DTYPES = (torch.float32,)
+BUCKETS = (32, 64, 128, 256)
+
+EXACT_JOBS_PER_SLOT = 16
+TAIL_JOBS_PER_SLOT = 4
+MAX_HEAVY = 256
+HEAVY_FACTOR = 4.0
+
+CALIBRATION_DIR = Path(__file__).parent / "calibration"
+
+
+# Scheduling.
+
+
+def list_schedule_exact(costs, slots: int) -> float:
+    """Makespan of list scheduling with a heap: each job, in order, to the slot that frees first.
+    The reference the fast simulator is tested against."""
+    free = [0.0] * slots
+    for cost in np.asarray(costs, dtype=np.float64).tolist():
+        heapq.heappush(free, heapq.heappop(free) + cost)
+    return max(free)
+
+
+def list_schedule_makespan(costs, slots: int) -> float:
+    """Makespan of list scheduling ``costs`` (in launch order) on ``slots`` identical slots."""
+    costs = np.asarray(costs, dtype=np.float64)
+    if slots < 1:
+        raise ValueError(f"slots must be at least 1, got {slots}")
+    if costs.size == 0:
+        return 0.0
+    if costs.size <= slots:
+        return float(costs.max())
+    if costs.size <= EXACT_JOBS_PER_SLOT * slots:
+        return _batched_schedule(np.zeros(slots), costs)
+    return _heavy_fluid_schedule(costs, slots)
+
+
+def _batched_schedule(free: np.ndarray, costs: np.ndarray) -> float:
+    """Exact list scheduling from slot free times ``free``, many jobs per numpy step.
+
+    With the slots sorted by free time, job j of a batch goes to the j-th slot as long as none of
+    the slots taken by jobs 0..j-1 of the batch frees before it; the batch ends at the first job
+    for which that fails (so every step places at least one job)."""
+    free = np.sort(free)
+    slots, start = free.size, 0
+    while start < costs.size:
+        size = min(slots, costs.size - start)
+        ends = free[:size] + costs[start : start + size]
+        fits = np.minimum.accumulate(ends[:-1]) >= free[1:size]
+        placed = size if fits.all() else int(np.argmin(fits)) + 1
+        free[:placed] = ends[:placed]
+        free.sort()
+        start += placed
+    return float(free[-1])
+
+
+def _heavy_fluid_schedule(costs: np.ndarray, slots: int) -> float:
+    """Heavy jobs exact, light jobs as a fluid, the last waves exact (see the module docstring)."""
+    tail = TAIL_JOBS_PER_SLOT * slots
+    head = costs[: costs.size - tail]
+    heavy = np.flatnonzero(head > HEAVY_FACTOR * head.mean())
+    if heavy.size > MAX_HEAVY:
+        heavy = np.sort(heavy[np.argpartition(head[heavy], -MAX_HEAVY)[-MAX_HEAVY:]])
+    # Sums of the runs of light jobs between heavy ones (reduceat over run starts: no O(jobs) copy).
+    starts = np.unique(np.concatenate([[0], heavy, heavy + 1]))
+    starts = starts[starts < head.size]
+    sums = np.add.reduceat(head, starts)
+    pours, pour_index = [0.0] * (heavy.size + 1), 0
+    heavy_set = set(heavy.tolist())
+    for start, total in zip(starts.tolist(), sums.tolist()):
+        if start in heavy_set:
+            pour_index += 1
+        else:
+            pours[pour_index] += total
+
+    level, fluid_slots, busy = 0.0, slots, []  # busy: end times of heavy jobs past the level
+
+    def pour(work: float) -> None:
+        nonlocal level, fluid_slots
+        while work > 0.0:
+            if fluid_slots == 0:
+                level, fluid_slots = heapq.heappop(busy), 1
+                continue
+            room = fluid_slots * (busy[0] - level) if busy else math.inf
+            if work <= room:
+                level += work / fluid_slots
+                return
+            work -= room
+            level = heapq.heappop(busy)
+            fluid_slots += 1
+
+    for work, cost in zip(pours, head[heavy].tolist()):
+        pour(work)
+        if fluid_slots:
+            fluid_slots -= 1
+            heapq.heappush(busy, level + cost)
+        else:
+            start = heapq.heappop(busy)
+            level = max(level, start)
+            heapq.heappush(busy, start + cost)
+    pour(pours[-1])
+    free = np.concatenate([np.full(fluid_slots, level), np.asarray(busy, dtype=np.float64)])
+    return _batched_schedule(free, costs[costs.size - tail :])
+
+
+def round_robin_makespan(costs, grid: int) -> float:
+    """Makespan of a persistent grid of ``grid`` blocks where block g runs jobs g, g + grid, ...;
+    all blocks co-resident (the balanced kernel's grid never exceeds the resident capacity)."""
+    costs = np.asarray(costs, dtype=np.float64)
+    if costs.size == 0:
+        return 0.0
+    grid = min(grid, costs.size)
+    return float(np.bincount(np.arange(costs.size) % grid, weights=costs, minlength=grid).max())
+
+
+# The launch shapes of csrc/metcf_spmm.cu.
+
+
+def column_slices(n: int) -> int:
+    """Thread blocks per window along N: slices of 64 columns where ``use_wide_slices`` of
+    csrc/metcf_spmm.cu takes them (n >= 64 and the last slice at least half full), else 32."""
+    wide = n >= 64 and (n % 64 == 0 or n % 64 > 32)
+    return -(-n // (64 if wide else 32))
+
+
+def n_bucket(n: int) -> int:
+    """The N a choice is computed and cached for: the next power of two, at least 32."""
+    if n < 1:
+        raise ValueError(f"N must be positive, got {n}")
+    return max(BUCKETS[0], 1 << (n - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class MatrixShape:
+    """What the simulation needs of a layout, on the host: TC blocks per window and CSR sizes."""
+
+    window: int
+    window_blocks: np.ndarray  # int64 [windows]
+    rows: int
+    nnz: int
+    max_row_nnz: int
+
+    @classmethod
+    def of(cls, layout: MetcfLayout) -> "MatrixShape":
+        offsets = layout.window_offsets
+        counts = (offsets[1:] - offsets[:-1]).cpu().numpy().astype(np.int64)
+        rowptr = layout.csr_rowptr
+        max_row = int((rowptr[1:] - rowptr[:-1]).max()) if layout.num_rows else 0
+        return cls(layout.window, counts, layout.num_rows, layout.nnz, max_row)
+
+    @property
+    def tc_blocks(self) -> int:
+        return int(self.window_blocks.sum())
+
+    def chunks(self, chunk: int = BALANCE_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+        """TC blocks of every balanced chunk in chunk order, and whether its window is split."""
+        per_window = -(-self.window_blocks // chunk)
+        window_of = np.repeat(np.arange(per_window.size), per_window)
+        first = np.cumsum(per_window) - per_window
+        index_in_window = np.arange(window_of.size) - first[window_of]
+        sizes = np.minimum(chunk, self.window_blocks[window_of] - index_in_window * chunk)
+        return sizes, (per_window > 1)[window_of]
+
+    def split_rows(self, chunk: int = BALANCE_CHUNK) -> int:
+        """Rows of windows spread over several chunks (zeroed, then added to atomically)."""
+        return int((self.window_blocks > chunk).sum()) * self.window
+
+
+def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units: float) -> tuple[float, float]:
+    """(makespan, total work) of the base kernel in TC-block units, list-scheduled on ``slots``."""
+    per_window = block_units + shape.window_blocks.astype(np.float64)
+    jobs = np.tile(per_window, slices)
+    return list_schedule_makespan(jobs, slots), float(jobs.sum())
+
+
+def balanced_makespan_units(shape: MatrixShape, slices: int, grid: int, item_units: float, split_units: float) -> float:
+    """Makespan of the balanced kernel's persistent grid in TC-block units (exact round robin)."""
+    sizes, split = shape.chunks()
+    per_chunk = item_units + sizes + split_units * split
+    return round_robin_makespan(np.repeat(per_chunk, slices), grid)
+
+
+# Calibration and the device.
+
+# Constants that are per column of X (the rest are per thread block or per launch): the kernels'
+# per-job constants do not scale since wider N means more slices, already simulated.
+SCALE_WITH_N = ("nnz_us", "row_us", "max_row_us", "zero_us")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Constants of one GPU family (``calibration/<family>.json``)."""
+
+    source: str
+    ar_threshold: float
+    buckets: dict  # N bucket -> path -> constants
+    sm_count: int  # used only without a CUDA device
+    occupancy: dict  # path -> resident blocks per SM, used only without a CUDA device
+
+    @classmethod
+    def load(cls, family: str) -> "Calibration":
+        path = CALIBRATION_DIR / f"{family}.json"
+        if not path.exists():
+            path = CALIBRATION_DIR / "default.json"
+        return cls.from_dict(json.loads(path.read_text()), path.name)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str) -> "Calibration":
+        buckets = {int(n): constants for n, constants in data["buckets"].items()}
+        return cls(source, float(data["ar_threshold"]), buckets, int(data["sm_count"]), dict(data["occupancy"]))
+
+    def constants(self, path: str, n: int) -> dict:
+        """The constants of ``path`` for N = ``n``: those of the nearest bucket at or below, the
+        per-column ones scaled by n / bucket."""
+        known = sorted(self.buckets)
+        bucket = max([b for b in known if b <= n], default=known[0])
+        constants = dict(self.buckets[bucket][path])
+        for key in SCALE_WITH_N:
+            if key in constants:
+                constants[key] *= n / bucket
+        return constants
+
+
+def gpu_family(name: str, capability: tuple[int, int]) -> str:
+    """Calibration key of a GPU: its model ("h100", "a100", "rtx4090", ...) or ``sm<cc>``."""
+    match = re.search(r"\b(h\d{3}|gh\d{3}|b\d{3}|a\d{2,3}|l40s?|l4|v100|t4|rtx\s?\d{4})\b", name.lower())
+    if match:
+        return match.group(1).replace(" ", "")
+    return f"sm{capability[0]}{capability[1]}"
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """SM count and occupancy of the kernels on one device, with its family's calibration."""
+
+    name: str
+    family: str
+    sm_count: int
+    calibration: Calibration
+    cuda_index: int | None  # None: no CUDA device, occupancy from the calibration's defaults
+
+    def resident(self, path: str, n: int) -> int:
+        """Thread blocks of ``path``'s kernel resident per SM at N = ``n``."""
+        if self.cuda_index is None:
+            return int(self.calibration.occupancy[path])
+        from . import kernels
+
+        with torch.cuda.device(self.cuda_index):
+            return int(kernels.occupancy(path, n))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_model(device: torch.device) -> DeviceModel:
+    if device.type == "cuda" and torch.cuda.is_available():
+        index = torch.cuda.current_device() if device.index is None else device.index
+        props = torch.cuda.get_device_properties(index)
+        family = gpu_family(props.name, (props.major, props.minor))
+        return DeviceModel(props.name, family, props.multi_processor_count, Calibration.load(family), index)
+    calibration = Calibration.load("default")
+    return DeviceModel("no CUDA device (documented defaults)", "default", calibration.sm_count, calibration, None)
+
+
+def device_model(device=None) -> DeviceModel:
+    """The model of ``device`` (a CUDA device, or the defaults of ``calibration/default.json``)."""
+    return _device_model(torch.device("cpu" if device is None else device))
+
+
+# Ranking.
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a path was chosen for one (matrix, N bucket, dtype, device); ``str()`` reads it out."""
+
+    choice: str
+    reason: str
+    n: int
+    dtype: torch.dtype
+    device: str
+    calibration: str
+    features: dict
+    slots: dict
+    makespans_us: dict
+    ar: float
+    ar_threshold: float
+    costs_us: dict
+    bytes_moved: dict
+    candidates: tuple = field(default=CHOICES)
+
+    @property
+    def kernel(self) -> str:
+        """DTC-SpMM's choice between the Tensor-Core kernels: balanced when AR > threshold."""
+        return "balanced" if self.ar > self.ar_threshold else "base"
+
+    def __str__(self) -> str:
+        def row(mapping, fmt):
+            return ", ".join(f"{key}={fmt(value)}" for key, value in mapping.items())
+
+        return "\n".join(
+            [
+                f"choice: {self.choice} ({self.reason})",
+                f"N={self.n} dtype={self.dtype} device={self.device} calibration={self.calibration}",
+                f"features: {row(self.features, _number)}",
+                f"slots: {row(self.slots, str)}",
+                f"simulated makespan (us): {row(self.makespans_us, lambda v: f'{v:.1f}')}",
+                f"approximation ratio AR = {self.ar:.3f} (threshold {self.ar_threshold:.3f}) -> {self.kernel}",
+                f"predicted time (us): {row(self.costs_us, lambda v: f'{v:.1f}')}",
+                f"bytes moved (MB): {row(self.bytes_moved, lambda v: f'{v / 1e6:.2f}')}",
+                f"candidates: {', '.join(self.candidates)}",
+            ]
+        )
+
+
+def _number(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32) -> Explanation:
+    """Simulate and cost every path for ``shape`` times an [K, n] operand on ``model``'s device;
+    the choice is DTC-SpMM's kernel (by AR) unless ``"csr"`` is predicted faster, restricted to
+    ``candidates``."""
+    calibration = model.calibration
+    base, balanced, csr = (calibration.constants(path, n) for path in CHOICES)
+    slices = column_slices(n)
+    slots = {path: model.sm_count * model.resident(path, n) for path in KERNEL_CHOICES}
+
+    base_units, base_work = base_makespan_units(shape, slices, slots["base"], base["block_units"])
+    balanced_units = balanced_makespan_units(
+        shape, slices, slots["balanced"], balanced["item_units"], balanced["split_units"]
+    )
+    # AR: the same per-block costs for both, so it measures only what balancing does to the
+    # schedule (DTC-SpMM); the threshold accounts for the atomics and the extra zeroing pass.
+    balanced_same_cost = balanced_makespan_units(shape, slices, slots["balanced"], base["block_units"], 0.0)
+    ar = base_units / balanced_same_cost if balanced_same_cost > 0 else 1.0
+
+    split_rows = shape.split_rows()
+    makespans = {
+        "base": base["unit_us"] * base_units,
+        "balanced": balanced["unit_us"] * balanced_units,
+        "base_perfect_balance": base["unit_us"] * base_work / slots["base"],
+    }
+    costs = {
+        "base": base["launch_us"] + makespans["base"],
+        "balanced": balanced["launch_us"] + makespans["balanced"] + balanced["zero_us"] * split_rows,
+        "csr": csr["launch_us"]
+        + csr["nnz_us"] * shape.nnz
+        + csr["row_us"] * shape.rows
+        + csr["max_row_us"] * shape.max_row_nnz,
+    }
+
+    windows, blocks = shape.window_blocks.size, shape.tc_blocks
+    value_bytes = torch.finfo(dtype).bits // 8
+    gather = blocks * 8 * n * value_bytes + shape.nnz * (1 + value_bytes) + blocks * 8 * 4
+    write = windows * shape.window * n * value_bytes
+    bytes_moved = {
+        "base": gather + write,
+        "balanced": gather + write + 2 * split_rows * n * value_bytes,
+        "csr": shape.nnz * (n * value_bytes + 4 + value_bytes) + shape.rows * n * value_bytes,
+    }
+    features = {
+        "rows": shape.rows,
+        "nnz": shape.nnz,
+        "windows": windows,
+        "tc_blocks": blocks,
+        "mean_nnz_per_tc_block": shape.nnz / blocks if blocks else 0.0,
+        "blocks_per_window_mean": blocks / windows if windows else 0.0,
+        "blocks_per_window_max": int(shape.window_blocks.max()) if windows else 0,
+        "split_windows": split_rows // shape.window,
+        "max_row_nnz": shape.max_row_nnz,
+        "column_slices": slices,
+    }
+
+    explanation = dict(
+        n=n, dtype=dtype, device=model.name, calibration=calibration.source, features=features, slots=slots,
+        makespans_us=makespans, ar=ar, ar_threshold=calibration.ar_threshold, costs_us=costs,
+        bytes_moved=bytes_moved, candidates=tuple(candidates),
+    )
+    choice, reason = _decide(explanation, blocks)
+    return Explanation(choice=choice, reason=reason, **explanation)
+
+
+def _decide(explanation: dict, blocks: int) -> tuple[str, str]:
+    candidates, costs = explanation["candidates"], explanation["costs_us"]
+    ar, threshold = explanation["ar"], explanation["ar_threshold"]
+    kernel = "balanced" if ar > threshold else "base"
+    if blocks == 0:
+        return "csr", "the matrix has no TC blocks"
+    if kernel not in candidates:
+        return "csr", "the Tensor-Core kernels cannot run on this device and dtype"
+    ar_reason = f"AR {ar:.2f} {'>' if kernel == 'balanced' else '<='} {threshold:.2f}"
+    if "csr" in candidates and costs["csr"] < costs[kernel]:
+        return "csr", f"{ar_reason} picks {kernel}, but csr is predicted faster ({costs['csr']:.1f} vs {costs[kernel]:.1f} us)"
+    return kernel, f"{ar_reason}; predicted {costs[kernel]:.1f} us vs csr {costs['csr']:.1f} us"
+
+
+def _kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:
+    if device.type != "cuda" or dtype not in KERNEL_DTYPES:
+        return False
+    from . import kernels
+
+    return kernels.available()
+
+
+def explain(layout: MetcfLayout, n: int, dtype: torch.dtype = torch.float32, device=None) -> Explanation:
+    """Features, simulated makespans, predicted costs and the choice for ``layout`` at N = ``n``
+    (computed at ``n_bucket(n)``, the N the choice is cached for)."""
+    return _explain(MatrixShape.of(layout), n, dtype, torch.device(layout.device if device is None else device))
+
+
+def _explain(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> Explanation:
+    candidates = CHOICES if _kernels_usable(dtype, device) else ("csr",)
+    return rank(shape, n_bucket(n), device_model(device), candidates, dtype)
+
+
+def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str, Explanation]:
+    """The path for ``layout @ X`` with X of N = ``n`` columns, and why (uncached: see
+    ``SelectionCache``). Call it where the TC kernels may run; off CUDA or for other dtypes it
+    answers ``"csr"``."""
+    explanation = explain(layout, n, dtype, device)
+    return explanation.choice, explanation
+
+
+class SelectionCache:
+    """Choices for one matrix, computed once per (N bucket, dtype, device). A ``Structure`` holds
+    one; the matrix's block counts are read from the device once, on the first choice."""
+
+    def __init__(self):
+        self._shape: MatrixShape | None = None
+        self._explanations: dict = {}
+
+    def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:
+        device = torch.device(layout.device if device is None else device)
+        key = (n_bucket(n), dtype, device)
+        if key not in self._explanations:
+            if self._shape is None:
+                self._shape = MatrixShape.of(layout)
+            self._explanations[key] = _explain(self._shape, n, dtype, device)
+        return self._explanations[key]
+
+    def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> str:
+        return self.explain(layout, n, dtype, device).choice
+
+    def __len__(self) -> int:
+        return len(self._explanations)
