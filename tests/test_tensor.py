@@ -1,0 +1,266 @@
+"""TCSparseTensor: constructors, conversions, every route to A @ X on every CPU path and dtype,
+transpose, with_values, to(), repr."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch_geometric import EdgeIndex
+
+import torch_tcsparse
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.testing import (
+    assert_matches_reference,
+    cpu_paths,
+    float_dtypes,
+    half_dtypes,
+    random_dense,
+    random_permutation,
+)
+
+
+def constructors(dense: torch.Tensor) -> dict:
+    """The same matrix through every public constructor."""
+    row, col = torch.nonzero(dense, as_tuple=True)
+    values = dense[row, col]
+    m, k = dense.shape
+    csr = dense.to_sparse_csr()
+    edge_index = torch.stack([col, row])
+    return {
+        "dense": lambda: TCSparseTensor.from_dense(dense),
+        "coo": lambda: TCSparseTensor.from_coo(row, col, values, (m, k)),
+        "csr": lambda: TCSparseTensor.from_csr(csr.crow_indices(), csr.col_indices(), csr.values(), (m, k)),
+        "scipy": lambda: TCSparseTensor.from_scipy(sp.csr_matrix(dense.numpy())),
+        "torch_coo": lambda: TCSparseTensor.from_torch(dense.to_sparse()),
+        "torch_csr": lambda: TCSparseTensor.from_torch(csr),
+        "edge_index": lambda: TCSparseTensor.from_edge_index(edge_index, values, num_nodes=(k, m)),
+        "pyg_edge_index": lambda: TCSparseTensor.from_edge_index(EdgeIndex(edge_index, sparse_size=(k, m)), values),
+    }
+
+
+@st.composite
+def dense_matrices(draw, dtype=torch.float64):
+    num_rows = draw(st.integers(1, 50))
+    num_cols = draw(st.integers(1, 50))
+    density = draw(st.sampled_from([0.0, 0.05, 0.3, 1.0]))
+    dense_row = draw(st.one_of(st.none(), st.integers(0, num_rows - 1)))
+    return random_dense(num_rows, num_cols, density, draw(st.integers(0, 2**16)), dtype, dense_row=dense_row)
+
+
+@given(dense_matrices())
+def test_every_constructor_round_trips(dense):
+    for name, build in constructors(dense).items():
+        a = build()
+        assert isinstance(a, TCSparseTensor), name
+        assert a.shape == dense.shape and a.dtype == torch.float64 and a.device == dense.device, name
+        assert a.nnz == int((dense != 0).sum()), name
+        assert torch.equal(a.to_dense(), dense), name
+        assert np.array_equal(a.to_scipy().toarray(), dense.numpy()), name
+        assert torch.equal(a.to_torch_csr().to_dense(), dense), name
+
+
+@given(dense_matrices(), st.sampled_from(cpu_paths), st.sampled_from([8, 16]), st.booleans(), st.integers(1, 9))
+def test_product_equals_scipy_on_every_path(dense, path, window, permute, n):
+    perm = random_permutation(dense.shape[0], seed=n) if permute else "none"
+    a = TCSparseTensor.from_dense(dense, window=window, reorder=perm)
+    x = torch.randn(dense.shape[1], n, dtype=torch.float64)
+    expected = sp.csr_matrix(dense.numpy()) @ x.numpy()
+    y = a.matmul(x, path=path)
+    assert type(y) is torch.Tensor
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def product_routes():
+    return {
+        "@": lambda a, x: a @ x,
+        "torch.matmul": torch.matmul,
+        "torch.mm": torch.mm,
+        "torch.sparse.mm": torch.sparse.mm,
+        "Tensor.matmul": torch.Tensor.matmul,
+        "A.matmul": lambda a, x: a.matmul(x),
+        "A.mm": lambda a, x: a.mm(x),
+        "torch_tcsparse.spmm": torch_tcsparse.spmm,
+    }
+
+
+@pytest.mark.parametrize("route", list(product_routes()))
+@pytest.mark.parametrize("dtype", float_dtypes)
+def test_every_route_returns_a_plain_dense_product(route, dtype):
+    dense = random_dense(37, 21, 0.2, seed=2, dtype=dtype)
+    x = torch.randn(21, 5, dtype=dtype)
+    y = product_routes()[route](TCSparseTensor.from_dense(dense), x)
+    assert type(y) is torch.Tensor and y.layout == torch.strided
+    assert_matches_reference(y, dense, x)
+
+
+@pytest.mark.parametrize("route", ["@", "torch.matmul", "A.matmul", "torch_tcsparse.spmm"])
+@pytest.mark.parametrize("path", cpu_paths)
+def test_vector_operand(route, path):
+    dense = random_dense(19, 23, 0.3, seed=4)
+    a, x = TCSparseTensor.from_dense(dense), torch.randn(23)
+    y = a.matmul(x, path=path) if route == "A.matmul" else product_routes()[route](a, x)
+    assert y.shape == (19,)
+    assert_matches_reference(y[:, None], dense, x[:, None])
+
+
+@pytest.mark.parametrize("path", cpu_paths)
+@pytest.mark.parametrize("layout", ["transposed", "strided_columns", "single_column"])
+def test_non_contiguous_and_narrow_operands(path, layout):
+    dense = random_dense(33, 40, 0.15, seed=6)
+    x = {
+        "transposed": torch.randn(7, 40).t(),
+        "strided_columns": torch.randn(40, 12)[:, ::3],
+        "single_column": torch.randn(40, 1),
+    }[layout]
+    y = TCSparseTensor.from_dense(dense).matmul(x, path=path)
+    assert_matches_reference(y, dense, x)
+
+
+@pytest.mark.parametrize("path", ["reference", "auto"])
+@pytest.mark.parametrize("dtype", half_dtypes)
+def test_half_precision_reference_path(path, dtype):
+    dense = random_dense(45, 38, 0.2, seed=7, dtype=dtype)
+    x = torch.randn(38, 6).to(dtype)
+    a = TCSparseTensor.from_dense(dense)
+    assert a.dtype == dtype
+    assert_matches_reference(a.matmul(x, path=path), dense, x)
+
+
+@pytest.mark.parametrize("dtype", float_dtypes)
+@pytest.mark.parametrize("path", cpu_paths)
+def test_float_tolerance_against_torch_dense(dtype, path):
+    # Larger, denser inputs so that rounding differs: the error must stay within a few times
+    # torch's own dense matmul error at the same precision.
+    dense = torch.randn(64, 300, dtype=dtype) * (torch.rand(64, 300) < 0.5)
+    x = torch.randn(300, 16, dtype=dtype)
+    assert_matches_reference(TCSparseTensor.from_dense(dense).matmul(x, path=path), dense, x)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (4, 0), (5, 3)])
+@pytest.mark.parametrize("path", cpu_paths)
+def test_products_without_nonzeros_or_columns(shape, path):
+    a = TCSparseTensor.from_dense(torch.zeros(shape))
+    for n in (0, 3):
+        y = a.matmul(torch.randn(shape[1], n), path=path)
+        assert y.shape == (shape[0], n) and bool((y == 0).all())
+
+
+def test_transpose_is_correct_and_cached():
+    dense = random_dense(30, 17, 0.25, seed=8, dtype=torch.float64)
+    a = TCSparseTensor.from_dense(dense)
+    t = a.t()
+    assert isinstance(t, TCSparseTensor) and t.shape == (17, 30)
+    assert torch.equal(t.to_dense(), dense.t())
+    assert a.t()._structure is t._structure, "the transpose structure is rebuilt"
+    assert t.t()._structure is a._structure
+    assert torch.equal(t.t().to_dense(), dense)
+    assert torch.equal(torch.t(a).to_dense(), dense.t()) and torch.equal(a.T.to_dense(), dense.t())
+    x = torch.randn(30, 4, dtype=torch.float64)
+    for path in cpu_paths:
+        assert_matches_reference(t.matmul(x, path=path), dense.t(), x)
+
+
+def test_transpose_of_reordered_matrix():
+    dense = random_dense(25, 25, 0.2, seed=9, dtype=torch.float64)
+    a = TCSparseTensor.from_dense(dense, reorder=random_permutation(25, seed=1))
+    x = torch.randn(25, 3, dtype=torch.float64)
+    for path in cpu_paths:
+        assert_matches_reference(a.t().matmul(x, path=path), dense.t(), x)
+
+
+def test_with_values_shares_structure():
+    dense = random_dense(20, 24, 0.3, seed=10, dtype=torch.float64)
+    a = TCSparseTensor.from_dense(dense)
+    new_values = torch.randn(a.nnz, dtype=torch.float64)
+    b = a.with_values(new_values)
+    assert b._structure is a._structure
+    row, col = a.csr.row_indices(), a.csr.col.long()
+    expected = torch.zeros_like(dense).index_put_((row, col), new_values)
+    assert torch.equal(b.to_dense(), expected)
+    assert torch.equal(a.to_dense(), dense), "with_values changed the original"
+    x = torch.randn(24, 3, dtype=torch.float64)
+    for path in cpu_paths:
+        assert_matches_reference(b.matmul(x, path=path), expected, x)
+
+
+def test_with_values_can_change_dtype():
+    a = TCSparseTensor.from_dense(random_dense(8, 8, 0.5, seed=11))
+    b = a.with_values(torch.ones(a.nnz, dtype=torch.float64))
+    assert b.dtype == torch.float64
+
+
+def test_with_values_rejects_wrong_values():
+    a = TCSparseTensor.from_dense(random_dense(8, 8, 0.5, seed=11))
+    with pytest.raises(ValueError, match=rf"\({a.nnz}\).*\({a.nnz + 1},\)"):
+        a.with_values(torch.ones(a.nnz + 1))
+    with pytest.raises(TypeError, match=r"int64"):
+        a.with_values(torch.ones(a.nnz, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_to_dtype(dtype):
+    dense = random_dense(18, 18, 0.3, seed=12)
+    a = TCSparseTensor.from_dense(dense)
+    b = a.to(dtype)
+    assert b.dtype == dtype and b._structure is a._structure
+    assert torch.equal(b.to_dense(), dense.to(dtype))
+    x = torch.randn(18, 2).to(dtype)
+    assert_matches_reference(b.matmul(x, path="reference"), dense.to(dtype), x)
+    assert a.dtype == torch.float32
+
+
+def test_to_device_and_dtype_forms():
+    a = TCSparseTensor.from_dense(random_dense(6, 6, 0.5, seed=13))
+    assert a.to("cpu")._structure is a._structure
+    assert a.to(torch.device("cpu"), torch.float64).dtype == torch.float64
+    assert a.to(dtype=torch.float64).dtype == torch.float64
+    assert a.cpu().device.type == "cpu"
+    with pytest.raises(TypeError, match=r"floating dtype.*int32"):
+        a.to(torch.int32)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_to_cuda_and_back():
+    dense = random_dense(40, 30, 0.2, seed=14)
+    a = TCSparseTensor.from_dense(dense)
+    a.t()
+    c = a.cuda()
+    assert c.device.type == "cuda" and c._structure.layout.device.type == "cuda"
+    assert c.t()._structure.layout.device.type == "cuda"
+    assert torch.equal(c.cpu().to_dense(), dense)
+    x = torch.randn(30, 8)
+    for path in ["csr", "reference", "auto"]:
+        assert_matches_reference(c.matmul(x.cuda(), path=path), dense, x)
+
+
+def test_repr_and_properties():
+    dense = random_dense(33, 20, 0.2, seed=15)
+    a = TCSparseTensor.from_dense(dense, window=8)
+    text = repr(a)
+    for part in ["TCSparseTensor(", "shape=(33, 20)", f"nnz={a.nnz}", "dtype=torch.float32", "device=cpu", "window=8"]:
+        assert part in text, part
+    assert f"tc_blocks={a.stats()['tc_blocks']}" in text
+    assert str(a) == text
+    assert a.reorder_method == "none" and a.stats()["reorder"] == "none"
+    assert a.stats()["mean_nnz_per_block"] == pytest.approx(a.nnz / a.stats()["tc_blocks"])
+    assert torch.equal(a.csr.values, a.to_torch_csr().values())
+
+
+def test_user_permutation_is_validated():
+    dense = random_dense(5, 5, 0.5, seed=16)
+    with pytest.raises(ValueError, match=r"repeats"):
+        TCSparseTensor.from_dense(dense, reorder=torch.tensor([0, 0, 1, 2, 3]))
+    with pytest.raises(ValueError, match=r"outside \[0, 5\)"):
+        TCSparseTensor.from_dense(dense, reorder=torch.tensor([0, 1, 2, 3, 5]))
+    with pytest.raises(ValueError, match=r"5 entries.*\(4,\)"):
+        TCSparseTensor.from_dense(dense, reorder=torch.tensor([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match=r"window.*4"):
+        TCSparseTensor.from_dense(dense, window=4)
+
+
+def test_constructor_dtype_option():
+    edge_index = torch.tensor([[0, 1], [1, 0]])
+    a = TCSparseTensor.from_edge_index(edge_index, dtype=torch.float64)
+    assert a.dtype == torch.float64
+    assert TCSparseTensor.from_scipy(sp.eye(3, format="csr"), dtype=torch.float16).dtype == torch.float16
