@@ -1,0 +1,67 @@
+"""Timing helpers shared by the benchmarks: CUDA events, warm-up, median of many runs, rotating
+input buffers (so inputs do not sit in L2), measured device-to-device bandwidth."""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+def out_dir(default: str = "out") -> Path:
+    path = Path(os.environ.get("OUT", default))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def l2_bytes() -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 50 << 20))
+
+
+def rotation_count(buffer_bytes: int, limit_bytes: int = 4 << 30) -> int:
+    """How many copies of an input to rotate so that together they overflow L2 twice over."""
+    if buffer_bytes <= 0:
+        return 1
+    wanted = -(-2 * l2_bytes() // buffer_bytes)
+    return int(max(1, min(wanted, 16, limit_bytes // buffer_bytes)))
+
+
+def time_cuda(fn, args_list, warmup: int = 5, reps: int = 20) -> float:
+    """Median milliseconds of fn(*args) over reps runs, cycling through args_list."""
+    for i in range(warmup):
+        fn(*args_list[i % len(args_list)])
+    torch.cuda.synchronize()
+    times = []
+    for i in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        args = args_list[i % len(args_list)]
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def time_per_call_us(fn, args_list, calls: int = 200) -> float:
+    """Host-side microseconds per call of back-to-back asynchronous calls (no sync in between):
+    the cost a training loop sees for small inputs, launch and Python overhead included."""
+    for i in range(10):
+        fn(*args_list[i % len(args_list)])
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for i in range(calls):
+        fn(*args_list[i % len(args_list)])
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Measured device-to-device copy bandwidth in bytes/s, counting bytes read plus written."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    ms = time_cuda(lambda: dst.copy_(src), [()], warmup=3, reps=20)
+    return 2 * nbytes / (ms * 1e-3)

@@ -1,0 +1,222 @@
+"""SpMM benchmark: our ME-TCF kernels against cuSPARSE (torch.sparse.mm on CSR) and PyG's
+message-passing aggregation, per graph and N. Correctness first (against cuSPARSE's fp32 result),
+then CUDA-event medians with rotated X buffers. Prints one table, writes spmm.csv and
+spmm_speedup.png into --out (default $OUT, else ./out).
+
+    python benchmarks/spmm.py --n 32,64,128,256
+    python benchmarks/spmm.py --graphs rmat18,cora --n 128 --skip-pyg
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us  # noqa: E402
+
+from torch_tcsparse import kernels  # noqa: E402
+from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
+from torch_tcsparse.formats.csr import from_coo  # noqa: E402
+from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
+
+LARGE_NNZ = 1_000_000
+
+SYNTHETIC = {
+    "rmat18": lambda: synthetic.rmat(18, seed=1, device="cuda"),
+    "rmat21": lambda: synthetic.rmat(21, seed=1, device="cuda"),
+    "uniform_1M_d16": lambda: synthetic.uniform(1_000_000, 16, seed=1, device="cuda"),
+    "sbm_132k_shuffled": lambda: synthetic.sbm(132_000, 600, 1000, shuffled=True, seed=1, device="cuda"),
+    "sbm_132k_ordered": lambda: synthetic.sbm(132_000, 600, 1000, shuffled=False, seed=1, device="cuda"),
+    "band_16384_b64": lambda: synthetic.band(16384, 64, device="cuda"),
+    "uniform_4267_d900": lambda: synthetic.uniform(4267, 900, seed=1, device="cuda"),
+}
+
+
+def npz_loader(path: Path):
+    def load():
+        adj = npz.load_adjacency(path)
+        coo = adj.tocoo()
+        row = torch.from_numpy(coo.row.astype("int64")).cuda()
+        col = torch.from_numpy(coo.col.astype("int64")).cuda()
+        return row, col, adj.shape
+    return load
+
+
+def suite() -> dict:
+    graphs = dict(SYNTHETIC)
+    for path in npz.list_graphs():
+        graphs[path.stem] = npz_loader(path)
+    return graphs
+
+
+def pyg_propagation():
+    from torch_geometric.nn import MessagePassing
+
+    class WeightedSum(MessagePassing):
+        def __init__(self):
+            super().__init__(aggr="add")
+
+        def forward(self, x, edge_index, weight, size):
+            return self.propagate(edge_index, x=x, weight=weight, size=size)
+
+        def message(self, x_j, weight):
+            return weight.view(-1, 1) * x_j
+
+    return WeightedSum()
+
+
+def geomean(values):
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def bench_graph(name, load, ns, args, bandwidth, pyg):
+    loaded = load()
+    if len(loaded) == 3 and isinstance(loaded[2], tuple):
+        row, col, (num_rows, num_cols) = loaded
+    else:
+        row, col, num_rows = loaded
+        num_cols = num_rows
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    values = torch.rand(row.numel(), device="cuda", generator=gen) + 0.5
+    csr = from_coo(row, col, values, num_rows, num_cols)
+    del row, col, values
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    layout, block_values = build_metcf(csr)
+    torch.cuda.synchronize()
+    build_ms = (time.perf_counter() - start) * 1e3
+    stats = layout.stats()
+    a = torch.sparse_csr_tensor(csr.rowptr, csr.col, csr.values, (num_rows, num_cols))
+    edge_index = torch.stack([csr.col.long(), csr.row_indices()])
+    nnz = csr.nnz
+    rows = []
+    for n in ns:
+        x_bytes = num_cols * n * 4
+        xs = [(torch.randn(num_cols, n, device="cuda"),) for _ in range(rotation_count(x_bytes))]
+        expected = torch.sparse.mm(a, xs[0][0])
+        errors = {}
+        times = {}
+        for kernel in ("base", "balanced"):
+            got = kernels.spmm(xs[0][0], block_values, layout, kernel)
+            errors[kernel] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
+            times[kernel] = time_cuda(lambda x, k=kernel: kernels.spmm(x, block_values, layout, k), xs, reps=args.reps)
+        times["cusparse"] = time_cuda(lambda x: torch.sparse.mm(a, x), xs, reps=args.reps)
+        pyg_ms = float("nan")
+        free, _ = torch.cuda.mem_get_info()
+        if pyg is not None and 3 * nnz * n * 4 < 0.5 * free:
+            pyg_ms = time_cuda(lambda x: pyg(x, edge_index, csr.values, (num_cols, num_rows)), xs, reps=args.reps)
+        best = min(("base", "balanced"), key=times.get)
+        floor_ms = ((num_rows + 1) * 4 + nnz * 8 + x_bytes + num_rows * n * 4) / bandwidth * 1e3
+        per_call = {}
+        if nnz < LARGE_NNZ:
+            per_call["ours"] = time_per_call_us(lambda x: kernels.spmm(x, block_values, layout, best), xs)
+            per_call["cusparse"] = time_per_call_us(lambda x: torch.sparse.mm(a, x), xs)
+        rows.append({
+            "graph": name, "rows": num_rows, "nnz": nnz, "N": n,
+            "blocks": stats["tc_blocks"], "nnz_per_block": round(stats["mean_nnz_per_block"], 2),
+            "max_blocks_per_window": stats["blocks_per_window_max"],
+            "base_ms": times["base"], "balanced_ms": times["balanced"], "cusparse_ms": times["cusparse"],
+            "pyg_ms": pyg_ms, "best": best, "speedup": times["cusparse"] / times[best],
+            "gflops": 2 * nnz * n / (times[best] * 1e-3) / 1e9, "floor_ms": floor_ms,
+            "floor_frac": floor_ms / times[best], "err_base": errors["base"], "err_balanced": errors["balanced"],
+            "us_per_call": per_call.get("ours", float("nan")),
+            "cusparse_us_per_call": per_call.get("cusparse", float("nan")), "build_ms": build_ms,
+        })
+        bad = [k for k, e in errors.items() if not e <= args.max_error]
+        if bad:
+            print(f"WRONG RESULT {name} N={n}: relative error vs cuSPARSE {errors}", flush=True)
+        del xs, expected
+    return rows
+
+
+def print_table(rows, bandwidth):
+    head = (f"{'graph':<26}{'nnz':>10}{'N':>5}{'base':>9}{'bal':>9}{'cuSP':>9}{'PyG':>9}"
+            f"{'x cuSP':>8}{'GF/s':>7}{'floor':>7}{'us/call':>9}{'cuSP us':>9}{'err':>9}")
+    print(f"\nSpMM ms (median), fp32 data, TF32 compute; floor = CSR A + X + Y once at {bandwidth / 1e12:.2f} TB/s")
+    print(head)
+    for r in rows:
+        print(f"{r['graph'][:25]:<26}{r['nnz']:>10}{r['N']:>5}{r['base_ms']:>9.3f}{r['balanced_ms']:>9.3f}"
+              f"{r['cusparse_ms']:>9.3f}{r['pyg_ms']:>9.3f}{r['speedup']:>8.2f}{r['gflops']:>7.0f}"
+              f"{r['floor_frac']:>7.2f}{r['us_per_call']:>9.1f}{r['cusparse_us_per_call']:>9.1f}"
+              f"{max(r['err_base'], r['err_balanced']):>9.1e}")
+    for n in sorted({r["N"] for r in rows}):
+        large = [r for r in rows if r["N"] == n and r["nnz"] >= LARGE_NNZ]
+        small = [r for r in rows if r["N"] == n and r["nnz"] < LARGE_NNZ]
+        if large:
+            print(f"N={n}: large graphs geomean speedup over cuSPARSE {geomean([r['speedup'] for r in large]):.2f}x, "
+                  f"worst {min(r['speedup'] for r in large):.2f}x ({min(large, key=lambda r: r['speedup'])['graph']})")
+        if small:
+            print(f"N={n}: small graphs geomean speedup {geomean([r['speedup'] for r in small]):.2f}x, "
+                  f"median per-call {sorted(r['us_per_call'] for r in small)[len(small) // 2]:.1f} us")
+
+
+def write_outputs(rows, folder: Path):
+    with open(folder / "spmm.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    ns = sorted({r["N"] for r in rows})
+    fig, ax = plt.subplots(figsize=(max(8, len(graphs) * 0.6), 4.5))
+    width = 0.8 / len(ns)
+    for i, n in enumerate(ns):
+        speed = {r["graph"]: r["speedup"] for r in rows if r["N"] == n}
+        ax.bar([g + i * width for g in range(len(graphs))], [speed.get(g, 0) for g in graphs], width, label=f"N={n}")
+    ax.axhline(1.0, color="k", linewidth=0.8)
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(graphs))], graphs, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("speedup over cuSPARSE (better kernel)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "spmm_speedup.png", dpi=120)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graphs", default="", help="comma-separated substrings of graph names (default: all)")
+    parser.add_argument("--skip", default="", help="comma-separated substrings of graph names to leave out")
+    parser.add_argument("--n", default="32,64,128,256")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--skip-pyg", action="store_true")
+    parser.add_argument("--max-error", type=float, default=1e-2, help="relative error vs cuSPARSE allowed (TF32)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    if not kernels.available():
+        raise SystemExit("needs a CUDA device and a working build of the kernels")
+    torch.set_float32_matmul_precision("high")
+    folder = Path(args.out) if args.out else out_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    ns = [int(n) for n in args.n.split(",")]
+    wanted = [w for w in args.graphs.split(",") if w]
+    skipped = [w for w in args.skip.split(",") if w]
+    bandwidth = copy_bandwidth()
+    pyg = None if args.skip_pyg else pyg_propagation()
+    rows = []
+    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+    for name, load in suite().items():
+        if (wanted and not any(w in name for w in wanted)) or any(s in name for s in skipped):
+            continue
+        start = time.perf_counter()
+        rows.extend(bench_graph(name, load, ns, args, bandwidth, pyg))
+        print(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
+        torch.cuda.empty_cache()
+        if rows:
+            write_outputs(rows, folder)
+    print_table(rows, bandwidth)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""GPU tests of the ME-TCF kernels against a float64 reference, on fresh random data each run.
+
+Outputs land in memory poisoned with NaN first, so an unwritten entry fails. TF32 tolerances are
+a multiple of torch's own TF32 dense-matmul error on the same data. Under compute-sanitizer set
+TCSPARSE_SANITIZER_SUBSET=1: a representative subset of the grid runs (sanitized kernels are slow).
+"""
+import os
+
+import pytest
+import torch
+
+from torch_tcsparse.formats.csr import from_coo
+from torch_tcsparse.formats.metcf import build_metcf
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+SUBSET = os.environ.get("TCSPARSE_SANITIZER_SUBSET") == "1"
+M_GRID = [17, 1000] if SUBSET else [1, 15, 16, 17, 1000, 65537]
+N_GRID = [7, 32, 160] if SUBSET else [1, 7, 8, 13, 32, 64, 96, 128, 160, 256, 512]
+KERNELS = ["base", "balanced"]
+HUB_NNZ = 30_000 if SUBSET else 150_000
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    from torch_tcsparse import kernels
+
+    assert kernels.available(), "the CUDA extension must build on a machine with a GPU"
+    return kernels
+
+
+@pytest.fixture
+def precision():
+    previous = torch.get_float32_matmul_precision()
+
+    def use(mode):
+        torch.set_float32_matmul_precision(mode)
+
+    yield use
+    torch.set_float32_matmul_precision(previous)
+
+
+def random_matrix(m, k, mean_degree, empty_fraction=0.1, hub_row=None, hub_nnz=0, seed=None):
+    """COO of an m x k matrix: random columns, randn values, some empty rows, optional hub row."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**31, (1,))))
+    nnz = m * mean_degree
+    row = torch.randint(0, m, (nnz,), device="cuda", generator=gen)
+    empty = torch.rand(m, device="cuda", generator=gen) < empty_fraction
+    row = row[~empty[row]]
+    col = torch.randint(0, k, (row.numel(),), device="cuda", generator=gen)
+    if hub_row is not None:
+        row = torch.cat([row, torch.full((hub_nnz,), hub_row, device="cuda")])
+        col = torch.cat([col, torch.randperm(k, device="cuda", generator=gen)[:hub_nnz]])
+    values = torch.randn(row.numel(), device="cuda", generator=gen)
+    return row, col, values
+
+
+def reference(row, col, values, x, m):
+    """float64 Y = A @ x from COO (duplicates add, as in the canonical CSR)."""
+    y = torch.zeros(m, x.shape[1], dtype=torch.float64, device="cuda")
+    y.index_add_(0, row, values.double()[:, None] * x.double()[col])
+    return y
+
+
+def torch_tf32_error(row, col, values, x, m):
+    """Relative error of torch's TF32 dense matmul on (a sample of) the same rows and x."""
+    rows = min(m, 256)
+    keep = row < rows
+    dense = torch.zeros(rows, x.shape[0], device="cuda")
+    dense.index_put_((row[keep], col[keep]), values[keep], accumulate=True)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        got = dense @ x
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    ref = dense.double() @ x.double()
+    return float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def poison(numel):
+    """Leave a NaN-filled block in the caching allocator, reused by the next allocation of that size."""
+    block = torch.full((numel,), float("nan"), device="cuda")
+    del block
+
+
+def relative_error(out, ref):
+    assert out.shape == ref.shape
+    assert bool(torch.isfinite(out).all()), "output has NaN/inf: an entry was not written"
+    return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def run(kernels, layout, values, x, kernel):
+    poison(layout.num_rows * x.shape[1])
+    out = kernels.spmm(x, values, layout, kernel)
+    torch.cuda.synchronize()
+    return out
+
+
+def check(kernels, m, k, n, kernel, window=16, mean_degree=8, row_perm=False, x=None, **matrix):
+    row, col, values = random_matrix(m, k, mean_degree, **matrix)
+    csr = from_coo(row, col, values, m, k)
+    perm = torch.randperm(m, device="cuda") if row_perm else None
+    layout, block_values = build_metcf(csr, window=window, row_perm=perm)
+    x = torch.randn(k, n, device="cuda") if x is None else x
+    ref = reference(row, col, values, x, m)
+    out = run(kernels, layout, block_values, x, kernel)
+    err = relative_error(out, ref)
+    if ref.norm() == 0:
+        assert err == 0.0
+        return
+    tolerance = 4 * torch_tf32_error(row, col, values, x, m) + 1e-6
+    assert err <= tolerance, f"relative error {err:.3g} over {tolerance:.3g} (m={m} k={k} n={n} {kernel})"
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("n", N_GRID)
+@pytest.mark.parametrize("m", M_GRID)
+def test_shape_grid(kernels, precision, m, n, kernel):
+    precision("high")
+    check(kernels, m, m, n, kernel)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("n", [5, 64] if SUBSET else [1, 5, 64, 96, 160])
+def test_window_8_and_row_permutation(kernels, precision, n, kernel):
+    precision("high")
+    check(kernels, 1001, 777, n, kernel, window=8, row_perm=True)
+    check(kernels, 1001, 777, n, kernel, window=16, row_perm=True)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("shape", [(1000, 5000), (5000, 300), (33, 1)])
+def test_rectangular(kernels, precision, shape, kernel):
+    precision("high")
+    check(kernels, shape[0], shape[1], 64, kernel)
+    check(kernels, shape[0], shape[1], 13, kernel)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_dense_blocks_and_all_empty(kernels, precision, kernel):
+    precision("high")
+    check(kernels, 300, 40, 96, kernel, mean_degree=30)  # most TC blocks nearly full
+    check(kernels, 100, 100, 32, kernel, empty_fraction=1.0)  # no nonzero at all
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("n", [32] if SUBSET else [8, 32, 128])
+def test_hub_row(kernels, precision, n, kernel):
+    """One row with 100,000+ nonzeros: a window of 10,000+ TC blocks, many balanced chunks."""
+    precision("high")
+    k = HUB_NNZ + 1000
+    check(kernels, 2000, k, n, kernel, mean_degree=4, hub_row=1234, hub_nnz=HUB_NNZ)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_non_contiguous_x(kernels, precision, kernel):
+    precision("high")
+    m, k = 700, 900
+    base = torch.randn(64, k, device="cuda")
+    check(kernels, m, k, 64, kernel, x=base.t())  # transposed view
+    wide = torch.randn(k, 80, device="cuda")
+    check(kernels, m, k, 40, kernel, x=wide[:, ::2])  # strided columns
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_exact_fp32_path(kernels, precision, kernel):
+    precision("highest")
+    row, col, values = random_matrix(3000, 3000, 16)
+    layout, block_values = build_metcf(from_coo(row, col, values, 3000, 3000))
+    x = torch.randn(3000, 96, device="cuda")
+    err = relative_error(run(kernels, layout, block_values, x, kernel), reference(row, col, values, x, 3000))
+    assert err < 2e-6, f"3xTF32 error {err:.3g} is not fp32 level"
+
+
+def test_balanced_repeated_calls_and_deterministic(kernels, precision):
+    precision("high")
+    m, k = 3000, HUB_NNZ + 100
+    row, col, values = random_matrix(m, k, 6, hub_row=7, hub_nnz=HUB_NNZ)
+    layout, block_values = build_metcf(from_coo(row, col, values, m, k))
+    x = torch.randn(k, 64, device="cuda")
+    ref = reference(row, col, values, x, m)
+    first = run(kernels, layout, block_values, x, "balanced")
+    second = run(kernels, layout, block_values, x, "balanced")
+    assert relative_error(second, ref) <= relative_error(first, ref) * 1.01 + 1e-7  # no stale accumulation
+    torch.use_deterministic_algorithms(True)
+    try:
+        a = run(kernels, layout, block_values, x, "balanced")
+        b = run(kernels, layout, block_values, x, "balanced")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(a, b)
+    assert relative_error(a, ref) < 4 * torch_tf32_error(row, col, values, x, m) + 1e-6
+
+
+@pytest.mark.parametrize("n", [1, 13, 64])
+def test_sddmm(kernels, n):
+    m, k = 1500, 1100
+    row, col, values = random_matrix(m, k, 9)
+    csr = from_coo(row, col, values, m, k)
+    layout, _ = build_metcf(csr, row_perm=torch.randperm(m, device="cuda"))
+    grad_y, x = torch.randn(m, n, device="cuda"), torch.randn(k, n, device="cuda")
+    poison(layout.nnz)
+    out = kernels.sddmm(grad_y, x, layout)
+    _, r, c = layout.nonzero_coordinates()
+    ref = (grad_y.double()[r] * x.double()[c]).sum(1)
+    assert relative_error(out, ref) < 1e-5
+
+
+def test_binding_rejects_bad_inputs(kernels):
+    row, col, values = random_matrix(100, 100, 4)
+    layout, block_values = build_metcf(from_coo(row, col, values, 100, 100))
+    x = torch.randn(100, 8, device="cuda")
+    with pytest.raises(RuntimeError, match="x must have 100 rows"):
+        kernels.spmm(x[:50], block_values, layout, "base")
+    with pytest.raises(RuntimeError, match="float32"):
+        kernels.spmm(x.double(), block_values.double(), layout, "base")
+    with pytest.raises(RuntimeError, match="CUDA"):
+        kernels.spmm(x.cpu(), block_values, layout, "base")
+    with pytest.raises(ValueError, match="kernel"):
+        kernels.spmm(x, block_values, layout, "fastest")
