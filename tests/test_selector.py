@@ -1,5 +1,7 @@
 """The kernel selector: scheduling simulation (exact on hand-built cases, approximation bounded
 against heapq list scheduling), AR, ranking against csr, caching and the explanation. CPU only."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -159,6 +161,18 @@ def test_csr_wins_when_predicted_cheaper():
     explanation = rank(s, 32, cheap_csr)
     assert explanation.choice == "csr"
     assert "csr is predicted faster" in explanation.reason
+
+
+def test_csr_margin_keeps_csr_when_a_kernel_is_barely_faster():
+    s = shape([4] * 12)
+    m = model()
+    costs = rank(s, 32, m).costs_us
+    # csr predicted 5% slower than base: base without a margin, csr with a 10% margin.
+    csr_us = 1.05 * costs["base"] - costs["csr"] + m.calibration.constants("csr", 32)["launch_us"]
+    without = model(csr={"launch_us": csr_us}, base={}, balanced={})
+    assert rank(s, 32, without).choice == "base"
+    with_margin = DeviceModel("m", "m", 2, dataclasses.replace(without.calibration, csr_margin=0.1), None)
+    assert rank(s, 32, with_margin).choice == "csr"
     costly_csr = model(csr={"launch_us": 1e6})
     assert rank(s, 32, costly_csr).choice == "base"
 

@@ -250,6 +250,7 @@ class Calibration:
     buckets: dict  # N bucket -> path -> constants
     sm_count: int  # used only without a CUDA device
     occupancy: dict  # path -> resident blocks per SM, used only without a CUDA device
+    csr_margin: float = 0.0  # a kernel is chosen only when predicted this fraction faster than csr
 
     @classmethod
     def load(cls, family: str) -> "Calibration":
@@ -261,7 +262,14 @@ class Calibration:
     @classmethod
     def from_dict(cls, data: dict, source: str) -> "Calibration":
         buckets = {int(n): constants for n, constants in data["buckets"].items()}
-        return cls(source, float(data["ar_threshold"]), buckets, int(data["sm_count"]), dict(data["occupancy"]))
+        return cls(
+            source,
+            float(data["ar_threshold"]),
+            buckets,
+            int(data["sm_count"]),
+            dict(data["occupancy"]),
+            float(data.get("csr_margin", 0.0)),
+        )
 
     def constants(self, path: str, n: int) -> dict:
         """The constants of ``path`` for N = ``n``: those of the nearest bucket at or below, the
@@ -429,11 +437,11 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         makespans_us=makespans, ar=ar, ar_threshold=calibration.ar_threshold, costs_us=costs,
         bytes_moved=bytes_moved, candidates=tuple(candidates),
     )
-    choice, reason = _decide(explanation, blocks)
+    choice, reason = _decide(explanation, blocks, calibration.csr_margin)
     return Explanation(choice=choice, reason=reason, **explanation)
 
 
-def _decide(explanation: dict, blocks: int) -> tuple[str, str]:
+def _decide(explanation: dict, blocks: int, csr_margin: float) -> tuple[str, str]:
     candidates, costs = explanation["candidates"], explanation["costs_us"]
     ar, threshold = explanation["ar"], explanation["ar_threshold"]
     kernel = "balanced" if ar > threshold else "base"
@@ -442,8 +450,11 @@ def _decide(explanation: dict, blocks: int) -> tuple[str, str]:
     if kernel not in candidates:
         return "csr", "the Tensor-Core kernels cannot run on this device and dtype"
     ar_reason = f"AR {ar:.2f} {'>' if kernel == 'balanced' else '<='} {threshold:.2f}"
-    if "csr" in candidates and costs["csr"] < costs[kernel]:
-        return "csr", f"{ar_reason} picks {kernel}, but csr is predicted faster ({costs['csr']:.1f} vs {costs[kernel]:.1f} us)"
+    if "csr" in candidates and costs[kernel] > (1.0 - csr_margin) * costs["csr"]:
+        return "csr", (
+            f"{ar_reason} picks {kernel}, but csr is predicted faster or too close "
+            f"({costs['csr']:.1f} vs {costs[kernel]:.1f} us, margin {csr_margin:.0%})"
+        )
     return kernel, f"{ar_reason}; predicted {costs[kernel]:.1f} us vs csr {costs['csr']:.1f} us"
 
 

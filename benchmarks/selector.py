@@ -1,0 +1,379 @@
+"""How good is the kernel selector? Measure every path (the oracle) and compare with the choice.
+
+For each graph and N in {32, 64, 128, 256}: time ``A.matmul(X, path=p)`` for p in base, balanced,
+csr; the oracle is the fastest. The selector's choice is scored by hit rate (within 5% of the
+oracle), geomean loss against the oracle and worst ratio against csr (cuSPARSE). With
+``--calibrate`` the constants of ``torch_tcsparse/calibration/<family>.json`` are fitted on half
+of the graphs (alternate ones, by nonzeros) and both halves are scored, with the calibration the
+package shipped and with the fitted one, so one device run calibrates and evaluates.
+
+One short call on the GPU (writes under $OUT, prints a table last)::
+
+    python benchmarks/selector.py --calibrate            # all graphs
+    python benchmarks/selector.py --graphs rmat17,uniform --n 128 --repeat 10
+
+Offline refit from a previous run's files (no GPU)::
+
+    python benchmarks/selector.py --refit-from DIR --calibrate
+
+Outputs: ``measurements.json`` (times, device, occupancy), ``shapes.npz`` (TC blocks per window of
+each graph, all the simulator reads), ``<family>.json`` (fitted calibration: copy it into
+torch_tcsparse/calibration/) and ``summary.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from torch_tcsparse import TCSparseTensor, selector  # noqa: E402
+from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
+from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape  # noqa: E402
+
+N_VALUES = (32, 64, 128, 256)
+HIT_TOLERANCE = 1.05
+BLOCK_UNITS_GRID = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
+SPLIT_UNITS_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+CSR_MARGINS = (0.0, 0.03, 0.05, 0.1, 0.15, 0.2, 0.3)
+# The margin is fitted to keep the fit half this close to csr, leaving room for unseen graphs.
+FIT_WORST_VS_CSR = 1.05
+
+
+# Graphs.
+
+
+def _hub_graph(n: int, degree: int, hubs: int, hub_degree: int):
+    row, col, _ = synthetic.uniform(n, degree, seed=1)
+    gen = torch.Generator().manual_seed(2)
+    hub_rows = torch.arange(hubs).repeat_interleave(hub_degree)
+    hub_cols = torch.randint(0, n, (hubs * hub_degree,), generator=gen)
+    return torch.cat([row, hub_rows, hub_cols]), torch.cat([col, hub_cols, hub_rows]), n
+
+
+SYNTHETIC = {
+    "uniform200k": lambda: synthetic.uniform(200_000, 16),
+    "uniform5k": lambda: synthetic.uniform(5_000, 8),
+    "rmat15": lambda: synthetic.rmat(15, 8),
+    "rmat17": lambda: synthetic.rmat(17, 16),
+    "sbm100k": lambda: synthetic.sbm(100_000, 16, 256, shuffled=False),
+    "band500k": lambda: synthetic.band(500_000, 4),
+    "hubs100k": lambda: _hub_graph(100_000, 8, 4, 50_000),
+}
+
+
+def graph_names() -> list[str]:
+    return sorted([path.stem for path in npz.list_graphs()] + list(SYNTHETIC))
+
+
+def load_graph(name: str) -> TCSparseTensor:
+    if name in SYNTHETIC:
+        row, col, n = SYNTHETIC[name]()
+        return TCSparseTensor.from_coo(row, col, shape=(n, n), dtype=torch.float32).cuda()
+    path = next(p for p in npz.list_graphs() if p.stem == name)
+    return TCSparseTensor.from_scipy(npz.load_adjacency(path), dtype=torch.float32).cuda()
+
+
+# Measurements.
+
+
+def cuda_time_us(fn, warmup: int, repeat: int) -> float:
+    """Median over ``repeat`` runs of ``fn`` in microseconds, CUDA events around each."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return float(np.median(times))
+
+
+def measure(names, n_values, repeat: int):
+    """Times of every path, the selector's own cost, and the shapes, for each graph."""
+    records, shapes = [], {}
+    for name in names:
+        a = load_graph(name)
+        layout = a._structure.layout
+        shapes[name] = MatrixShape.of(layout)
+        for n in n_values:
+            x = torch.randn(a.shape[1], n, device="cuda")
+            times = {path: cuda_time_us(lambda p=path: a.matmul(x, path=p), 3, repeat) for path in CHOICES}
+            start = time.perf_counter()
+            selector.explain(layout, n, torch.float32, a.device)  # uncached: block counts read again
+            choice_us = (time.perf_counter() - start) * 1e6
+            records.append({"graph": name, "n": n, "times_us": times, "choice_us": choice_us})
+            print(f"{name:>24} N={n:<4} " + " ".join(f"{p}={t:9.1f}" for p, t in times.items())
+                  + f"  choice cost {choice_us:7.0f} us", flush=True)
+        del a
+        torch.cuda.empty_cache()
+    return records, shapes
+
+
+def device_info(n_values) -> dict:
+    model = selector.device_model(torch.device("cuda"))
+    return {
+        "name": model.name,
+        "family": model.family,
+        "sm_count": model.sm_count,
+        "occupancy": {path: {str(n): model.resident(path, n) for n in n_values} for path in KERNEL_CHOICES},
+        "calibration_in_package": model.calibration.source,
+    }
+
+
+def save(out: Path, records, shapes, info) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "measurements.json").write_text(json.dumps({"device": info, "records": records}, indent=1))
+    arrays = {}
+    for name, shape in shapes.items():
+        arrays[f"{name}/window_blocks"] = shape.window_blocks
+        arrays[f"{name}/meta"] = np.array([shape.window, shape.rows, shape.nnz, shape.max_row_nnz], dtype=np.int64)
+    np.savez_compressed(out / "shapes.npz", **arrays)
+
+
+def load_saved(folder: Path):
+    data = json.loads((folder / "measurements.json").read_text())
+    shapes = {}
+    with np.load(folder / "shapes.npz") as arrays:
+        for key in arrays.files:
+            name, field = key.rsplit("/", 1)
+            if field == "meta":
+                window, rows, nnz, max_row = (int(v) for v in arrays[key])
+                shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row)
+    return data["records"], shapes, data["device"]
+
+
+# Models of a device (the measured one, from the saved SM count and occupancy).
+
+
+def model_for(info: dict, calibration: Calibration) -> DeviceModel:
+    occupancy_by_n = info["occupancy"]
+
+    class Measured(DeviceModel):
+        def resident(self, path: str, n: int) -> int:
+            return int(occupancy_by_n[path][str(n)])
+
+    return Measured(info["name"], info["family"], info["sm_count"], calibration, None)
+
+
+# Fitting.
+
+
+def _nnls_relative(features: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, float]:
+    """Nonnegative coefficients minimizing the squared relative error, and that error."""
+    from scipy.optimize import nnls
+
+    coefficients, _ = nnls(features / times[:, None], np.ones_like(times))
+    residual = features @ coefficients / times - 1.0
+    return coefficients, float(residual @ residual)
+
+
+def fit_bucket(records, shapes, n: int, slots: dict, csr_defaults: dict) -> dict:
+    """Constants of every path for one N from the records of that N."""
+    times = {path: np.array([r["times_us"][path] for r in records]) for path in CHOICES}
+    graph_shapes = [shapes[r["graph"]] for r in records]
+    slices = selector.column_slices(n)
+    ones = np.ones(len(records))
+
+    best = None
+    for block_units in BLOCK_UNITS_GRID:
+        spans = np.array([selector.base_makespan_units(s, slices, slots["base"], block_units)[0] for s in graph_shapes])
+        (launch, unit), error = _nnls_relative(np.column_stack([ones, spans]), times["base"])
+        if best is None or error < best[0]:
+            best = (error, {"launch_us": launch, "unit_us": unit, "block_units": block_units})
+    base = best[1]
+
+    best = None
+    split_rows = np.array([s.split_rows() for s in graph_shapes], dtype=np.float64)
+    for item_units in BLOCK_UNITS_GRID:
+        for split_units in SPLIT_UNITS_GRID:
+            spans = np.array(
+                [selector.balanced_makespan_units(s, slices, slots["balanced"], item_units, split_units) for s in graph_shapes]
+            )
+            (launch, unit, zero), error = _nnls_relative(np.column_stack([ones, spans, split_rows]), times["balanced"])
+            if best is None or error < best[0]:
+                best = (error, {"launch_us": launch, "unit_us": unit, "item_units": item_units,
+                                "split_units": split_units, "zero_us": zero})
+    balanced = best[1]
+
+    csr_features = np.array([[1.0, s.nnz, s.rows, s.max_row_nnz] for s in graph_shapes])
+    coefficients, _ = _nnls_relative(csr_features, times["csr"])
+    csr = dict(zip(("launch_us", "nnz_us", "row_us", "max_row_us"), coefficients.tolist()))
+    if not any(csr.values()):
+        csr = dict(csr_defaults)
+    return {"base": _rounded(base), "balanced": _rounded(balanced), "csr": _rounded(csr)}
+
+
+def _rounded(constants: dict) -> dict:
+    return {key: float(f"{value:.5g}") for key, value in constants.items()}
+
+
+def fit_threshold(records, shapes, info, calibration: Calibration) -> float:
+    """The AR threshold that loses least (geomean of the chosen kernel against the better one)."""
+    model = model_for(info, calibration)
+    points = []
+    for r in records:
+        ar = selector.rank(shapes[r["graph"]], r["n"], model).ar
+        base, balanced = r["times_us"]["base"], r["times_us"]["balanced"]
+        points.append((ar, math.log(base / min(base, balanced)), math.log(balanced / min(base, balanced))))
+    ars = sorted({p[0] for p in points})
+    candidates = [1.2] + [ars[0] - 1e-6] + [(a + b) / 2 for a, b in zip(ars, ars[1:])] + [ars[-1] + 1e-6]
+
+    def loss(threshold):
+        return sum(balanced_loss if ar > threshold else base_loss for ar, base_loss, balanced_loss in points)
+
+    return round(min(candidates, key=lambda t: (round(loss(t), 9), abs(t - 1.2))), 4)
+
+
+def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
+    buckets = {}
+    for n in sorted({r["n"] for r in records}):
+        at_n = [r for r in records if r["n"] == n]
+        slots = {path: info["sm_count"] * int(info["occupancy"][path][str(n)]) for path in KERNEL_CHOICES}
+        buckets[str(n)] = fit_bucket(at_n, shapes, n, slots, defaults.constants("csr", n))
+    for n in selector.BUCKETS:  # keep every bucket present: unmeasured ones from the defaults
+        buckets.setdefault(str(n), {path: defaults.constants(path, n) for path in CHOICES})
+    data = {
+        "family": info["family"],
+        "about": f"Fitted by benchmarks/selector.py --calibrate on {info['name']}.",
+        "fitted_on": sorted({r["graph"] for r in records}),
+        "sm_count": info["sm_count"],
+        "occupancy": {path: int(values[max(values, key=int)]) for path, values in info["occupancy"].items()},
+        "ar_threshold": defaults.ar_threshold,
+        "csr_margin": defaults.csr_margin,
+        "buckets": buckets,
+    }
+    data["ar_threshold"] = fit_threshold(records, shapes, info, Calibration.from_dict(data, "fit"))
+    data["csr_margin"] = fit_csr_margin(records, shapes, info, data)
+    return data
+
+
+def fit_csr_margin(records, shapes, info, data: dict) -> float:
+    """The margin by which a kernel must beat csr's prediction: the one with the least geomean
+    loss among those keeping every fit pair within FIT_WORST_VS_CSR of csr (else the safest)."""
+    scores = {m: score(records, shapes, info, Calibration.from_dict({**data, "csr_margin": m}, "fit")) for m in CSR_MARGINS}
+    safe = [m for m, s in scores.items() if s["worst_vs_csr"] <= FIT_WORST_VS_CSR]
+    if safe:
+        return min(safe, key=lambda m: (scores[m]["geomean_loss"], m))
+    return min(CSR_MARGINS, key=lambda m: (scores[m]["worst_vs_csr"], m))
+
+
+# Scoring.
+
+
+def score(records, shapes, info, calibration: Calibration) -> dict:
+    model = model_for(info, calibration)
+    ratios_oracle, ratios_csr, rows = [], [], []
+    for r in records:
+        times = r["times_us"]
+        choice = selector.rank(shapes[r["graph"]], r["n"], model).choice
+        oracle = min(times, key=times.get)
+        ratios_oracle.append(times[choice] / times[oracle])
+        ratios_csr.append(times[choice] / times["csr"])
+        rows.append((r["graph"], r["n"], choice, oracle, ratios_oracle[-1]))
+    ratios_oracle = np.array(ratios_oracle)
+    return {
+        "pairs": len(records),
+        "hit_rate": float((ratios_oracle <= HIT_TOLERANCE).mean()) if records else float("nan"),
+        "geomean_loss": float(np.exp(np.log(ratios_oracle).mean()) - 1) if records else float("nan"),
+        "worst_vs_csr": float(max(ratios_csr)) if records else float("nan"),
+        "rows": rows,
+    }
+
+
+def split_graphs(shapes: dict, names):
+    """Alternate graphs by nonzeros (so both halves span small to large): even positions fit,
+    odd positions evaluate."""
+    names = sorted(names, key=lambda name: (shapes[name].nnz, name))
+    return names[0::2], names[1::2]
+
+
+def report(records, shapes, info, fitted: dict | None) -> str:
+    shipped = Calibration.load(info["family"])
+    fit_names, eval_names = split_graphs(shapes, {r["graph"] for r in records})
+    sets = {"all": records}
+    if fitted is not None:
+        sets = {
+            "fit half": [r for r in records if r["graph"] in fit_names],
+            "eval half": [r for r in records if r["graph"] in eval_names],
+            "all": records,
+        }
+    calibrations = {f"shipped ({shipped.source})": shipped}
+    if fitted is not None:
+        calibrations["fitted"] = Calibration.from_dict(fitted, "fitted")
+
+    lines = ["", "per (graph, N): measured us of each path, oracle, choice (shipped / fitted)"]
+    choices = {label: score(records, shapes, info, c)["rows"] for label, c in calibrations.items()}
+    for i, r in enumerate(records):
+        picks = " / ".join(f"{rows[i][2]} x{rows[i][4]:.2f}" for rows in choices.values())
+        times = " ".join(f"{p}={t:.1f}" for p, t in r["times_us"].items())
+        lines.append(f"{r['graph']:>24} N={r['n']:<4} {times:<48} oracle={choices[next(iter(choices))][i][3]:<9} {picks}")
+    choice_cost = [r["choice_us"] / r["times_us"]["base"] for r in records if r["n"] == 128 and "choice_us" in r]
+    if choice_cost:
+        lines.append(f"selector cost / base SpMM at N=128: median {np.median(choice_cost):.2f}, max {max(choice_cost):.2f}")
+    lines += ["", f"device: {info['name']} (family {info['family']}, {info['sm_count']} SMs), occupancy {info['occupancy']}"]
+    if fitted is not None:
+        lines.append(f"fitted AR threshold {fitted['ar_threshold']}, csr margin {fitted['csr_margin']} "
+                     f"on {', '.join(fit_names)}")
+    lines.append(f"{'calibration':<28} {'set':<10} {'pairs':>5} {'hit<=5%':>8} {'geo loss':>9} {'worst/csr':>10}")
+    for label, calibration in calibrations.items():
+        for set_name, subset in sets.items():
+            s = score(subset, shapes, info, calibration)
+            lines.append(f"{label:<28} {set_name:<10} {s['pairs']:>5} {s['hit_rate']:>8.1%} "
+                         f"{s['geomean_loss']:>9.2%} {s['worst_vs_csr']:>10.3f}")
+    lines.append("targets: hit rate >= 90%, geomean loss <= 3%, worst vs csr <= 1.10")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graphs", help="comma-separated subset of: " + ", ".join(graph_names()))
+    parser.add_argument("--n", default=",".join(map(str, N_VALUES)), help="comma-separated N values")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per measurement (median)")
+    parser.add_argument("--calibrate", action="store_true", help="fit <family>.json on half the graphs")
+    parser.add_argument("--out", default=os.environ.get("OUT", "selector_out"), help="output folder (default $OUT)")
+    parser.add_argument("--refit-from", help="folder of a previous run: refit and score without a GPU")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+
+    if args.refit_from:
+        records, shapes, info = load_saved(Path(args.refit_from))
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("benchmarks/selector.py measures on a CUDA device; use --refit-from offline")
+        names = args.graphs.split(",") if args.graphs else graph_names()
+        unknown = set(names) - set(graph_names())
+        if unknown:
+            raise SystemExit(f"unknown graphs {sorted(unknown)}; known: {graph_names()}")
+        n_values = [int(v) for v in args.n.split(",")]
+        info = device_info(n_values)
+        records, shapes = measure(names, n_values, args.repeat)
+        save(out, records, shapes, info)
+
+    fitted = None
+    if args.calibrate:
+        fit_names, _ = split_graphs(shapes, {r["graph"] for r in records})
+        fit_records = [r for r in records if r["graph"] in fit_names]
+        fitted = fit_calibration(fit_records, shapes, info, Calibration.load("default"))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{info['family']}.json").write_text(json.dumps(fitted, indent=2) + "\n")
+    text = report(records, shapes, info, fitted)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.txt").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
