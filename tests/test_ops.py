@@ -1,0 +1,187 @@
+"""The tcsparse ops: autograd (gradcheck in float64 for X and the values), torch.library.opcheck,
+gradients through edge weights, chunked reference, and CPU speed of the default path."""
+import time
+
+import pytest
+import torch
+
+from torch_tcsparse import TCSparseTensor, ops
+from torch_tcsparse.testing import coo_to_dense, random_dense, random_permutation
+
+GRAD_PATHS = ["reference", "csr"]
+
+
+def matrix(num_rows=23, num_cols=14, seed=0, **options):
+    dense = random_dense(num_rows, num_cols, 0.25, seed, torch.float64, dense_row=3)
+    return TCSparseTensor.from_dense(dense, **options), dense
+
+
+MATRIX_OPTIONS = {
+    "plain": {},
+    "window8": {"window": 8},
+    "reordered": {"reorder": random_permutation(23, seed=5), "symmetric": False},
+}
+
+
+def gradcheck(function, inputs, options="plain"):
+    # Full Jacobians for the plain matrix; fast mode (random projections, as strict for a wrong
+    # gradient) for the variants, to keep the suite within its CPU time budget.
+    return torch.autograd.gradcheck(function, inputs, fast_mode=options != "plain")
+
+
+@pytest.mark.parametrize("options", list(MATRIX_OPTIONS))
+@pytest.mark.parametrize("path", GRAD_PATHS)
+def test_gradcheck_x(path, options):
+    a, _ = matrix(**MATRIX_OPTIONS[options])
+    x = torch.randn(14, 2, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda x: a.matmul(x, path=path), (x,), options)
+    v = torch.randn(14, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda v: a.matmul(v, path=path), (v,), options)
+
+
+@pytest.mark.parametrize("options", list(MATRIX_OPTIONS))
+@pytest.mark.parametrize("path", GRAD_PATHS)
+def test_gradcheck_values(path, options):
+    a, _ = matrix(**MATRIX_OPTIONS[options])
+    values = a.csr.values.clone().requires_grad_()
+    x = torch.randn(14, 2, dtype=torch.float64)
+    assert gradcheck(lambda v: a.with_values(v).matmul(x, path=path), (values,), options)
+
+
+@pytest.mark.parametrize("path", GRAD_PATHS)
+def test_gradcheck_values_and_x_together_and_through_transpose(path):
+    a, _ = matrix()
+    values = a.csr.values.clone().requires_grad_()
+    x = torch.randn(14, 2, dtype=torch.float64, requires_grad=True)
+    xt = torch.randn(23, 2, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda v, x: a.with_values(v).matmul(x, path=path), (values, x), "together")
+    assert gradcheck(lambda v, x: a.with_values(v).t().matmul(x, path=path), (values, xt), "transpose")
+
+
+def test_gradients_equal_dense_autograd():
+    a, dense = matrix()
+    values = a.csr.values.clone().requires_grad_()
+    x = torch.randn(14, 4, dtype=torch.float64, requires_grad=True)
+    grad_y = torch.randn(23, 4, dtype=torch.float64)
+    (a.with_values(values) @ x).backward(grad_y)
+    dense_x = x.detach().clone().requires_grad_()
+    dense_a = dense.clone().requires_grad_()
+    (dense_a @ dense_x).backward(grad_y)
+    torch.testing.assert_close(x.grad, dense_x.grad)
+    row, col = a.csr.row_indices(), a.csr.col.long()
+    torch.testing.assert_close(values.grad, dense_a.grad[row, col])
+
+
+def test_no_graph_without_requires_grad():
+    a, _ = matrix()
+    assert not (a @ torch.randn(14, 2, dtype=torch.float64)).requires_grad
+
+
+def test_edge_weight_gradient_reaches_every_duplicate():
+    edge_index = torch.tensor([[0, 1, 0, 2, 0], [1, 2, 1, 0, 1]])  # edge 0 -> 1 three times
+    weight = torch.tensor([0.5, 2.0, -1.0, 3.0, 4.0], dtype=torch.float64, requires_grad=True)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    grad_y = torch.randn(3, 4, dtype=torch.float64)
+    a = TCSparseTensor.from_edge_index(edge_index, weight)
+    assert a.nnz == 3
+    (a @ x).backward(grad_y)
+    # d loss / d w_e = <grad_y[target_e], x[source_e]>, the same for each copy of an edge.
+    expected = (grad_y[edge_index[1]] * x[edge_index[0]]).sum(1)
+    torch.testing.assert_close(weight.grad, expected)
+    assert weight.grad[0] == weight.grad[2] == weight.grad[4]
+
+
+@pytest.mark.parametrize("path", GRAD_PATHS)
+def test_gradcheck_edge_weight(path):
+    edge_index = torch.tensor([[0, 1, 0, 2, 3, 3], [1, 2, 1, 0, 3, 0]])
+    weight = torch.rand(6, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, 3, dtype=torch.float64)
+
+    def product(w):
+        return TCSparseTensor.from_edge_index(edge_index, w).matmul(x, path=path)
+
+    assert torch.autograd.gradcheck(product, (weight,))
+    reference = coo_to_dense(edge_index[1], edge_index[0], weight.detach(), (4, 4)) @ x
+    torch.testing.assert_close(product(weight), reference)
+
+
+def op_arguments(path, with_transpose=True):
+    a, _ = matrix()
+    structure = a._structure
+    layout_t = a.t()._structure.layout.tensors() if with_transpose else []
+    x = torch.randn(14, 3, dtype=torch.float64, requires_grad=True)
+    values = a._block_values.clone().requires_grad_()
+    return a, (x, values, structure.layout.tensors(), layout_t, structure.window, 23, 14, path)
+
+
+@pytest.mark.parametrize("path", ["reference", "csr", "auto"])
+def test_opcheck_spmm(path):
+    _, args = op_arguments(path)
+    torch.library.opcheck(torch.ops.tcsparse.spmm, args)
+
+
+def test_opcheck_spmm_without_transpose_layout():
+    _, args = op_arguments("reference", with_transpose=False)
+    x, values, *rest = args
+    torch.library.opcheck(torch.ops.tcsparse.spmm, (x.detach(), values, *rest))
+
+
+def test_opcheck_sddmm_and_its_values():
+    a, _ = matrix()
+    s = a._structure
+    grad_y = torch.randn(23, 3, dtype=torch.float64)
+    x = torch.randn(14, 3, dtype=torch.float64)
+    torch.library.opcheck(torch.ops.tcsparse.sddmm, (grad_y, x, s.layout.tensors(), s.window, 23, 14))
+    out = torch.ops.tcsparse.sddmm(grad_y, x, s.layout.tensors(), s.window, 23, 14)
+    _, row, col = s.layout.nonzero_coordinates()
+    torch.testing.assert_close(out, (grad_y[row] * x[col]).sum(1))
+
+
+def test_op_output_matches_dense_in_block_order():
+    a, dense = matrix()
+    _, (x, values, layout, layout_t, window, m, k, _) = op_arguments("reference")
+    for path in ["reference", "csr"]:
+        y = torch.ops.tcsparse.spmm(x.detach(), values.detach(), layout, layout_t, window, m, k, path)
+        torch.testing.assert_close(y, dense @ x.detach())
+
+
+def test_reference_is_the_same_in_small_chunks(monkeypatch):
+    a, dense = matrix(70, 50, seed=3)
+    x = torch.randn(50, 5, dtype=torch.float64)
+    whole = a.matmul(x, path="reference")
+    monkeypatch.setattr(ops, "CHUNK_ELEMENTS", 16 * 8 * 5 * 3)  # three blocks per chunk
+    chunked = a.matmul(x, path="reference")
+    torch.testing.assert_close(chunked, whole)
+    torch.testing.assert_close(chunked, dense @ x)
+    values = a.csr.values.clone().requires_grad_()
+    (a.with_values(values) @ x).sum().backward()
+    row = a.csr.row_indices()
+    torch.testing.assert_close(values.grad, x.sum(1)[a.csr.col.long()] * torch.ones_like(row, dtype=torch.float64))
+
+
+def _best_seconds_interleaved(first, second, rounds):
+    """Best time of each of two functions, run alternately so that both see the same load."""
+    best = [float("inf"), float("inf")]
+    for _ in range(rounds):
+        for i, function in enumerate((first, second)):
+            start = time.perf_counter()
+            function()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best
+
+
+@pytest.mark.slow
+def test_auto_path_on_cpu_is_as_fast_as_torch_sparse():
+    # The default CPU path is torch's own CSR product: it must cost at most 1.5x of calling
+    # torch.sparse.mm directly. Alternating runs and the best time of each absorb the noise of
+    # other processes on a shared machine (a slower run is only ever slowed down by others).
+    generator = torch.Generator().manual_seed(0)
+    n, nnz = 50_000, 1_000_000
+    row = torch.randint(0, n, (nnz,), generator=generator)
+    col = torch.randint(0, n, (nnz,), generator=generator)
+    a = TCSparseTensor.from_coo(row, col, torch.rand(nnz, generator=generator), (n, n))
+    csr = a.to_torch_csr()
+    x = torch.randn(n, 32, generator=generator)
+    torch.testing.assert_close(a @ x, torch.sparse.mm(csr, x))
+    ours, theirs = _best_seconds_interleaved(lambda: a @ x, lambda: torch.sparse.mm(csr, x), rounds=15)
+    assert ours <= 1.5 * theirs, f"A @ X takes {ours * 1e3:.1f} ms, torch.sparse.mm {theirs * 1e3:.1f} ms"
