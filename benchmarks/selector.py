@@ -1,7 +1,8 @@
 """How good is the kernel selector? Measure every path (the oracle) and compare with the choice.
 
-For each graph and N in {32, 64, 128, 256}: time ``A.matmul(X, path=p)`` for p in base, balanced,
-csr; the oracle is the fastest. The selector's choice is scored by hit rate (within 5% of the
+For each graph of the SpMM suite (``benchmarks/spmm.py``) and N in {32, 64, 128, 256}: time
+``A.matmul(X, path=p)`` for p in base, balanced, csr (TF32, X rotated out of L2, as the SpMM
+benchmark times them); the oracle is the fastest. The selector's choice is scored by hit rate (within 5% of the
 oracle), geomean loss against the oracle and worst ratio against csr (cuSPARSE). With
 ``--calibrate`` the constants of ``torch_tcsparse/calibration/<family>.json`` are fitted on half
 of the graphs (alternate ones, by nonzeros) and both halves are scored, with the calibration the
@@ -10,7 +11,7 @@ package shipped and with the fitted one, so one device run calibrates and evalua
 One short call on the GPU (writes under $OUT, prints a table last)::
 
     python benchmarks/selector.py --calibrate            # all graphs
-    python benchmarks/selector.py --graphs rmat17,uniform --n 128 --repeat 10
+    python benchmarks/selector.py --graphs rmat18,gg_ --n 128 --repeat 10
 
 Offline refit from a previous run's files (no GPU)::
 
@@ -36,8 +37,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import spmm as spmm_suite  # noqa: E402
+from common import rotation_count, time_cuda  # noqa: E402
+
 from torch_tcsparse import TCSparseTensor, selector  # noqa: E402
-from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
 from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape  # noqa: E402
 
 N_VALUES = (32, 64, 128, 256)
@@ -49,56 +53,35 @@ CSR_MARGINS = (0.0, 0.03, 0.05, 0.1, 0.15, 0.2, 0.3)
 FIT_WORST_VS_CSR = 1.05
 
 
-# Graphs.
-
-
-def _hub_graph(n: int, degree: int, hubs: int, hub_degree: int):
-    row, col, _ = synthetic.uniform(n, degree, seed=1)
-    gen = torch.Generator().manual_seed(2)
-    hub_rows = torch.arange(hubs).repeat_interleave(hub_degree)
-    hub_cols = torch.randint(0, n, (hubs * hub_degree,), generator=gen)
-    return torch.cat([row, hub_rows, hub_cols]), torch.cat([col, hub_cols, hub_rows]), n
-
-
-SYNTHETIC = {
-    "uniform200k": lambda: synthetic.uniform(200_000, 16),
-    "uniform5k": lambda: synthetic.uniform(5_000, 8),
-    "rmat15": lambda: synthetic.rmat(15, 8),
-    "rmat17": lambda: synthetic.rmat(17, 16),
-    "sbm100k": lambda: synthetic.sbm(100_000, 16, 256, shuffled=False),
-    "band500k": lambda: synthetic.band(500_000, 4),
-    "hubs100k": lambda: _hub_graph(100_000, 8, 4, 50_000),
-}
+# Graphs: the SpMM suite (benchmarks/spmm.py).
 
 
 def graph_names() -> list[str]:
-    return sorted([path.stem for path in npz.list_graphs()] + list(SYNTHETIC))
+    return sorted(spmm_suite.suite())
+
+
+def select_graphs(patterns: str | None) -> list[str]:
+    """Graphs of the suite whose name contains one of the comma-separated ``patterns``."""
+    names = graph_names()
+    if not patterns:
+        return names
+    wanted = [p for p in patterns.split(",") if p]
+    chosen = [name for name in names if any(p in name for p in wanted)]
+    if not chosen:
+        raise SystemExit(f"no graph matches {wanted}; known: {names}")
+    return chosen
 
 
 def load_graph(name: str) -> TCSparseTensor:
-    if name in SYNTHETIC:
-        row, col, n = SYNTHETIC[name]()
-        return TCSparseTensor.from_coo(row, col, shape=(n, n), dtype=torch.float32).cuda()
-    path = next(p for p in npz.list_graphs() if p.stem == name)
-    return TCSparseTensor.from_scipy(npz.load_adjacency(path), dtype=torch.float32).cuda()
+    loaded = spmm_suite.suite()[name]()
+    row, col, size = loaded
+    shape = size if isinstance(size, tuple) else (size, size)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    values = torch.rand(row.numel(), device="cuda", generator=gen) + 0.5
+    return TCSparseTensor.from_coo(row.cuda(), col.cuda(), values, shape=shape)
 
 
 # Measurements.
-
-
-def cuda_time_us(fn, warmup: int, repeat: int) -> float:
-    """Median over ``repeat`` runs of ``fn`` in microseconds, CUDA events around each."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return float(np.median(times))
 
 
 def measure(names, n_values, repeat: int):
@@ -109,8 +92,10 @@ def measure(names, n_values, repeat: int):
         layout = a._structure.layout
         shapes[name] = MatrixShape.of(layout)
         for n in n_values:
-            x = torch.randn(a.shape[1], n, device="cuda")
-            times = {path: cuda_time_us(lambda p=path: a.matmul(x, path=p), 3, repeat) for path in CHOICES}
+            xs = [(torch.randn(a.shape[1], n, device="cuda"),) for _ in range(rotation_count(a.shape[1] * n * 4))]
+            times = {
+                path: 1e3 * time_cuda(lambda x, p=path: a.matmul(x, path=p), xs, reps=repeat) for path in CHOICES
+            }
             start = time.perf_counter()
             selector.explain(layout, n, torch.float32, a.device)  # uncached: block counts read again
             choice_us = (time.perf_counter() - start) * 1e6
@@ -196,7 +181,7 @@ def fit_bucket(records, shapes, n: int, slots: dict, csr_defaults: dict) -> dict
     base = best[1]
 
     best = None
-    split_rows = np.array([s.split_rows() for s in graph_shapes], dtype=np.float64)
+    split_rows = np.array([s.split_rows for s in graph_shapes], dtype=np.float64)
     for item_units in BLOCK_UNITS_GRID:
         for split_units in SPLIT_UNITS_GRID:
             spans = np.array(
@@ -339,7 +324,7 @@ def report(records, shapes, info, fitted: dict | None) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graphs", help="comma-separated subset of: " + ", ".join(graph_names()))
+    parser.add_argument("--graphs", help="comma-separated substrings of graph names (default: the whole SpMM suite)")
     parser.add_argument("--n", default=",".join(map(str, N_VALUES)), help="comma-separated N values")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per measurement (median)")
     parser.add_argument("--calibrate", action="store_true", help="fit <family>.json on half the graphs")
@@ -353,10 +338,8 @@ def main(argv=None) -> None:
     else:
         if not torch.cuda.is_available():
             raise SystemExit("benchmarks/selector.py measures on a CUDA device; use --refit-from offline")
-        names = args.graphs.split(",") if args.graphs else graph_names()
-        unknown = set(names) - set(graph_names())
-        if unknown:
-            raise SystemExit(f"unknown graphs {sorted(unknown)}; known: {graph_names()}")
+        torch.set_float32_matmul_precision("high")  # TF32, as benchmarks/spmm.py measures the kernels
+        names = select_graphs(args.graphs)
         n_values = [int(v) for v in args.n.split(",")]
         info = device_info(n_values)
         records, shapes = measure(names, n_values, args.repeat)

@@ -144,12 +144,20 @@ def test_hub_window_exact_makespans_and_large_ar():
     assert explanation.choice in ("balanced", "csr")
 
 
+@pytest.mark.parametrize("slices, grid", [(2, 8), (4, 8), (3, 8), (2, 7)])
+def test_balanced_slices_match_explicit_items(slices, grid):
+    s = shape([70, 0, 5, 33, 1, 100, 2])
+    sizes, split = s.chunks
+    items = np.repeat(1.5 + sizes + 2.0 * split, slices)  # slice fastest, as the kernel walks items
+    assert balanced_makespan_units(s, slices, grid, 1.5, 2.0) == pytest.approx(round_robin_makespan(items, grid))
+
+
 def test_chunks_of_a_layout():
     s = shape([70, 0, 32, 33])
-    sizes, split = s.chunks(32)
+    sizes, split = s.chunks
     assert sizes.tolist() == [32, 32, 6, 32, 32, 1]
     assert split.tolist() == [True, True, True, False, True, True]
-    assert s.split_rows(32) == 2 * 16
+    assert s.split_rows == 2 * 16
 
 
 # Ranking against csr.

@@ -164,7 +164,10 @@ def round_robin_makespan(costs, grid: int) -> float:
     if costs.size == 0:
         return 0.0
     grid = min(grid, costs.size)
-    return float(np.bincount(np.arange(costs.size) % grid, weights=costs, minlength=grid).max())
+    full = costs.size // grid * grid
+    per_block = costs[:full].reshape(-1, grid).sum(axis=0)
+    per_block[: costs.size - full] += costs[full:]
+    return float(per_block.max())
 
 
 # The launch shapes of csrc/metcf_spmm.cu.
@@ -206,18 +209,27 @@ class MatrixShape:
     def tc_blocks(self) -> int:
         return int(self.window_blocks.sum())
 
-    def chunks(self, chunk: int = BALANCE_CHUNK) -> tuple[np.ndarray, np.ndarray]:
-        """TC blocks of every balanced chunk in chunk order, and whether its window is split."""
-        per_window = -(-self.window_blocks // chunk)
-        window_of = np.repeat(np.arange(per_window.size), per_window)
-        first = np.cumsum(per_window) - per_window
-        index_in_window = np.arange(window_of.size) - first[window_of]
-        sizes = np.minimum(chunk, self.window_blocks[window_of] - index_in_window * chunk)
-        return sizes, (per_window > 1)[window_of]
+    @functools.cached_property
+    def chunks(self) -> tuple[np.ndarray, np.ndarray]:
+        """TC blocks of every balanced chunk (``BALANCE_CHUNK`` blocks, the last of a window
+        shorter) in chunk order, and whether its window is split over several chunks."""
+        per_window = -(-self.window_blocks // BALANCE_CHUNK)
+        total = int(per_window.sum())
+        sizes = np.full(total, BALANCE_CHUNK, dtype=np.int64)
+        occupied = per_window > 0
+        end = np.cumsum(per_window)
+        sizes[end[occupied] - 1] = self.window_blocks[occupied] - (per_window[occupied] - 1) * BALANCE_CHUNK
+        # Mark the chunk ranges of split windows (few) by +1/-1 at their ends and a prefix sum.
+        split_windows = per_window > 1
+        marks = np.zeros(total + 1, dtype=np.int32)
+        marks[end[split_windows] - per_window[split_windows]] = 1
+        marks[end[split_windows]] = -1
+        return sizes, np.cumsum(marks[:-1]) > 0
 
-    def split_rows(self, chunk: int = BALANCE_CHUNK) -> int:
+    @property
+    def split_rows(self) -> int:
         """Rows of windows spread over several chunks (zeroed, then added to atomically)."""
-        return int((self.window_blocks > chunk).sum()) * self.window
+        return int((self.window_blocks > BALANCE_CHUNK).sum()) * self.window
 
 
 def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units: float) -> tuple[float, float]:
@@ -229,8 +241,12 @@ def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units
 
 def balanced_makespan_units(shape: MatrixShape, slices: int, grid: int, item_units: float, split_units: float) -> float:
     """Makespan of the balanced kernel's persistent grid in TC-block units (exact round robin)."""
-    sizes, split = shape.chunks()
+    sizes, split = shape.chunks
     per_chunk = item_units + sizes + split_units * split
+    if grid % slices == 0:
+        # Item c * slices + s runs on block (c * slices + s) mod grid: the slices of chunk c land
+        # on the same group of `slices` consecutive blocks, group c mod (grid / slices).
+        return round_robin_makespan(per_chunk, grid // slices)
     return round_robin_makespan(np.repeat(per_chunk, slices), grid)
 
 
@@ -384,7 +400,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     calibration = model.calibration
     base, balanced, csr = (calibration.constants(path, n) for path in CHOICES)
     slices = column_slices(n)
-    slots = {path: model.sm_count * model.resident(path, n) for path in KERNEL_CHOICES}
+    slots = {path: model.sm_count * max(1, model.resident(path, n)) for path in KERNEL_CHOICES}
 
     base_units, base_work = base_makespan_units(shape, slices, slots["base"], base["block_units"])
     balanced_units = balanced_makespan_units(
@@ -395,7 +411,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     balanced_same_cost = balanced_makespan_units(shape, slices, slots["balanced"], base["block_units"], 0.0)
     ar = base_units / balanced_same_cost if balanced_same_cost > 0 else 1.0
 
-    split_rows = shape.split_rows()
+    split_rows = shape.split_rows
     makespans = {
         "base": base["unit_us"] * base_units,
         "balanced": balanced["unit_us"] * balanced_units,
