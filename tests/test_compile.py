@@ -1,0 +1,77 @@
+"""torch.compile: the tcsparse op traces with fullgraph=True through its fake implementation, and
+code calling A @ X on a TCSparseTensor compiles to the eager result."""
+import pytest
+import torch
+
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.testing import random_dense
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def case():
+    dense = random_dense(40, 30, 0.2, seed=0)
+    return TCSparseTensor.from_dense(dense), dense, torch.randn(30, 5)
+
+
+def op_call(a, path):
+    s = a._structure
+    layout = s.layout.tensors()
+
+    def product(x, values):
+        return torch.ops.tcsparse.spmm(x, values, layout, [], s.window, s.num_rows, s.num_cols, path)
+
+    return product
+
+
+@pytest.mark.parametrize("path", ["reference", "csr", "auto"])
+def test_op_traces_fullgraph_on_plain_tensors(case, path):
+    a, dense, x = case
+    compiled = torch.compile(op_call(a, path), fullgraph=True)
+    torch.testing.assert_close(compiled(x, a._block_values), dense @ x)
+
+
+def test_op_traces_fullgraph_with_dynamic_shapes_and_neighbours(case):
+    a, dense, x = case
+    product = op_call(a, "reference")
+    compiled = torch.compile(lambda x, v: torch.relu(product(x, v)) * 2, fullgraph=True, dynamic=True, backend="aot_eager")
+    for n in (5, 7):
+        x = torch.randn(30, n)
+        torch.testing.assert_close(compiled(x, a._block_values), torch.relu(dense @ x) * 2)
+
+
+@pytest.mark.parametrize("route", ["@", "torch.matmul", "A.matmul"])
+def test_function_with_sparse_product_compiles_to_eager_result(case, route):
+    a, dense, x = case
+    product = {"@": lambda a, x: a @ x, "torch.matmul": torch.matmul, "A.matmul": lambda a, x: a.matmul(x)}[route]
+    compiled = torch.compile(lambda a, x: torch.tanh(product(a, x)) + 1)
+    torch.testing.assert_close(compiled(a, x), torch.tanh(dense @ x) + 1)
+
+
+@pytest.mark.parametrize("route", ["torch.matmul", "A.matmul", "@"])
+def test_sparse_product_compiles_fullgraph(case, route):
+    a, dense, x = case
+    product = {"@": lambda a, x: a @ x, "torch.matmul": torch.matmul, "A.matmul": lambda a, x: a.matmul(x)}[route]
+    compiled = torch.compile(product, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(a, x), dense @ x)
+
+
+def test_compiled_backward_matches_eager(case):
+    a, _, x = case
+    values = a.csr.values.clone()
+
+    def loss(x, v):
+        return (a.with_values(v) @ x).pow(2).sum()
+
+    eager_x, eager_v = x.clone().requires_grad_(), values.clone().requires_grad_()
+    loss(eager_x, eager_v).backward()
+    compiled_x, compiled_v = x.clone().requires_grad_(), values.clone().requires_grad_()
+    torch.compile(loss, backend="aot_eager")(compiled_x, compiled_v).backward()
+    torch.testing.assert_close(compiled_x.grad, eager_x.grad)
+    torch.testing.assert_close(compiled_v.grad, eager_v.grad)
