@@ -1,0 +1,129 @@
+"""torch.save / torch.load of a TCSparseTensor, with and without weights_only, and crafted files
+that must give a ValueError on load rather than a layout that reads out of bounds later."""
+import io
+
+import pytest
+import torch
+
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.testing import random_dense, random_permutation
+
+
+def save_and_load(obj, weights_only):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=weights_only)
+
+
+def assert_same(loaded, original):
+    assert isinstance(loaded, TCSparseTensor)
+    assert loaded.shape == original.shape and loaded.dtype == original.dtype
+    assert torch.equal(loaded.to_dense(), original.to_dense())
+    s, t = loaded._structure, original._structure
+    assert (s.window, s.method) == (t.window, t.method)
+    for mine, theirs in zip(s.layout.tensors(), t.layout.tensors()):
+        assert torch.equal(mine, theirs)
+    assert (s.row_perm is None) == (t.row_perm is None)
+    assert (s.col_perm is None) == (t.col_perm is None)
+
+
+OPTIONS = {
+    "plain": dict(),
+    "window8_float64": dict(window=8, dtype=torch.float64),
+    "permuted": dict(reorder=random_permutation(21, seed=3)),
+    "permuted_rows_only": dict(reorder=random_permutation(21, seed=4), symmetric=False),
+    "bfloat16": dict(dtype=torch.bfloat16),
+}
+
+
+@pytest.mark.parametrize("weights_only", [False, True])
+@pytest.mark.parametrize("options", list(OPTIONS))
+def test_round_trip(options, weights_only):
+    original = TCSparseTensor.from_dense(random_dense(21, 21, 0.2, seed=1), **OPTIONS[options])
+    loaded = save_and_load(original, weights_only)
+    assert_same(loaded, original)
+    x = torch.randn(21, 3).to(original.dtype)
+    torch.testing.assert_close(loaded.matmul(x, path="reference"), original.matmul(x, path="reference"))
+
+
+@pytest.mark.parametrize("weights_only", [False, True])
+def test_round_trip_inside_a_state_dict_and_of_an_empty_matrix(weights_only):
+    a = TCSparseTensor.from_dense(random_dense(9, 4, 0.3, seed=2))
+    empty = TCSparseTensor.from_dense(torch.zeros(3, 0))
+    loaded = save_and_load({"adjacency": a, "empty": empty, "weight": torch.ones(2)}, weights_only)
+    assert_same(loaded["adjacency"], a)
+    assert_same(loaded["empty"], empty)
+
+
+def test_round_trip_detaches_values_that_require_grad():
+    a = TCSparseTensor.from_dense(random_dense(6, 6, 0.4, seed=5))
+    values = a.csr.values.clone().requires_grad_()
+    loaded = save_and_load(a.with_values(values), weights_only=True)
+    assert not loaded.csr.values.requires_grad
+    assert torch.equal(loaded.csr.values, values.detach())
+
+
+class Crafted:
+    """Pickles as a TCSparseTensor whose saved state was edited."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def __reduce_ex__(self, protocol):
+        rebuild, _ = VALID.__reduce_ex__(protocol)
+        return rebuild, (self.state,)
+
+
+VALID = TCSparseTensor.from_dense(
+    torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0], [4.0, 0.0, 0.0]]), reorder=torch.tensor([2, 0, 1])
+)
+
+
+def saved_state():
+    _, (state,) = VALID.__reduce_ex__(2)
+    return dict(state)
+
+
+CRAFTED = {
+    "col out of range": (dict(col=torch.tensor([0, 2, 1, 9], dtype=torch.int32)), r"col.*9.*size 3"),
+    "negative col": (dict(col=torch.tensor([0, -2, 1, 0], dtype=torch.int32)), r"negative.*-2"),
+    "decreasing rowptr": (dict(rowptr=torch.tensor([0, 3, 2, 4], dtype=torch.int32)), r"non-decreasing"),
+    "rowptr past col": (dict(rowptr=torch.tensor([0, 2, 3, 9], dtype=torch.int32)), r"ends at 9"),
+    "float rowptr": (dict(rowptr=torch.tensor([0.0, 2.0, 3.0, 4.0])), r"rowptr.*integers"),
+    "wrong version": (dict(version=99), r"version"),
+    "repeated row_perm": (dict(row_perm=torch.tensor([0, 0, 1])), r"permutation"),
+    "row_perm out of range": (dict(row_perm=torch.tensor([0, 1, 3])), r"outside \[0, 3\)"),
+    "short row_perm": (dict(row_perm=torch.tensor([0, 1])), r"3 entries"),
+    "row_perm as a method name": (dict(row_perm="auto"), r"row_perm|permutation|reorder"),
+    "short values": (dict(values=torch.ones(3)), r"\(4\).*\(3,\)"),
+    "values as a list": (dict(values=[1.0, 2.0, 3.0, 4.0]), r"values"),
+    "integer values": (dict(values=torch.ones(4, dtype=torch.int64)), r"int64"),
+    "unsorted columns": (dict(col=torch.tensor([2, 0, 1, 0], dtype=torch.int32)), r"canonical"),
+    "shape smaller than rowptr": (dict(shape=(2, 3)), r"num_rows \+ 1"),
+    "negative shape": (dict(shape=(3, -1)), r"-1"),
+    "bad window": (dict(window=5), r"window.*5"),
+    "missing col": (dict(col=None), r"col"),
+}
+
+
+@pytest.mark.parametrize("weights_only", [False, True])
+@pytest.mark.parametrize("name", list(CRAFTED))
+def test_crafted_file_gives_value_error(name, weights_only):
+    edit, message = CRAFTED[name]
+    state = saved_state() | edit
+    buffer = io.BytesIO()
+    torch.save(Crafted(state), buffer)
+    buffer.seek(0)
+    with pytest.raises(ValueError, match=message):
+        torch.load(buffer, weights_only=weights_only)
+
+
+def test_crafted_state_without_a_key_gives_value_error():
+    state = saved_state()
+    del state["rowptr"]
+    buffer = io.BytesIO()
+    torch.save(Crafted(state), buffer)
+    buffer.seek(0)
+    with pytest.raises(ValueError, match=r"rowptr"):
+        torch.load(buffer, weights_only=True)
