@@ -25,6 +25,8 @@ from .formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
 PATHS = ("auto", "base", "balanced", "csr", "reference")
 KERNEL_PATHS = ("base", "balanced")
 KERNEL_DTYPES = (torch.float32,)
+# torch's CPU sparse CSR product has no half-precision kernels.
+CPU_CSR_DTYPES = (torch.float32, torch.float64)
 
 # Upper bound on the elements of one chunk of dense temporaries in the torch paths: 16M floats
 # (64 MB) keeps the reference usable on graphs of millions of nonzeros without running out of
@@ -37,11 +39,13 @@ def resolve_path(path: str, x: Tensor) -> str:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path in KERNEL_PATHS and not (x.is_cuda and x.dtype in KERNEL_DTYPES):
         raise ValueError(f"path {path!r} needs a CUDA tensor of dtype {KERNEL_DTYPES}, got {x.dtype} on {x.device}")
+    if path == "csr" and not x.is_cuda and x.dtype not in CPU_CSR_DTYPES:
+        raise ValueError(f"path 'csr' on the CPU supports {CPU_CSR_DTYPES}, got {x.dtype}; use 'reference' or 'auto'")
     if path != "auto":
         return path
     if x.is_cuda and x.dtype in KERNEL_DTYPES and _kernels_available():
         return "base"
-    if x.dtype in (torch.float32, torch.float64) or x.is_cuda:
+    if x.dtype in CPU_CSR_DTYPES or x.is_cuda:
         return "csr"
     return "reference"
 

@@ -203,6 +203,23 @@ class TCSparseTensor(torch.Tensor):
     def mm(self, other):
         return self.matmul(other)
 
+    # Python operators would otherwise turn torch's TypeError into NotImplemented and fall back
+    # to a generic message (or, for ==, to an identity check): refuse them here with guidance.
+
+    def _unsupported_operator(self, *args, **kwargs):
+        raise TypeError(
+            "TCSparseTensor supports A @ X only among Python operators; for elementwise math or "
+            "comparisons convert with .to_dense(), or change the values with .with_values(v)"
+        )
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _unsupported_operator
+    __truediv__ = __rtruediv__ = __pow__ = __neg__ = __abs__ = _unsupported_operator
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _unsupported_operator
+    __hash__ = torch.Tensor.__hash__
+
+    def __rmatmul__(self, other):
+        _reject_right_operand()
+
     # Serialization: only canonical CSR, the permutation and options travel; the layout is rebuilt
     # and every array validated on load, so a crafted file cannot plant out-of-range indices.
 
@@ -278,13 +295,15 @@ def _rebuild(state: dict) -> TCSparseTensor:
         raise ValueError(f"not a saved TCSparseTensor of format version {SAVE_FORMAT_VERSION}")
     try:
         num_rows, num_cols = (int(v) for v in state["shape"])
-        values = state["values"]
+        values, row_perm = state["values"], state["row_perm"]
+        if not isinstance(values, torch.Tensor) or not (row_perm is None or isinstance(row_perm, torch.Tensor)):
+            raise TypeError("values and row_perm must be tensors")
         csr = from_csr_arrays(state["rowptr"], state["col"], values, num_rows, num_cols, values.dtype)
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise ValueError(f"corrupted TCSparseTensor file: {error}") from error
     if csr.nnz != values.numel() or not torch.equal(csr.col.long(), state["col"].long()):
         raise ValueError("corrupted TCSparseTensor file: its CSR is not canonical (unsorted or duplicated)")
-    reorder = state["row_perm"] if state["row_perm"] is not None else "none"
+    reorder = "none" if row_perm is None else row_perm
     try:
         structure = _structure(csr, state["window"], reorder, bool(state["symmetric"]), 0)
     except (TypeError, ValueError) as error:

@@ -151,6 +151,7 @@ def from_csr_arrays(
     check_index_tensor("col", col)
     if rowptr.dim() != 1 or rowptr.numel() < 1:
         raise ValueError(f"rowptr must be 1-D with num_rows + 1 entries, got shape {tuple(rowptr.shape)}")
+    rowptr = rowptr.long()  # differences of small unsigned types would wrap around
     if num_rows is None:
         num_rows = rowptr.numel() - 1
     num_rows = check_size("num_rows", num_rows)
