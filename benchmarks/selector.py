@@ -84,8 +84,9 @@ def load_graph(name: str) -> TCSparseTensor:
 # Measurements.
 
 
-def measure(names, n_values, repeat: int):
-    """Times of every path, the selector's own cost, and the shapes, for each graph."""
+def measure(names, n_values, repeat: int, out: Path, info: dict):
+    """Times of every path, the selector's own cost, and the shapes, for each graph; saved after
+    each graph, so a run cut short can still be refitted offline."""
     records, shapes = [], {}
     for name in names:
         a = load_graph(name)
@@ -104,6 +105,7 @@ def measure(names, n_values, repeat: int):
                   + f"  choice cost {choice_us:7.0f} us", flush=True)
         del a
         torch.cuda.empty_cache()
+        save(out, records, shapes, info)
     return records, shapes
 
 
@@ -341,9 +343,10 @@ def main(argv=None) -> None:
         torch.set_float32_matmul_precision("high")  # TF32, as benchmarks/spmm.py measures the kernels
         names = select_graphs(args.graphs)
         n_values = [int(v) for v in args.n.split(",")]
+        if any(n != selector.n_bucket(n) for n in n_values):
+            raise SystemExit(f"N values must be N buckets (powers of two from 32), got {n_values}")
         info = device_info(n_values)
-        records, shapes = measure(names, n_values, args.repeat)
-        save(out, records, shapes, info)
+        records, shapes = measure(names, n_values, args.repeat, out, info)
 
     fitted = None
     if args.calibrate:

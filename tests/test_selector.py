@@ -309,3 +309,32 @@ def test_explain_uses_the_bucket():
     explanation = selector.explain(small_layout(), 40)
     assert explanation.n == 64
     assert explanation.features["column_slices"] == 1
+
+
+# On a GPU: the occupancy the kernels report, and a chosen path that runs.
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_choice_on_cuda_uses_kernel_occupancy_and_runs():
+    from torch_tcsparse import TCSparseTensor, kernels
+
+    assert kernels.available()
+    g = torch.Generator().manual_seed(1)
+    n = 3000
+    row, col = torch.randint(0, n, (30000,), generator=g), torch.randint(0, n, (30000,), generator=g)
+    a = TCSparseTensor.from_coo(row, col, torch.rand(30000, generator=g), shape=(n, n)).cuda()
+    layout = a._structure.layout
+    cache = SelectionCache()
+    for width in (32, 128):
+        explanation = cache.explain(layout, width, torch.float32)
+        props = torch.cuda.get_device_properties(a.device)
+        for path in ("base", "balanced"):
+            resident = kernels.occupancy(path, width)
+            assert resident >= 1
+            assert explanation.slots[path] == props.multi_processor_count * resident
+        assert explanation.candidates == selector.CHOICES
+        x = torch.randn(n, width, device="cuda")
+        expected = a.matmul(x, path="csr")
+        got = a.matmul(x, path=explanation.choice)
+        torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * float(expected.abs().max()))
