@@ -44,7 +44,8 @@ def _check_toolchain() -> None:
 
 
 def load(verbose: bool = False):
-    """The compiled extension module, built on the first call of the process."""
+    """The compiled kernels' operator namespace, ``torch.ops.tcsparse_kernels``, built and loaded
+    on the first call of the process."""
     global _module
     if _module is not None:
         return _module
@@ -56,18 +57,22 @@ def load(verbose: bool = False):
             build_dir = os.environ.get("TCSPARSE_BUILD_DIR")
             if build_dir:
                 os.makedirs(build_dir, exist_ok=True)
-            _module = cpp_extension.load(
+            cpp_extension.load(
                 name=NAME,
                 sources=[str(CSRC / s) for s in SOURCES],
                 extra_cflags=["-O3"],
                 extra_cuda_cflags=CUDA_FLAGS,
                 extra_include_paths=[str(CSRC)],
                 build_directory=build_dir,
+                is_python_module=False,
                 verbose=verbose,
             )
+            import torch
+
+            _module = torch.ops.tcsparse_kernels
     return _module
 
 
 if __name__ == "__main__":
-    module = load(verbose=True)
-    print(f"built {module.__file__}")
+    load(verbose=True)
+    print("built and loaded torch.ops.tcsparse_kernels")

@@ -64,11 +64,14 @@ def reference(row, col, values, x, m):
 
 
 def torch_tf32_error(row, col, values, x, m):
-    """Relative error of torch's TF32 dense matmul on (a sample of) the same rows and x."""
+    """Relative error of torch's TF32 dense matmul on (a sample of) the same rows and x. The
+    product is padded to at least 64 x 64 (zero rows, repeated columns), since cuBLAS takes a
+    non-Tensor-Core path for very thin shapes and would report fp32 error instead."""
     rows = min(m, 256)
     keep = row < rows
-    dense = torch.zeros(rows, x.shape[0], device="cuda")
+    dense = torch.zeros(max(rows, 64), x.shape[0], device="cuda")
     dense.index_put_((row[keep], col[keep]), values[keep], accumulate=True)
+    x = x.repeat(1, -(-64 // x.shape[1]))
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")
     try:
@@ -208,15 +211,26 @@ def test_sddmm(kernels, n):
     assert relative_error(out, ref) < 1e-5
 
 
-def test_binding_rejects_bad_inputs(kernels):
+def test_rejects_bad_inputs(kernels):
+    from torch_tcsparse import _ext
+    from torch_tcsparse.kernels import _layout_args
+
     row, col, values = random_matrix(100, 100, 4)
     layout, block_values = build_metcf(from_coo(row, col, values, 100, 100))
     x = torch.randn(100, 8, device="cuda")
-    with pytest.raises(RuntimeError, match="x must have 100 rows"):
+    with pytest.raises(ValueError, match="100 rows"):
         kernels.spmm(x[:50], block_values, layout, "base")
-    with pytest.raises(RuntimeError, match="float32"):
+    with pytest.raises(TypeError, match="float32"):
         kernels.spmm(x.double(), block_values.double(), layout, "base")
-    with pytest.raises(RuntimeError, match="CUDA"):
+    with pytest.raises(ValueError, match="cpu"):
         kernels.spmm(x.cpu(), block_values, layout, "base")
     with pytest.raises(ValueError, match="kernel"):
         kernels.spmm(x, block_values, layout, "fastest")
+    # The binding's own checks (TORCH_CHECK) for callers that skip the Python layer.
+    ops = _ext.load()
+    with pytest.raises(RuntimeError, match="x must have 100 rows"):
+        ops.spmm(x[:50], block_values, *_layout_args(layout), False, False, False)
+    with pytest.raises(RuntimeError, match="row_map must be 1-D"):
+        args = _layout_args(layout)
+        args[4] = args[4][:-1]
+        ops.spmm(x, block_values, *args, False, False, False)

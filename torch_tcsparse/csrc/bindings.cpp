@@ -2,7 +2,8 @@
 // The kernels themselves live in the .cu files, which never include torch headers.
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/extension.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include "metcf_spmm.h"
 
@@ -139,8 +140,21 @@ at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.doc() = "TF32 Tensor-Core SpMM / SDDMM on ME-TCF (torch_tcsparse)";
-    m.def("spmm", &spmm, "Y = A @ X on ME-TCF");
-    m.def("sddmm", &sddmm, "<grad_y[row], x[col]> for every nonzero in block order");
+// Registered as torch operators (torch.ops.tcsparse_kernels.*): errors raised by TORCH_CHECK
+// reach Python through the dispatcher as RuntimeError. The user-facing ops (autograd, fake
+// tensors) are defined in torch_tcsparse/ops.py on top of these.
+TORCH_LIBRARY(tcsparse_kernels, m) {
+    m.def(
+        "spmm(Tensor x, Tensor values, Tensor window_offsets, Tensor block_offsets, Tensor local_ids, "
+        "Tensor block_cols, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, int num_cols, "
+        "int chunk, bool balanced, bool deterministic, bool exact) -> Tensor");
+    m.def(
+        "sddmm(Tensor grad_y, Tensor x, Tensor window_offsets, Tensor block_offsets, Tensor local_ids, "
+        "Tensor block_cols, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, int num_cols, "
+        "int chunk) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
+    m.impl("spmm", &spmm);
+    m.impl("sddmm", &sddmm);
 }

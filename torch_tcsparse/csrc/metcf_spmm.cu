@@ -304,13 +304,88 @@ __global__ void __launch_bounds__(kThreads) metcf_base_kernel(MetcfArrays a, con
                                          w * WINDOW, n, nbase, warp, lane);
 }
 
-// Persistent grid over (chunk, column slice) items; a chunk is at most a.chunk TC blocks of one
-// window. Windows of one chunk store; windows of several add atomically into rows zeroed by
-// zero_shared_windows_kernel, or (deterministic) write their chunk's tile to the workspace.
+// The window holding chunk c: the last w with chunk_offsets[w] <= c.
+__device__ __forceinline__ int64_t window_of_chunk(const MetcfArrays& a, int64_t c) {
+    int64_t lo = 0, hi = a.num_windows;
+    while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) >> 1;
+        if (a.chunk_offsets[mid] <= c) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// Items are (column slice, chunk) pairs in slice-major order; thread block i of the persistent
+// grid takes the contiguous items [i * per, (i + 1) * per). Consecutive chunks of one window are
+// one segment (one pipeline, one combine); a window entirely inside one thread block's range
+// stores, a window cut by a range boundary adds atomically into rows zeroed beforehand.
+__device__ __forceinline__ int64_t items_per_block(int64_t items, int64_t grid) { return (items + grid - 1) / grid; }
+
+// At most 128 registers: 4 resident thread blocks (16 warps) per SM keep enough gathers in flight.
 template <int WINDOW, int NV, bool kVec4, bool kSplit>
-__global__ void __launch_bounds__(kThreads) metcf_balanced_kernel(MetcfArrays a, const float* __restrict__ values,
+__global__ void __launch_bounds__(kThreads, 4) metcf_balanced_kernel(MetcfArrays a, const float* __restrict__ values,
                                                                   const float* __restrict__ x, float* __restrict__ y,
-                                                                  int64_t n, int slices, float* __restrict__ workspace) {
+                                                                  int64_t n, int slices) {
+    __shared__ WarpStage stages[kWarps];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t chunks = a.chunk_offsets[a.num_windows];
+    const int64_t items = chunks * slices;
+    const int64_t per = items_per_block(items, gridDim.x);
+    const int64_t end = per * (blockIdx.x + 1) < items ? per * (blockIdx.x + 1) : items;
+    int64_t slice = -1, w = 0;
+    for (int64_t item = per * blockIdx.x; item < end;) {
+        const int64_t s = item / chunks, c = item % chunks;
+        if (s != slice) {
+            slice = s;
+            w = window_of_chunk(a, c);
+        } else {
+            while (a.chunk_offsets[w + 1] <= c) ++w;  // next non-empty window, usually w + 1
+        }
+        const int64_t first = a.chunk_offsets[w], last = a.chunk_offsets[w + 1];
+        const int64_t stop = last < c + (end - item) ? last : c + (end - item);
+        const int64_t wb = a.window_offsets[w], we = a.window_offsets[w + 1];
+        const int64_t rb = wb + (c - first) * a.chunk;
+        const int64_t re = wb + (stop - first) * a.chunk < we ? wb + (stop - first) * a.chunk : we;
+        const int64_t nbase = s * (32 * NV);
+        Acc<NV> acc;
+        zero_acc<NV>(acc);
+        warp_range<NV, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp, lane, acc);
+        const StoreMode mode = c == first && stop == last ? StoreMode::kStore : StoreMode::kAtomic;
+        combine_and_store<WINDOW, NV, kVec4>(acc, active_warps_for(re - rb), stages, mode, y, a.row_map, w * WINDOW, n,
+                                             nbase, warp, lane);
+        __syncthreads();  // the next segment refills the stages that the combine may have used
+        item += stop - c;
+    }
+}
+
+// One warp per window: zero the rows that metcf_balanced_kernel will not simply store, i.e. of
+// windows with no chunk, or cut by a thread-block range boundary in some column slice.
+__global__ void zero_shared_windows_kernel(MetcfArrays a, float* __restrict__ y, int64_t n, int slices, int64_t grid) {
+    const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (w >= a.num_windows) return;
+    const int64_t chunks = a.chunk_offsets[a.num_windows];
+    const int64_t per = items_per_block(chunks * slices, grid);
+    const int64_t first = a.chunk_offsets[w], count = a.chunk_offsets[w + 1] - first;
+    bool shared = count == 0;
+    for (int64_t s = 0; s < slices && !shared; ++s) {
+        const int64_t lo = s * chunks + first;
+        shared = lo / per != (lo + count - 1) / per;
+    }
+    if (!shared) return;
+    for (int slot = 0; slot < a.window; ++slot) {
+        const int64_t row = a.row_map[w * a.window + slot];
+        if (row < 0) continue;
+        for (int64_t col = lane; col < n; col += 32) y[row * n + col] = 0.f;
+    }
+}
+
+// Deterministic variant: a grid-stride loop over (chunk, slice) items; windows of one chunk
+// store, the chunks of larger windows write their tile to the workspace, which
+// sum_workspace_kernel adds up in chunk order.
+template <int WINDOW, int NV, bool kVec4, bool kSplit>
+__global__ void __launch_bounds__(kThreads)
+    metcf_balanced_workspace_kernel(MetcfArrays a, const float* __restrict__ values, const float* __restrict__ x,
+                                    float* __restrict__ y, int64_t n, int slices, float* __restrict__ workspace) {
     __shared__ WarpStage stages[kWarps];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t chunks = a.chunk_offsets[a.num_windows];
@@ -318,13 +393,7 @@ __global__ void __launch_bounds__(kThreads) metcf_balanced_kernel(MetcfArrays a,
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
         const int64_t c = item / slices;
         const int64_t nbase = (item % slices) * (32 * NV);
-        // The window holding chunk c: the last w with chunk_offsets[w] <= c.
-        int64_t lo = 0, hi = a.num_windows;
-        while (hi - lo > 1) {
-            const int64_t mid = (lo + hi) >> 1;
-            if (a.chunk_offsets[mid] <= c) lo = mid; else hi = mid;
-        }
-        const int64_t w = lo;
+        const int64_t w = window_of_chunk(a, c);
         const int64_t first = a.chunk_offsets[w];
         const int64_t count = a.chunk_offsets[w + 1] - first;
         const int64_t wend = a.window_offsets[w + 1];
@@ -333,27 +402,11 @@ __global__ void __launch_bounds__(kThreads) metcf_balanced_kernel(MetcfArrays a,
         Acc<NV> acc;
         zero_acc<NV>(acc);
         warp_range<NV, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp, lane, acc);
-        const StoreMode mode = count == 1 ? StoreMode::kStore
-                               : workspace ? StoreMode::kWorkspace
-                                           : StoreMode::kAtomic;
+        const StoreMode mode = count == 1 ? StoreMode::kStore : StoreMode::kWorkspace;
         float* dst = mode == StoreMode::kWorkspace ? workspace + c * WINDOW * n : y;
         combine_and_store<WINDOW, NV, kVec4>(acc, active_warps_for(re - rb), stages, mode, dst, a.row_map, w * WINDOW,
                                              n, nbase, warp, lane);
-        __syncthreads();  // the next item refills the stages that the combine may have used
-    }
-}
-
-// One warp per window: zero the rows of windows that are not written by exactly one chunk
-// (several chunks add into them; no chunk means the rows are zero).
-__global__ void zero_shared_windows_kernel(MetcfArrays a, float* __restrict__ y, int64_t n) {
-    const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (w >= a.num_windows) return;
-    if (a.chunk_offsets[w + 1] - a.chunk_offsets[w] == 1) return;
-    for (int slot = 0; slot < a.window; ++slot) {
-        const int64_t row = a.row_map[w * a.window + slot];
-        if (row < 0) continue;
-        for (int64_t col = lane; col < n; col += 32) y[row * n + col] = 0.f;
+        __syncthreads();
     }
 }
 
@@ -377,10 +430,12 @@ __global__ void sum_workspace_kernel(MetcfArrays a, const float* __restrict__ wo
 }
 
 int device_sm_count() {
-    int device = 0, count = 0;
+    static int counts[64] = {};  // per device; benign race: every writer stores the same value
+    int device = 0;
     cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    return count;
+    if (device >= 64) device = 63;
+    if (counts[device] == 0) cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device);
+    return counts[device] > 0 ? counts[device] : 1;
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -419,6 +474,13 @@ struct BaseLaunch {
     }
 };
 
+template <typename Kernel>
+int resident_blocks(Kernel kernel) {
+    int blocks = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0);
+    return blocks > 0 ? blocks : 1;
+}
+
 struct BalancedLaunch {
     const MetcfArrays& a;
     const float* values;
@@ -429,17 +491,25 @@ struct BalancedLaunch {
     cudaStream_t stream;
     template <int WINDOW, int NV, bool kVec4, bool kSplit>
     cudaError_t operator()() const {
-        const auto kernel = metcf_balanced_kernel<WINDOW, NV, kVec4, kSplit>;
-        static const int resident = [kernel] {
-            int blocks = 0;
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0);
-            return blocks > 0 ? blocks : 1;
-        }();
         const int slices = static_cast<int>(ceil_div(n, 32 * NV));
         // Upper bound of the item count without reading chunk_offsets back (no host sync).
         const int64_t items = (a.num_windows + a.num_blocks / std::max(a.chunk, 1) + 1) * slices;
+        if (workspace) {
+            const auto kernel = metcf_balanced_workspace_kernel<WINDOW, NV, kVec4, kSplit>;
+            static const int resident = resident_blocks(kernel);
+            const int64_t grid = std::min<int64_t>(items, static_cast<int64_t>(device_sm_count()) * resident);
+            kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, values, x, y, n, slices, workspace);
+            return cudaGetLastError();
+        }
+        const auto kernel = metcf_balanced_kernel<WINDOW, NV, kVec4, kSplit>;
+        static const int resident = resident_blocks(kernel);
         const int64_t grid = std::min<int64_t>(items, static_cast<int64_t>(device_sm_count()) * resident);
-        kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, values, x, y, n, slices, workspace);
+        const int64_t zero_threads = a.num_windows * 32;
+        zero_shared_windows_kernel<<<static_cast<unsigned>(ceil_div(zero_threads, 256)), 256, 0, stream>>>(a, y, n, slices,
+                                                                                                         grid);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+        kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, values, x, y, n, slices);
         return cudaGetLastError();
     }
 };
@@ -461,12 +531,6 @@ cudaError_t metcf_spmm_balanced_f32(const MetcfArrays& a, const float* values, c
                                     Precision precision, float* workspace, cudaStream_t stream) {
     if (a.num_windows == 0 || n == 0) return cudaSuccess;
     if (a.chunk < 1) return cudaErrorInvalidValue;
-    if (!workspace) {
-        const int64_t threads = a.num_windows * 32;
-        zero_shared_windows_kernel<<<static_cast<unsigned>(ceil_div(threads, 256)), 256, 0, stream>>>(a, y, n);
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) return err;
-    }
     cudaError_t err = dispatch(a, x, y, n, precision, BalancedLaunch{a, values, x, y, n, workspace, stream});
     if (err != cudaSuccess || !workspace) return err;
     const dim3 grid(static_cast<unsigned>(a.num_windows), static_cast<unsigned>(ceil_div(a.window * n, 1024)));

@@ -38,10 +38,11 @@ struct MetcfArrays {
 cudaError_t metcf_spmm_base_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
                                 Precision precision, cudaStream_t stream);
 
-// balanced: a fixed number of TC blocks (a chunk) per thread block. Without a workspace the
-// partial rows of windows spread over several chunks are combined with atomics (those rows are
-// zeroed first by the same call); with one (deterministic), they go to the workspace and are
-// summed in chunk order by a second kernel. workspace_floats(...) gives the size needed.
+// balanced: a persistent grid in which every thread block takes the same number of chunks (of
+// `chunk` TC blocks each, never straddling windows). Without a workspace, windows cut between
+// thread blocks are combined with atomics into rows the same call zeroes first; with one
+// (deterministic), every chunk of a multi-chunk window writes its tile to the workspace and a
+// second kernel sums them in chunk order. metcf_balanced_workspace_floats gives the size needed.
 cudaError_t metcf_spmm_balanced_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
                                     Precision precision, float* workspace, cudaStream_t stream);
 
