@@ -115,7 +115,7 @@ def test_uniform_windows_exact_makespans_and_ar_one():
     assert makespan == 3 * (block_units + 4)
     assert work == 12 * (block_units + 4)
     # Balanced with the same per-item cost: 12 chunks round robin on a grid of 4: identical.
-    assert balanced_makespan_units(s, 1, 4, block_units, split_units=0.0) == 3 * (block_units + 4)
+    assert balanced_makespan_units(s, 1, 4, block_units, split_units=0.0) == (3 * (block_units + 4), work)
     explanation = rank(s, 32, m)
     assert explanation.ar == pytest.approx(1.0)
     assert explanation.kernel == "base"
@@ -137,7 +137,7 @@ def test_hub_window_exact_makespans_and_large_ar():
     # item i runs on block i % 4, so block 0 gets 16 hub chunks and 16 small items.
     split = 2.0
     expected = 16 * (1.0 + 32 + split) + 16 * (1.0 + 1)
-    assert balanced_makespan_units(s, 1, 4, item_units=1.0, split_units=split) == expected
+    assert balanced_makespan_units(s, 1, 4, item_units=1.0, split_units=split)[0] == expected
     explanation = rank(s, 32, model(sm_count=2, resident=2))
     assert explanation.ar > 3.0
     assert explanation.kernel == "balanced"
@@ -149,7 +149,25 @@ def test_balanced_slices_match_explicit_items(slices, grid):
     s = shape([70, 0, 5, 33, 1, 100, 2])
     sizes, split = s.chunks
     items = np.repeat(1.5 + sizes + 2.0 * split, slices)  # slice fastest, as the kernel walks items
-    assert balanced_makespan_units(s, slices, grid, 1.5, 2.0) == pytest.approx(round_robin_makespan(items, grid))
+    makespan, work = balanced_makespan_units(s, slices, grid, 1.5, 2.0)
+    assert makespan == pytest.approx(round_robin_makespan(items, grid))
+    assert work == pytest.approx(items.sum())
+
+
+def test_kernel_time_splits_even_work_and_tail():
+    constants = {"launch_us": 5.0, "unit_us": 2.0, "tail_us": 0.5}
+    # 40 units of work on 4 slots: 10 even; a makespan of 30 leaves a tail of 20.
+    assert selector.kernel_time_us(constants, makespan=30.0, work=40.0, slots=4) == 5.0 + 2.0 * 10 + 0.5 * 20
+    assert selector.kernel_time_us(constants, makespan=10.0, work=40.0, slots=4) == 5.0 + 2.0 * 10
+
+
+def test_predicted_kernel_times_of_uniform_windows():
+    m = model(sm_count=2, resident=2)
+    s = shape([4] * 12)
+    explanation = rank(s, 32, m)
+    base = m.calibration.constants("base", 32)
+    # 3 waves of (block_units + 4) units, perfectly even: no tail.
+    assert explanation.costs_us["base"] == pytest.approx(base["launch_us"] + base["unit_us"] * 3 * (base["block_units"] + 4))
 
 
 def test_chunks_of_a_layout():

@@ -13,12 +13,14 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cu``:
 - base: grid (windows, column slices), blockIdx.x fastest, so thread blocks are issued window by
   window for slice 0, then for slice 1, ...; the hardware gives each block to the first slot that
   frees (list scheduling), with ``SMs x resident blocks per SM`` slots. A block costs
-  ``unit_us * (block_units + tc_blocks of its window)``;
+  ``block_units + tc_blocks of its window`` units;
 - balanced: a persistent grid of ``G = min(items, SMs x resident)`` blocks; block g handles items
   g, g + G, ... where items are (chunk, slice) pairs, slice fastest: a static round robin, so its
-  makespan is exact. An item costs ``unit_us * (item_units + tc_blocks of its chunk +
-  split_units if its window spans several chunks)`` (the atomic adds); a second small kernel zeroes
-  the rows of those windows first (``zero_us`` per row);
+  makespan is exact. An item costs ``item_units + tc_blocks of its chunk + split_units if its
+  window spans several chunks`` units (the atomic adds); a second small kernel zeroes the rows of
+  those windows first (``zero_us`` per row);
+- a kernel's time is ``launch_us + unit_us * work / slots + tail_us * (makespan - work / slots)``
+  (``kernel_time_us``): the evenly spread work, then the imbalance tail;
 - csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row`` (the gather of X
   per nonzero, the write of Y per row, the row-split imbalance of the longest row).
 
@@ -246,15 +248,27 @@ def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units
     return list_schedule_makespan(jobs, slots), float(jobs.sum())
 
 
-def balanced_makespan_units(shape: MatrixShape, slices: int, grid: int, item_units: float, split_units: float) -> float:
-    """Makespan of the balanced kernel's persistent grid in TC-block units (exact round robin)."""
+def balanced_makespan_units(
+    shape: MatrixShape, slices: int, grid: int, item_units: float, split_units: float
+) -> tuple[float, float]:
+    """(makespan, total work) of the balanced kernel's persistent grid in TC-block units (exact
+    round robin)."""
     sizes, split = shape.chunks
     per_chunk = item_units + sizes + split_units * split
+    work = float(per_chunk.sum()) * slices
     if grid % slices == 0:
         # Item c * slices + s runs on block (c * slices + s) mod grid: the slices of chunk c land
         # on the same group of `slices` consecutive blocks, group c mod (grid / slices).
-        return round_robin_makespan(per_chunk, grid // slices)
-    return round_robin_makespan(np.repeat(per_chunk, slices), grid)
+        return round_robin_makespan(per_chunk, grid // slices), work
+    return round_robin_makespan(np.repeat(per_chunk, slices), grid), work
+
+
+def kernel_time_us(constants: dict, makespan: float, work: float, slots: int) -> float:
+    """Launch, the work spread evenly over all slots at ``unit_us`` per unit, and the imbalance
+    tail (makespan beyond that) at ``tail_us``: blocks that run alone at the end of a launch share
+    their SM with fewer others, so a unit of tail may cost less than a unit of full occupancy."""
+    even = work / slots
+    return constants["launch_us"] + constants["unit_us"] * even + constants["tail_us"] * max(0.0, makespan - even)
 
 
 # Calibration and the device.
@@ -410,23 +424,25 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     slots = {path: model.sm_count * max(1, model.resident(path, n)) for path in KERNEL_CHOICES}
 
     base_units, base_work = base_makespan_units(shape, slices, slots["base"], base["block_units"])
-    balanced_units = balanced_makespan_units(
+    balanced_units, balanced_work = balanced_makespan_units(
         shape, slices, slots["balanced"], balanced["item_units"], balanced["split_units"]
     )
     # AR: the same per-block costs for both, so it measures only what balancing does to the
     # schedule (DTC-SpMM); the threshold accounts for the atomics and the extra zeroing pass.
-    balanced_same_cost = balanced_makespan_units(shape, slices, slots["balanced"], base["block_units"], 0.0)
+    balanced_same_cost, _ = balanced_makespan_units(shape, slices, slots["balanced"], base["block_units"], 0.0)
     ar = base_units / balanced_same_cost if balanced_same_cost > 0 else 1.0
 
     split_rows = shape.split_rows
+    base_us = kernel_time_us(base, base_units, base_work, slots["base"])
+    balanced_us = kernel_time_us(balanced, balanced_units, balanced_work, slots["balanced"])
     makespans = {
-        "base": base["unit_us"] * base_units,
-        "balanced": balanced["unit_us"] * balanced_units,
+        "base": base_us - base["launch_us"],
+        "balanced": balanced_us - balanced["launch_us"],
         "base_perfect_balance": base["unit_us"] * base_work / slots["base"],
     }
     costs = {
-        "base": base["launch_us"] + makespans["base"],
-        "balanced": balanced["launch_us"] + makespans["balanced"] + balanced["zero_us"] * split_rows,
+        "base": base_us,
+        "balanced": balanced_us + balanced["zero_us"] * split_rows,
         "csr": csr["launch_us"]
         + csr["nnz_us"] * shape.nnz
         + csr["row_us"] * shape.rows
