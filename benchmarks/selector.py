@@ -345,8 +345,13 @@ def main(argv=None) -> None:
     if args.refit_from:
         records, shapes, info = load_saved(Path(args.refit_from))
     else:
-        if not torch.cuda.is_available():
-            raise SystemExit("benchmarks/selector.py measures on a CUDA device; use --refit-from offline")
+        from torch_tcsparse import kernels
+
+        if not kernels.available():
+            raise SystemExit("benchmarks/selector.py measures on a CUDA device with the kernels built; "
+                             "use --refit-from offline")
+        if not hasattr(kernels, "occupancy"):
+            raise SystemExit("the selector needs kernels.occupancy(path, n) (resident thread blocks per SM)")
         torch.set_float32_matmul_precision("high")  # TF32, as benchmarks/spmm.py measures the kernels
         names = select_graphs(args.graphs)
         n_values = [int(v) for v in args.n.split(",")]
