@@ -264,3 +264,11 @@ def test_constructor_dtype_option():
     a = TCSparseTensor.from_edge_index(edge_index, dtype=torch.float64)
     assert a.dtype == torch.float64
     assert TCSparseTensor.from_scipy(sp.eye(3, format="csr"), dtype=torch.float16).dtype == torch.float16
+
+
+@pytest.mark.parametrize("layout", ["csc", "bsr"])
+def test_from_torch_refuses_other_sparse_layouts(layout):
+    dense = torch.eye(4)
+    tensor_ = dense.to_sparse_csc() if layout == "csc" else dense.to_sparse_bsr((2, 2))
+    with pytest.raises(TypeError, match=r"COO and CSR.*sparse_" + layout):
+        TCSparseTensor.from_torch(tensor_)
