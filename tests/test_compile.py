@@ -54,10 +54,20 @@ def test_function_with_sparse_product_compiles_to_eager_result(case, route):
     torch.testing.assert_close(compiled(a, x), torch.tanh(dense @ x) + 1)
 
 
-@pytest.mark.parametrize("route", ["torch.matmul", "A.matmul", "@"])
+FULLGRAPH_ROUTES = {
+    "torch.matmul": lambda a, x: torch.matmul(a, x),
+    "torch.mm": lambda a, x: torch.mm(a, x),
+    "A.matmul": lambda a, x: a.matmul(x),
+    "Tensor.matmul": lambda a, x: torch.Tensor.matmul(a, x),
+    "@": lambda a, x: a @ x,
+    "torch.sparse.mm": lambda a, x: torch.sparse.mm(a, x),
+}
+
+
+@pytest.mark.parametrize("route", list(FULLGRAPH_ROUTES))
 def test_sparse_product_compiles_fullgraph(case, route):
     a, dense, x = case
-    product = {"@": lambda a, x: a @ x, "torch.matmul": torch.matmul, "A.matmul": lambda a, x: a.matmul(x)}[route]
+    product = FULLGRAPH_ROUTES[route]
     compiled = torch.compile(product, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(a, x), dense @ x)
 
