@@ -186,19 +186,19 @@ def fit_bucket(records, shapes, n: int, slots: dict, csr_defaults: dict) -> dict
     base = best[1]
 
     best = None
-    split_rows = [s.split_rows for s in graph_shapes]
-    for item_units in BLOCK_UNITS_GRID:
+    for segment_units in BLOCK_UNITS_GRID:
         for split_units in SPLIT_UNITS_GRID:
-            spans = [
-                selector.balanced_makespan_units(s, slices, slots["balanced"], item_units, split_units) for s in graph_shapes
+            launches = [
+                selector.balanced_makespan_units(s, slices, slots["balanced"], segment_units, split_units)
+                for s in graph_shapes
             ]
-            even = [work / slots["balanced"] for _, work in spans]
-            features = np.array(
-                [[1.0, e, max(0.0, span - e), rows] for (span, _), e, rows in zip(spans, even, split_rows)]
-            )
-            (launch, unit, tail, zero), error = _nnls_relative(features, times["balanced"])
+            features = []
+            for launch, s in zip(launches, graph_shapes):
+                even = launch.work / slots["balanced"]
+                features.append([1.0, even, max(0.0, launch.makespan - even), launch.zeroed_windows * s.window])
+            (launch_us, unit, tail, zero), error = _nnls_relative(np.array(features), times["balanced"])
             if best is None or error < best[0]:
-                best = (error, {"launch_us": launch, "unit_us": unit, "tail_us": tail, "item_units": item_units,
+                best = (error, {"launch_us": launch_us, "unit_us": unit, "tail_us": tail, "segment_units": segment_units,
                                 "split_units": split_units, "zero_us": zero})
     balanced = best[1]
 

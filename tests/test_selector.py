@@ -19,7 +19,6 @@ from torch_tcsparse.selector import (
     list_schedule_exact,
     list_schedule_makespan,
     rank,
-    round_robin_makespan,
 )
 
 
@@ -65,10 +64,24 @@ def test_batched_schedule_is_exact_up_to_the_exact_limit():
         assert list_schedule_makespan(costs, slots) == list_schedule_exact(costs, slots)
 
 
-def test_round_robin_hand_built():
-    # Grid 2: block 0 runs jobs 0, 2, 4 (1 + 5 + 1), block 1 runs jobs 1, 3 (1 + 1).
-    assert round_robin_makespan([1, 1, 5, 1, 1], 2) == 7.0
-    assert round_robin_makespan([4, 2], 8) == 4.0
+def reference_balanced(window_blocks, slices, slots, segment_units, split_units):
+    """metcf_balanced_kernel's split written out item by item: the cost of every thread block."""
+    chunk = selector.BALANCE_CHUNK
+    chunk_window = [w for w, b in enumerate(window_blocks) for _ in range(-(-b // chunk))]
+    chunk_size = [min(chunk, window_blocks[w] - chunk * chunk_window[:c].count(w)) for c, w in enumerate(chunk_window)]
+    items = [(s, c) for s in range(slices) for c in range(len(chunk_window))]
+    upper = (len(window_blocks) + sum(window_blocks) // chunk + 1) * slices
+    per = -(-len(items) // min(upper, slots))
+    window_of = [(s, chunk_window[c]) for s, c in items]
+    costs = []
+    for start in range(0, len(items), per):
+        mine = range(start, min(start + per, len(items)))
+        cost = sum(chunk_size[items[i][1]] for i in mine)
+        for window in dict.fromkeys(window_of[i] for i in mine):
+            whole = all(window_of[i] != window for i in range(len(items)) if i not in mine)
+            cost += segment_units + (0 if whole else split_units)
+        costs.append(cost)
+    return max(costs), sum(costs)
 
 
 @pytest.mark.parametrize("kind", ["uniform", "power_law", "hubs", "lognormal"])
@@ -77,7 +90,7 @@ def test_fast_schedule_close_to_exact(kind, slots, jobs_per_slot):
     """Beyond EXACT_JOBS_PER_SLOT the heavy/fluid simulation is approximate: within 3% of heapq
     list scheduling on these random cases (observed worst about 2.3%, on hub cases of ~20 jobs per
     slot; below 0.5% at 100+ jobs per slot)."""
-    rng = np.random.default_rng(abs(hash((kind, slots, jobs_per_slot))) % 2**32)
+    rng = np.random.default_rng([len(kind), slots, jobs_per_slot])
     jobs = slots * jobs_per_slot
     assert jobs > selector.EXACT_JOBS_PER_SLOT * slots
     for _ in range(3):
@@ -114,8 +127,9 @@ def test_uniform_windows_exact_makespans_and_ar_one():
     makespan, work = base_makespan_units(s, slices=1, slots=4, block_units=block_units)
     assert makespan == 3 * (block_units + 4)
     assert work == 12 * (block_units + 4)
-    # Balanced with the same per-item cost: 12 chunks round robin on a grid of 4: identical.
-    assert balanced_makespan_units(s, 1, 4, block_units, split_units=0.0) == (3 * (block_units + 4), work)
+    # Balanced with the same cost per segment: 4 blocks of 3 whole windows each: identical.
+    launch = balanced_makespan_units(s, 1, 4, block_units, split_units=0.0)
+    assert (launch.makespan, launch.work, launch.zeroed_windows) == (3 * (block_units + 4), work, 0)
     explanation = rank(s, 32, m)
     assert explanation.ar == pytest.approx(1.0)
     assert explanation.kernel == "base"
@@ -128,31 +142,28 @@ def test_slices_multiply_the_jobs():
 
 
 def test_hub_window_exact_makespans_and_large_ar():
-    # One hub of 32 * 64 blocks and 63 windows of 1 block on 4 slots.
+    # One hub of 32 * 64 blocks and 63 windows of 1 block on 8 slots.
     blocks = [32 * 64] + [1] * 63
     s = shape(blocks)
-    base, _ = base_makespan_units(s, slices=1, slots=4, block_units=1.0)
+    base, _ = base_makespan_units(s, slices=1, slots=8, block_units=1.0)
     assert base == 1.0 + 32 * 64  # the hub's thread block alone
-    # Balanced: items 0..63 are the hub's chunks of 32 blocks (split), 64..126 the small windows;
-    # item i runs on block i % 4, so block 0 gets 16 hub chunks and 16 small items.
-    split = 2.0
-    expected = 16 * (1.0 + 32 + split) + 16 * (1.0 + 1)
-    assert balanced_makespan_units(s, 1, 4, item_units=1.0, split_units=split)[0] == expected
-    explanation = rank(s, 32, model(sm_count=2, resident=2))
+    # Balanced: 127 items, 16 per thread block; blocks 0-3 each take 16 hub chunks (512 TC blocks,
+    # one segment, cut by a range boundary so added atomically), blocks 4-7 the small windows.
+    launch = balanced_makespan_units(s, 1, 8, segment_units=1.0, split_units=2.0)
+    assert launch.makespan == 1.0 + 512 + 2.0
+    assert launch.zeroed_windows == 3  # the hub, cut by three range boundaries (counted per cut)
+    assert (launch.makespan, launch.work) == reference_balanced(blocks, 1, 8, 1.0, 2.0)
+    explanation = rank(s, 32, model(sm_count=4, resident=2))
     assert explanation.ar > 3.0
     assert explanation.kernel == "balanced"
     assert explanation.choice in ("balanced", "csr")
 
 
-@pytest.mark.parametrize("slices, grid", [(2, 8), (4, 8), (3, 8), (2, 7)])
-def test_balanced_slices_match_explicit_items(slices, grid):
-    s = shape([70, 0, 5, 33, 1, 100, 2])
-    sizes, split = s.chunks
-    items = np.repeat(1.5 + sizes + 2.0 * split, slices)  # slice fastest, as the kernel walks items
-    makespan, work = balanced_makespan_units(s, slices, grid, 1.5, 2.0)
-    assert makespan == pytest.approx(round_robin_makespan(items, grid))
-    assert work == pytest.approx(items.sum())
-
+@pytest.mark.parametrize("slices, slots", [(1, 3), (2, 8), (4, 8), (3, 5), (2, 1000)])
+def test_balanced_matches_item_by_item_reference(slices, slots):
+    blocks = [70, 0, 5, 33, 1, 100, 2, 0, 64, 31, 32]
+    launch = balanced_makespan_units(shape(blocks), slices, slots, 1.5, 2.0)
+    assert (launch.makespan, launch.work) == pytest.approx(reference_balanced(blocks, slices, slots, 1.5, 2.0))
 
 def test_kernel_time_splits_even_work_and_tail():
     constants = {"launch_us": 5.0, "unit_us": 2.0, "tail_us": 0.5}
@@ -172,10 +183,10 @@ def test_predicted_kernel_times_of_uniform_windows():
 
 def test_chunks_of_a_layout():
     s = shape([70, 0, 32, 33])
-    sizes, split = s.chunks
+    sizes, first = s.chunks
     assert sizes.tolist() == [32, 32, 6, 32, 32, 1]
-    assert split.tolist() == [True, True, True, False, True, True]
-    assert s.split_rows == 2 * 16
+    assert first.tolist() == [True, False, False, True, True, False]
+    assert s.empty_windows == 1
 
 
 # Ranking against csr.

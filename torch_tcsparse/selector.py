@@ -14,11 +14,12 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cu``:
   window for slice 0, then for slice 1, ...; the hardware gives each block to the first slot that
   frees (list scheduling), with ``SMs x resident blocks per SM`` slots. A block costs
   ``block_units + tc_blocks of its window`` units;
-- balanced: a persistent grid of ``G = min(items, SMs x resident)`` blocks; block g handles items
-  g, g + G, ... where items are (chunk, slice) pairs, slice fastest: a static round robin, so its
-  makespan is exact. An item costs ``item_units + tc_blocks of its chunk + split_units if its
-  window spans several chunks`` units (the atomic adds); a second small kernel zeroes the rows of
-  those windows first (``zero_us`` per row);
+- balanced: a persistent grid of ``G = min(items, SMs x resident)`` blocks over (slice, chunk)
+  items, slice-major; block i takes the contiguous items [i * per, (i + 1) * per) and handles the
+  consecutive chunks of one window as one segment: it costs ``segment_units`` per segment, its TC
+  blocks, and ``split_units`` per segment whose window crosses its range boundary (the atomic
+  adds). All blocks are co-resident, so the makespan is exact. A small kernel first zeroes the
+  rows of empty and cut windows (``zero_us`` per row);
 - a kernel's time is ``launch_us + unit_us * work / slots + tail_us * (makespan - work / slots)``
   (``kernel_time_us``): the evenly spread work, then the imbalance tail;
 - csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row`` (the gather of X
@@ -53,6 +54,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -166,19 +168,6 @@ def _heavy_fluid_schedule(costs: np.ndarray, slots: int) -> float:
     return _batched_schedule(free, costs[costs.size - tail :])
 
 
-def round_robin_makespan(costs, grid: int) -> float:
-    """Makespan of a persistent grid of ``grid`` blocks where block g runs jobs g, g + grid, ...;
-    all blocks co-resident (the balanced kernel's grid never exceeds the resident capacity)."""
-    costs = np.asarray(costs, dtype=np.float64)
-    if costs.size == 0:
-        return 0.0
-    grid = min(grid, costs.size)
-    full = costs.size // grid * grid
-    per_block = costs[:full].reshape(-1, grid).sum(axis=0)
-    per_block[: costs.size - full] += costs[full:]
-    return float(per_block.max())
-
-
 # The launch shapes of csrc/metcf_spmm.cu.
 
 
@@ -214,31 +203,33 @@ class MatrixShape:
         max_row = int((rowptr[1:] - rowptr[:-1]).max()) if layout.num_rows else 0
         return cls(layout.window, counts, layout.num_rows, layout.nnz, max_row)
 
-    @property
+    @functools.cached_property
     def tc_blocks(self) -> int:
         return int(self.window_blocks.sum())
 
     @functools.cached_property
     def chunks(self) -> tuple[np.ndarray, np.ndarray]:
         """TC blocks of every balanced chunk (``BALANCE_CHUNK`` blocks, the last of a window
-        shorter) in chunk order, and whether its window is split over several chunks."""
+        shorter) in chunk order, and whether it is the first chunk of its window."""
         per_window = -(-self.window_blocks // BALANCE_CHUNK)
         total = int(per_window.sum())
         sizes = np.full(total, BALANCE_CHUNK, dtype=np.int64)
         occupied = per_window > 0
-        end = np.cumsum(per_window)
-        sizes[end[occupied] - 1] = self.window_blocks[occupied] - (per_window[occupied] - 1) * BALANCE_CHUNK
-        # Mark the chunk ranges of split windows (few) by +1/-1 at their ends and a prefix sum.
-        split_windows = per_window > 1
-        marks = np.zeros(total + 1, dtype=np.int32)
-        marks[end[split_windows] - per_window[split_windows]] = 1
-        marks[end[split_windows]] = -1
-        return sizes, np.cumsum(marks[:-1]) > 0
+        end = np.cumsum(per_window)[occupied]
+        sizes[end - 1] = self.window_blocks[occupied] - (per_window[occupied] - 1) * BALANCE_CHUNK
+        first = np.zeros(total, dtype=bool)
+        first[end - per_window[occupied]] = True
+        return sizes, first
 
-    @property
-    def split_rows(self) -> int:
-        """Rows of windows spread over several chunks (zeroed, then added to atomically)."""
-        return int((self.window_blocks > BALANCE_CHUNK).sum()) * self.window
+    @functools.cached_property
+    def chunk_prefixes(self) -> tuple[np.ndarray, np.ndarray]:
+        """TC blocks, and first chunks of a window, before each chunk (length chunks + 1)."""
+        sizes, first = self.chunks
+        return np.concatenate([[0], np.cumsum(sizes)]), np.concatenate([[0], np.cumsum(first)])
+
+    @functools.cached_property
+    def empty_windows(self) -> int:
+        return int((self.window_blocks == 0).sum())
 
 
 def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units: float) -> tuple[float, float]:
@@ -248,19 +239,44 @@ def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units
     return list_schedule_makespan(jobs, slots), float(jobs.sum())
 
 
+class BalancedLaunch(NamedTuple):
+    makespan: float  # TC-block units
+    work: float  # TC-block units, all thread blocks
+    zeroed_windows: int  # cleared first: empty windows plus range boundaries inside a window
+
+
 def balanced_makespan_units(
-    shape: MatrixShape, slices: int, grid: int, item_units: float, split_units: float
-) -> tuple[float, float]:
-    """(makespan, total work) of the balanced kernel's persistent grid in TC-block units (exact
-    round robin)."""
-    sizes, split = shape.chunks
-    per_chunk = item_units + sizes + split_units * split
-    work = float(per_chunk.sum()) * slices
-    if grid % slices == 0:
-        # Item c * slices + s runs on block (c * slices + s) mod grid: the slices of chunk c land
-        # on the same group of `slices` consecutive blocks, group c mod (grid / slices).
-        return round_robin_makespan(per_chunk, grid // slices), work
-    return round_robin_makespan(np.repeat(per_chunk, slices), grid), work
+    shape: MatrixShape, slices: int, slots: int, segment_units: float, split_units: float
+) -> BalancedLaunch:
+    """The balanced kernel's persistent grid, exactly as ``metcf_balanced_kernel`` splits it.
+
+    Items are (slice, chunk) pairs, slice-major; the grid has ``G = min(upper bound of the items,
+    slots)`` thread blocks and block i takes the contiguous items [i * per, (i + 1) * per) with
+    per = ceil(items / G). Inside its range a block handles each window's consecutive chunks as one
+    segment (``segment_units`` for its pipeline start and combine); a segment whose window crosses
+    the range boundary adds atomically (``split_units``). All blocks are co-resident, so the
+    makespan is the largest block."""
+    sizes, first = shape.chunks
+    chunks = sizes.size
+    items = chunks * slices
+    if items == 0:
+        return BalancedLaunch(0.0, 0.0, shape.empty_windows)
+    upper = (shape.window_blocks.size + shape.tc_blocks // BALANCE_CHUNK + 1) * slices
+    per = -(-items // min(upper, slots))
+    starts = np.arange(0, items, per)
+    ends = np.minimum(starts + per, items)
+
+    def before(prefix: np.ndarray, item: np.ndarray) -> np.ndarray:  # sum over items < item
+        return (item // chunks) * prefix[-1] + prefix[item % chunks]
+
+    block_prefix, first_prefix = shape.chunk_prefixes
+    blocks = before(block_prefix, ends) - before(block_prefix, starts)
+    starts_inside = ~first[starts % chunks]  # the range begins in the middle of a window
+    ends_inside = (ends < items) & ~first[ends % chunks]  # the next item continues the last window
+    segments = before(first_prefix, ends) - before(first_prefix, starts) + starts_inside
+    cut = np.where(segments == 1, starts_inside | ends_inside, starts_inside.astype(np.int64) + ends_inside)
+    costs = segment_units * segments + blocks + split_units * cut
+    return BalancedLaunch(float(costs.max()), float(costs.sum()), shape.empty_windows + int(ends_inside.sum()))
 
 
 def kernel_time_us(constants: dict, makespan: float, work: float, slots: int) -> float:
@@ -424,17 +440,17 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     slots = {path: model.sm_count * max(1, model.resident(path, n)) for path in KERNEL_CHOICES}
 
     base_units, base_work = base_makespan_units(shape, slices, slots["base"], base["block_units"])
-    balanced_units, balanced_work = balanced_makespan_units(
-        shape, slices, slots["balanced"], balanced["item_units"], balanced["split_units"]
+    launch = balanced_makespan_units(
+        shape, slices, slots["balanced"], balanced["segment_units"], balanced["split_units"]
     )
     # AR: the same per-block costs for both, so it measures only what balancing does to the
     # schedule (DTC-SpMM); the threshold accounts for the atomics and the extra zeroing pass.
-    balanced_same_cost, _ = balanced_makespan_units(shape, slices, slots["balanced"], base["block_units"], 0.0)
+    balanced_same_cost = balanced_makespan_units(shape, slices, slots["balanced"], base["block_units"], 0.0).makespan
     ar = base_units / balanced_same_cost if balanced_same_cost > 0 else 1.0
 
-    split_rows = shape.split_rows
+    zeroed_rows = launch.zeroed_windows * shape.window
     base_us = kernel_time_us(base, base_units, base_work, slots["base"])
-    balanced_us = kernel_time_us(balanced, balanced_units, balanced_work, slots["balanced"])
+    balanced_us = kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"])
     makespans = {
         "base": base_us - base["launch_us"],
         "balanced": balanced_us - balanced["launch_us"],
@@ -442,7 +458,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     }
     costs = {
         "base": base_us,
-        "balanced": balanced_us + balanced["zero_us"] * split_rows,
+        "balanced": balanced_us + balanced["zero_us"] * zeroed_rows,
         "csr": csr["launch_us"]
         + csr["nnz_us"] * shape.nnz
         + csr["row_us"] * shape.rows
@@ -456,7 +472,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     write = windows * shape.window * n * value_bytes
     bytes_moved = {
         "base": gather + write,
-        "balanced": gather + write + 2 * split_rows * n * value_bytes,
+        "balanced": gather + write + 2 * zeroed_rows * n * value_bytes,
         "csr": shape.nnz * (n * value_bytes + 4 + value_bytes) + shape.rows * n * value_bytes,
     }
     features = {
@@ -467,7 +483,8 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "mean_nnz_per_tc_block": shape.nnz / blocks if blocks else 0.0,
         "blocks_per_window_mean": blocks / windows if windows else 0.0,
         "blocks_per_window_max": int(shape.window_blocks.max()) if windows else 0,
-        "split_windows": split_rows // shape.window,
+        "windows_over_32_blocks": int((shape.window_blocks > BALANCE_CHUNK).sum()),
+        "balanced_zeroed_windows": launch.zeroed_windows,
         "max_row_nnz": shape.max_row_nnz,
         "column_slices": slices,
     }
