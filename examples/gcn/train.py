@@ -27,8 +27,8 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import data as datasets  # noqa: E402
-from models import BACKENDS, GCN, LinkPredictor, prepare_graph  # noqa: E402
+import gcn_data as datasets  # noqa: E402
+from gcn_models import BACKENDS, GCN, LinkPredictor, prepare_graph  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -154,18 +154,20 @@ def train_node(task, config, backend, device, seed, progress, last_epoch=False):
         optimizer.step()
         return loss.item()
 
-    epoch_times, best, result = [], None, None
+    epoch_times, losses, best, result = [], [], None, None
     bar = tqdm(range(1, config["epochs"] + 1), disable=not progress, leave=False, desc=f"seed {seed}")
     for epoch in bar:
         loss, seconds = timed(device, step)
         epoch_times.append(seconds)
+        losses.append(loss)
         if epoch % config["eval_steps"] == 0 or epoch == config["epochs"]:
             result = evaluate_node(model, task, x, graph, edge_weight) | {"epoch": epoch}
             if best is None or result["valid"] > best["valid"]:
                 best = result
             bar.set_postfix(loss=f"{loss:.3f}", valid=f"{result['valid']:.3f}", test=f"{result['test']:.3f}")
     chosen = result if last_epoch else best
-    return {"metric": task.metric, **chosen, "preprocess_s": preprocess_s, "epoch_times": epoch_times}
+    return {"metric": task.metric, **chosen, "preprocess_s": preprocess_s, "epoch_times": epoch_times,
+            "losses": losses}
 
 
 # Link property prediction (ogbl-ddi).
@@ -231,18 +233,20 @@ def train_link(task, config, backend, device, seed, progress):
             total += loss.item() * perm.numel()
         return total / pos_train.size(0)
 
-    epoch_times, best = [], None
+    epoch_times, losses, best = [], [], None
     bar = tqdm(range(1, config["epochs"] + 1), disable=not progress, leave=False, desc=f"seed {seed}")
     for epoch in bar:
         loss, seconds = timed(device, epoch_pass)
         epoch_times.append(seconds)
+        losses.append(loss)
         if epoch % config["eval_steps"] == 0 or epoch == config["epochs"]:
             result = evaluate_link(model, predictor, emb, graph, edge_weight, split_edge, task.evaluator,
                                    config["batch_size"], device) | {"epoch": epoch}
             if best is None or result["valid"] > best["valid"]:
                 best = result
             bar.set_postfix(loss=f"{loss:.3f}", valid=f"{result['valid']:.3f}", test=f"{result['test']:.3f}")
-    return {"metric": "hits@20", **best, "preprocess_s": preprocess_s, "epoch_times": epoch_times}
+    return {"metric": "hits@20", **best, "preprocess_s": preprocess_s, "epoch_times": epoch_times,
+            "losses": losses}
 
 
 def run(argv=None) -> dict:
