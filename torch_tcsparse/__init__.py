@@ -1,5 +1,5 @@
 """torch_tcsparse: Tensor-Core SpMM for graphs, as a torch.Tensor subclass."""
-from . import ops
+from . import nn, ops
 from .tensor import TCSparseTensor
 
 __version__ = "0.1.0"
@@ -13,4 +13,4 @@ def spmm(a: TCSparseTensor, x, path: str = "auto"):
     return a.matmul(x, path=path)
 
 
-__all__ = ["TCSparseTensor", "spmm", "ops"]
+__all__ = ["TCSparseTensor", "spmm", "nn", "ops"]

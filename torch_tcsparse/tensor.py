@@ -18,11 +18,15 @@ from .structure import Structure
 SAVE_FORMAT_VERSION = 1
 
 
-def _structure(csr: CSR, window: int, reorder, symmetric: bool, seed: int) -> Structure:
+def _structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed: int) -> Structure:
     if window not in WINDOWS:
         raise ValueError(f"window must be one of {WINDOWS}, got {window}")
+    if symmetric is None:
+        symmetric = csr.num_rows == csr.num_cols
+    if symmetric and csr.num_rows != csr.num_cols:
+        raise ValueError(f"symmetric reordering needs a square matrix, got {csr.num_rows} x {csr.num_cols}")
     method, row_perm = _reorder(csr, reorder, symmetric, window, seed)
-    col_perm = row_perm if (symmetric and row_perm is not None and csr.num_rows == csr.num_cols) else None
+    col_perm = row_perm if (symmetric and row_perm is not None) else None
     return Structure(csr, window, row_perm, col_perm, method)
 
 
@@ -37,7 +41,7 @@ def _reorder(csr: CSR, reorder, symmetric: bool, window: int, seed: int):
     from . import reorder as reordering
 
     if reorder == "auto":
-        method, perm, _ = reordering.choose(csr, window=window, seed=seed)
+        method, perm, _ = reordering.choose(csr, window=window, seed=seed, symmetric=symmetric)
     else:
         method, perm = reorder, reordering.reorder(csr, reorder, symmetric=symmetric, window=window, seed=seed)
     return method, None if method == "none" else perm.to(csr.col.device)
@@ -74,12 +78,13 @@ class TCSparseTensor(torch.Tensor):
         return out
 
     @classmethod
-    def _build(cls, csr: CSR, window=16, reorder="none", symmetric=True, seed=0) -> "TCSparseTensor":
+    def _build(cls, csr: CSR, window=16, reorder="none", symmetric=None, seed=0) -> "TCSparseTensor":
         return cls(_structure(csr, window, reorder, symmetric, seed), csr.values)
 
     # Constructors. Keywords shared by all: dtype (cast the values), window (16 or 8 rows),
     # reorder ("none", "auto", a method of torch_tcsparse.reorder, or a row permutation),
-    # symmetric (apply the permutation to the columns too), seed (for randomized reorderings).
+    # symmetric (one permutation for rows and columns; default: for square matrices), seed (for
+    # randomized reorderings).
 
     @classmethod
     def from_edge_index(cls, edge_index, edge_weight=None, num_nodes=None, *, dtype=None, **options):
