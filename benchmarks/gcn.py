@@ -1,0 +1,305 @@
+"""GCN end to end: our GCNConv against PyG's, for speed (epoch time, peak memory) and accuracy.
+
+    python benchmarks/gcn.py                 # GPU: R-MAT scale 21 + every real graph, 10 accuracy seeds
+    python benchmarks/gcn.py --quick         # CPU smoke test: tiny sizes, 2 seeds, few epochs
+    python benchmarks/gcn.py --parts timing --graphs rmat,ogbl_ddi --tf32 off
+
+Timing: a 2-layer GCN with ogbn-products shapes (100 -> 256 -> 47, ReLU, dropout 0.5), an epoch
+being forward, cross-entropy over all nodes, backward and an Adam step; median over epochs after
+warm-up (CUDA events on GPU). Three propagation modes, each given the graph normalized once
+beforehand (what ``cached=True`` does), layers built from the same seed so the weights are equal:
+
+- ``tcsparse``: torch_tcsparse.nn.GCNConv on a TCSparseTensor;
+- ``pyg_edge_index``: torch_geometric.nn.GCNConv on (edge_index, edge_weight), gather-scatter;
+- ``pyg_csr``: torch_geometric.nn.GCNConv on a torch sparse CSR ``adj_t`` (torch.sparse.mm).
+
+The first forward of every mode is checked against the first mode's before anything is timed.
+Preprocessing (normalization and conversion) is timed apart, and peak GPU memory covers the
+mode's graph, model and training (features and labels, shared by all modes, included). The TF32
+flag sets torch's dense matmuls alike for all modes; our CUDA SpMM kernel is TF32 by design.
+
+Accuracy: examples/gcn/train.py with each backend over ``--seeds`` seeds: Cora and CiteSeer
+(test accuracy at the last epoch, Kipf & Welling's setup), ogbl-ddi (Hits@20, OGB's setup).
+Results: a table on stdout, CSV and PNG files in $OUT (default ./out).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO / "examples" / "gcn"))
+from common import out_dir  # noqa: E402
+from gcn_models import GCN, prepare_graph  # noqa: E402
+
+from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
+
+MODES = ("tcsparse", "pyg_edge_index", "pyg_csr")
+IN_CHANNELS, HIDDEN, CLASSES = 100, 256, 47  # ogbn-products
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes for a CPU smoke test")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--parts", default="timing,accuracy", help="comma list of: timing, accuracy")
+    parser.add_argument("--graphs", default=None,
+                        help="comma list: 'rmat' and/or real graph names (default: rmat and every real graph)")
+    parser.add_argument("--scale", type=int, default=None, help="R-MAT scale (default 21, --quick 12)")
+    parser.add_argument("--tf32", choices=("on", "off"), default="on")
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--epochs", type=int, default=None, help="timed epochs per mode")
+    parser.add_argument("--seeds", type=int, default=None, help="accuracy runs per backend (default 10)")
+    parser.add_argument("--accuracy-datasets", default="Cora,CiteSeer,ogbl-ddi")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.scale = args.scale if args.scale is not None else (12 if quick else 21)
+    args.warmup = args.warmup if args.warmup is not None else (1 if quick else 3)
+    args.epochs = args.epochs if args.epochs is not None else (2 if quick else 10)
+    args.seeds = args.seeds if args.seeds is not None else (2 if quick else 10)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    return args
+
+
+# Graphs.
+
+def benchmark_graphs(args):
+    """(name, edge_index, num_nodes) for every graph asked for; the real ones symmetrized."""
+    wanted = None if args.graphs is None else set(args.graphs.split(","))
+    if wanted is None or "rmat" in wanted:
+        row, col, num_nodes = synthetic.rmat(args.scale, device=args.device)
+        yield f"rmat{args.scale}", torch.stack([col, row]), num_nodes
+    paths = npz.list_graphs()
+    if args.quick and wanted is None:
+        paths = [p for p in paths if p.stem in ("planetoid_cora", "planetoid_citeseer")]
+    for path in paths:
+        if wanted is not None and path.stem not in wanted:
+            continue
+        adj = npz.load_adjacency(path, symmetrize=True).tocoo()
+        edge_index = torch.stack([torch.from_numpy(adj.col), torch.from_numpy(adj.row)]).long()
+        yield path.stem, edge_index.to(args.device), adj.shape[0]
+
+
+def graph_input(mode: str, edge_index, num_nodes: int):
+    """What the layers of ``mode`` receive: (graph, edge_weight), normalized once."""
+    if mode == "tcsparse":
+        return prepare_graph("tcsparse", edge_index, num_nodes)
+    index, weight = prepare_graph("pyg", edge_index, num_nodes)
+    if mode == "pyg_edge_index":
+        return index, weight
+    adj_t = torch.sparse_coo_tensor(index.flip(0), weight, (num_nodes, num_nodes)).coalesce().to_sparse_csr()
+    return adj_t, None
+
+
+# Timing.
+
+def synchronize(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_ms(fn, warmup: int, reps: int, device) -> float:
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(reps):
+        if torch.device(device).type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            start = time.perf_counter()
+            fn()
+            times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def time_mode(mode, edge_index, num_nodes, x, y, args, reference):
+    """One mode on one graph: preprocessing, correctness against ``reference``, epoch time, peak."""
+    device = args.device
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    synchronize(device)
+    start = time.perf_counter()
+    graph, edge_weight = graph_input(mode, edge_index, num_nodes)
+    synchronize(device)
+    preprocess_ms = 1000 * (time.perf_counter() - start)
+
+    backend = "tcsparse" if mode == "tcsparse" else "pyg"
+    torch.manual_seed(0)
+    model = GCN(backend, IN_CHANNELS, HIDDEN, CLASSES, num_layers=2, dropout=0.5).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model.eval()
+    with torch.no_grad():
+        out = model(x, graph, edge_weight)
+    error = 0.0 if reference is None else float((out - reference).norm() / reference.norm())
+    model.train()
+
+    def epoch():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x, graph, edge_weight), y)
+        loss.backward()
+        optimizer.step()
+
+    epoch_ms = median_ms(epoch, args.warmup, args.epochs, device)
+    peak_gb = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
+    return {"preprocess_ms": preprocess_ms, "epoch_ms": epoch_ms, "peak_gb": peak_gb, "rel_error": error}, out
+
+
+def run_timing(args):
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
+    torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+    rows = []
+    for name, edge_index, num_nodes in benchmark_graphs(args):
+        generator = torch.Generator(device=args.device).manual_seed(0)
+        x = torch.randn(num_nodes, IN_CHANNELS, device=args.device, generator=generator)
+        y = torch.randint(0, CLASSES, (num_nodes,), device=args.device, generator=generator)
+        reference = None
+        for mode in MODES:
+            row = {"graph": name, "nodes": num_nodes, "nnz": edge_index.size(1), "mode": mode, "tf32": args.tf32,
+                   "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"}
+            try:
+                result, out = time_mode(mode, edge_index, num_nodes, x, y, args, reference)
+                reference = out if reference is None else reference
+                row |= result
+            except torch.OutOfMemoryError:
+                row |= {"preprocess_ms": float("nan"), "epoch_ms": float("nan"), "peak_gb": float("nan"),
+                        "rel_error": float("nan"), "note": "out of memory"}
+            gc.collect()
+            rows.append(row)
+            print(format_timing_row(row), flush=True)
+        del x, y, edge_index, reference
+        gc.collect()
+    return rows
+
+
+def format_timing_row(row) -> str:
+    note = row.get("note", "")
+    # TF32 rounding in either product leaves a relative error near 1e-3; beyond 1e-2 is a bug.
+    if row["rel_error"] == row["rel_error"] and row["rel_error"] > 1e-2:
+        note = "MISMATCH against the first mode"
+    return (f"| {row['graph']} | {row['nodes']:,} | {row['nnz']:,} | {row['mode']} | {row['preprocess_ms']:.1f} | "
+            f"{row['epoch_ms']:.2f} | {row['peak_gb']:.2f} | {row['rel_error']:.1e} | {note} |")
+
+
+def speedups(rows):
+    """Per graph: PyG's epoch time over ours, per PyG mode."""
+    lines = []
+    for graph in dict.fromkeys(r["graph"] for r in rows):
+        by_mode = {r["mode"]: r for r in rows if r["graph"] == graph}
+        ours = by_mode.get("tcsparse", {}).get("epoch_ms", float("nan"))
+        parts = [f"{mode}: {by_mode[mode]['epoch_ms'] / ours:.2f}x" for mode in MODES[1:] if mode in by_mode]
+        lines.append(f"{graph}: speed-up (PyG epoch / ours) " + ", ".join(parts))
+    return lines
+
+
+# Accuracy.
+
+def run_accuracy(args):
+    import train
+
+    rows = []
+    for dataset in args.accuracy_datasets.split(","):
+        options = ["--dataset", dataset, "--runs", str(args.seeds), "--device", args.device, "--quiet"]
+        if dataset == "ogbl-ddi":
+            if not (SHARED_DATA / "ogb" / "ogbl_ddi").is_dir():
+                print(f"skipping ogbl-ddi: not found under {SHARED_DATA / 'ogb'}")
+                continue
+            options += ["--root", str(SHARED_DATA / "ogb")]
+            if args.quick:
+                options += ["--epochs", "1", "--hidden", "8", "--batch-size", "2000000"]
+        else:
+            if not (SHARED_DATA / "planetoid" / dataset).is_dir():
+                print(f"skipping {dataset}: not found under {SHARED_DATA / 'planetoid'}")
+                continue
+            options += ["--root", str(SHARED_DATA / "planetoid")]
+            if args.quick:
+                options += ["--epochs", "20"]
+        for backend in ("tcsparse", "pyg"):
+            summary = train.run(options + ["--backend", backend])
+            row = {"dataset": dataset, "backend": backend, "metric": summary["metric"], "seeds": args.seeds,
+                   "test_mean": summary["test_mean"], "test_std": summary["test_std"],
+                   "epoch_ms_median": summary["epoch_ms_median"], "preprocess_ms": 1000 * summary["preprocess_s"]}
+            rows.append(row)
+            print(f"| {dataset} | {backend} | {row['metric']} | {100 * row['test_mean']:.2f} ± "
+                  f"{100 * row['test_std']:.2f} | {row['seeds']} | {row['epoch_ms_median']:.2f} |", flush=True)
+    return rows
+
+
+# Output.
+
+def write_csv(path: Path, rows) -> None:
+    if not rows:
+        return
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_timing(path: Path, rows) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(graphs) * len(MODES)), 4))
+    width = 0.8 / len(MODES)
+    for i, mode in enumerate(MODES):
+        times = [next((r["epoch_ms"] for r in rows if r["graph"] == g and r["mode"] == mode), float("nan"))
+                 for g in graphs]
+        ax.bar([g + i * width for g in range(len(graphs))], times, width, label=mode)
+    ax.set_xticks([g + width for g in range(len(graphs))], graphs, rotation=45, ha="right")
+    ax.set_ylabel("epoch time (ms)")
+    ax.set_yscale("log")
+    ax.set_title(f"2-layer GCN {IN_CHANNELS}-{HIDDEN}-{CLASSES}, {rows[0]['device']}, TF32 {rows[0]['tf32']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    parts = set(args.parts.split(","))
+    unknown = parts - {"timing", "accuracy"}
+    if unknown:
+        raise SystemExit(f"--parts takes timing and/or accuracy, got {sorted(unknown)}")
+    folder = out_dir()
+    print(f"device {args.device}, torch {torch.__version__}, TF32 {args.tf32}")
+    if "timing" in parts:
+        print("| graph | nodes | nnz | mode | preprocess ms | epoch ms | peak GB | rel. error | note |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        rows = run_timing(args)
+        print("\n".join(speedups(rows)))
+        write_csv(folder / "gcn_timing.csv", rows)
+        if rows:
+            plot_timing(folder / "gcn_timing.png", rows)
+    if "accuracy" in parts:
+        print("| dataset | backend | metric | test (mean ± std, %) | seeds | epoch ms |")
+        print("|---|---|---|---|---|---|")
+        write_csv(folder / "gcn_accuracy.csv", run_accuracy(args))
+    print(f"CSV and PNG files in {folder}")
+
+
+if __name__ == "__main__":
+    main()
