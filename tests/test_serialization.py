@@ -127,3 +127,12 @@ def test_crafted_state_without_a_key_gives_value_error():
     buffer.seek(0)
     with pytest.raises(ValueError, match=r"rowptr"):
         torch.load(buffer, weights_only=True)
+
+
+def test_deepcopy_goes_through_the_same_rebuild():
+    import copy
+
+    original = TCSparseTensor.from_dense(random_dense(12, 7, 0.3, seed=6))
+    copied = copy.deepcopy(original)
+    assert_same(copied, original)
+    assert copied._structure is not original._structure

@@ -272,3 +272,17 @@ def test_from_torch_refuses_other_sparse_layouts(layout):
     tensor_ = dense.to_sparse_csc() if layout == "csc" else dense.to_sparse_bsr((2, 2))
     with pytest.raises(TypeError, match=r"COO and CSR.*sparse_" + layout):
         TCSparseTensor.from_torch(tensor_)
+
+
+def test_duplicate_summation_is_documented():
+    for constructor in (TCSparseTensor.from_edge_index, TCSparseTensor.from_coo, TCSparseTensor.from_csr):
+        assert "summed" in constructor.__doc__, constructor.__name__
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_stats_count_value_bytes_of_the_dtype(dtype):
+    a = TCSparseTensor.from_dense(random_dense(20, 20, 0.2, seed=17, dtype=dtype))
+    stats = a.stats()
+    value_bytes = torch.finfo(dtype).bits // 8
+    assert stats["csr_bytes"] == 21 * 4 + a.nnz * (4 + value_bytes)
+    assert stats["tc_blocks"] == a._structure.layout.num_blocks

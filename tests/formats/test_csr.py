@@ -164,3 +164,20 @@ def test_decreasing_rowptr_is_rejected_for_every_integer_dtype(index_dtype):
     rowptr = tensor([0, 2, 1, 3], dtype=index_dtype)
     with pytest.raises(ValueError, match=r"non-decreasing.*row 1"):
         csr_mod.from_csr_arrays(rowptr, tensor([0, 1, 2], dtype=index_dtype), None, 3, 3)
+
+
+@given(
+    num_rows=st.integers(1, 25),
+    num_cols=st.integers(1, 25),
+    density=st.sampled_from([0.0, 0.2, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_from_csr_arrays_with_unsorted_duplicated_rows(num_rows, num_cols, density, seed):
+    # Rows grouped (valid CSR) but columns in random order and repeated inside a row.
+    row, col, values = random_coo(num_rows, num_cols, density, seed, torch.float64, duplicates=True)
+    order = torch.sort(row, stable=True).indices
+    rowptr = torch.zeros(num_rows + 1, dtype=torch.long)
+    rowptr[1:] = torch.cumsum(torch.bincount(row, minlength=num_rows), 0)
+    csr = csr_mod.from_csr_arrays(rowptr, col[order], values[order], num_rows, num_cols)
+    assert_canonical(csr)
+    assert torch.equal(dense_of(csr), coo_to_dense(row, col, values, (num_rows, num_cols)))
