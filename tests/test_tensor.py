@@ -286,3 +286,38 @@ def test_stats_count_value_bytes_of_the_dtype(dtype):
     value_bytes = torch.finfo(dtype).bits // 8
     assert stats["csr_bytes"] == 21 * 4 + a.nnz * (4 + value_bytes)
     assert stats["tc_blocks"] == a._structure.layout.num_blocks
+
+
+REORDER_METHODS = ["tca", "jaccard", "shuffle", "rcm", "degree", "auto"]
+
+
+@pytest.mark.parametrize("method", REORDER_METHODS)
+@pytest.mark.parametrize("shape", [(45, 45), (45, 30)], ids=["square", "rectangular"])
+def test_reordered_tensor_multiplies_like_the_original(method, shape):
+    # The permutation only moves rows between windows: every product, the transpose and the
+    # gradients stay those of the user's matrix.
+    dense = random_dense(*shape, 0.1, seed=18, dtype=torch.float64, dense_row=4)
+    a = TCSparseTensor.from_dense(dense, reorder=method)
+    expected_methods = ("tca", "jaccard", "shuffle", "rcm", "degree", "none") if method == "auto" else (method,)
+    assert a.reorder_method in expected_methods
+    assert torch.equal(a.to_dense(), dense)
+    x = torch.randn(shape[1], 3, dtype=torch.float64, requires_grad=True)
+    for path in cpu_paths:
+        assert_matches_reference(a.matmul(x, path=path), dense, x)
+    xt = torch.randn(shape[0], 2, dtype=torch.float64)
+    assert_matches_reference(a.t() @ xt, dense.t(), xt)
+    (a @ x).sum().backward()
+    torch.testing.assert_close(x.grad, dense.t() @ torch.ones(shape[0], 3, dtype=torch.float64))
+
+
+def test_symmetric_reordering_defaults_and_refusals():
+    square = random_dense(20, 20, 0.2, seed=19)
+    perm = random_permutation(20, seed=2)
+    assert TCSparseTensor.from_dense(square, reorder=perm)._structure.col_perm is not None
+    assert TCSparseTensor.from_dense(square, reorder=perm, symmetric=False)._structure.col_perm is None
+    rectangular = random_dense(20, 12, 0.2, seed=19)
+    a = TCSparseTensor.from_dense(rectangular, reorder=perm)
+    assert a._structure.col_perm is None
+    assert torch.equal(a.t().to_dense(), rectangular.t())
+    with pytest.raises(ValueError, match=r"square.*20 x 12"):
+        TCSparseTensor.from_dense(rectangular, reorder=perm, symmetric=True)
