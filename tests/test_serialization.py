@@ -34,6 +34,7 @@ OPTIONS = {
     "permuted": dict(reorder=random_permutation(21, seed=3)),
     "permuted_rows_only": dict(reorder=random_permutation(21, seed=4), symmetric=False),
     "bfloat16": dict(dtype=torch.bfloat16),
+    "rcm": dict(reorder="rcm"),
 }
 
 
