@@ -17,7 +17,7 @@ Offline refit from a previous run's files (no GPU)::
 
     python benchmarks/selector.py --refit-from DIR --calibrate
 
-Outputs: ``measurements.json`` (times, device, occupancy), ``shapes.npz`` (TC blocks per window of
+Outputs: ``measurements.json`` (times, device, occupancy and column slices), ``shapes.npz`` (TC blocks per window of
 each graph, all the simulator reads), ``<family>.json`` (fitted calibration: copy it into
 torch_tcsparse/calibration/) and ``summary.txt``.
 """
@@ -118,6 +118,7 @@ def device_info(n_values) -> dict:
         "family": model.family,
         "sm_count": model.sm_count,
         "occupancy": {path: {str(n): model.resident(path, n) for n in n_values} for path in KERNEL_CHOICES},
+        "slices": {path: {str(n): model.slices(path, n) for n in n_values} for path in KERNEL_CHOICES},
         "calibration_in_package": model.calibration.source,
     }
 
@@ -148,11 +149,12 @@ def load_saved(folder: Path):
 
 
 def model_for(info: dict, calibration: Calibration) -> DeviceModel:
-    occupancy_by_n = info["occupancy"]
-
     class Measured(DeviceModel):
         def resident(self, path: str, n: int) -> int:
-            return int(occupancy_by_n[path][str(n)])
+            return int(info["occupancy"][path][str(n)])
+
+        def slices(self, path: str, n: int) -> int:
+            return int(info["slices"][path][str(n)])
 
     return Measured(info["name"], info["family"], info["sm_count"], calibration, None)
 
@@ -169,16 +171,15 @@ def _nnls_relative(features: np.ndarray, times: np.ndarray) -> tuple[np.ndarray,
     return coefficients, float(residual @ residual)
 
 
-def fit_bucket(records, shapes, n: int, slots: dict, csr_defaults: dict) -> dict:
+def fit_bucket(records, shapes, slices: dict, slots: dict, csr_defaults: dict) -> dict:
     """Constants of every path for one N from the records of that N."""
     times = {path: np.array([r["times_us"][path] for r in records]) for path in CHOICES}
     graph_shapes = [shapes[r["graph"]] for r in records]
-    slices = selector.column_slices(n)
     ones = np.ones(len(records))
 
     best = None
     for block_units in BLOCK_UNITS_GRID:
-        spans = [selector.base_makespan_units(s, slices, slots["base"], block_units) for s in graph_shapes]
+        spans = [selector.base_makespan_units(s, slices["base"], slots["base"], block_units) for s in graph_shapes]
         features = np.array([[1.0, work / slots["base"], max(0.0, span - work / slots["base"])] for span, work in spans])
         (launch, unit, tail), error = _nnls_relative(features, times["base"])
         if best is None or error < best[0]:
@@ -189,7 +190,7 @@ def fit_bucket(records, shapes, n: int, slots: dict, csr_defaults: dict) -> dict
     for segment_units in BLOCK_UNITS_GRID:
         for split_units in SPLIT_UNITS_GRID:
             launches = [
-                selector.balanced_makespan_units(s, slices, slots["balanced"], segment_units, split_units)
+                selector.balanced_makespan_units(s, slices["balanced"], slots["balanced"], segment_units, split_units)
                 for s in graph_shapes
             ]
             features = []
@@ -236,7 +237,8 @@ def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
     for n in sorted({r["n"] for r in records}):
         at_n = [r for r in records if r["n"] == n]
         slots = {path: info["sm_count"] * int(info["occupancy"][path][str(n)]) for path in KERNEL_CHOICES}
-        buckets[str(n)] = fit_bucket(at_n, shapes, n, slots, defaults.constants("csr", n))
+        slices = {path: int(info["slices"][path][str(n)]) for path in KERNEL_CHOICES}
+        buckets[str(n)] = fit_bucket(at_n, shapes, slices, slots, defaults.constants("csr", n))
     for n in selector.BUCKETS:  # keep every bucket present: unmeasured ones from the defaults
         buckets.setdefault(str(n), {path: defaults.constants(path, n) for path in CHOICES})
     data = {
@@ -350,8 +352,9 @@ def main(argv=None) -> None:
         if not kernels.available():
             raise SystemExit("benchmarks/selector.py measures on a CUDA device with the kernels built; "
                              "use --refit-from offline")
-        if not hasattr(kernels, "occupancy"):
-            raise SystemExit("the selector needs kernels.occupancy(path, n) (resident thread blocks per SM)")
+        missing = [name for name in ("occupancy", "column_slices") if not hasattr(kernels, name)]
+        if missing:
+            raise SystemExit(f"the selector needs kernels.{' and kernels.'.join(missing)}(path, n)")
         torch.set_float32_matmul_precision("high")  # TF32, as benchmarks/spmm.py measures the kernels
         names = select_graphs(args.graphs)
         n_values = [int(v) for v in args.n.split(",")]

@@ -236,9 +236,9 @@ def test_empty_matrix_goes_to_csr():
 # Shapes, buckets, calibration.
 
 
-@pytest.mark.parametrize("n, slices", [(1, 1), (32, 1), (33, 2), (64, 1), (96, 3), (100, 2), (128, 2), (256, 4)])
-def test_column_slices_follow_the_kernel(n, slices):
-    assert selector.column_slices(n) == slices
+@pytest.mark.parametrize("n, slices", [(1, 1), (32, 1), (33, 1), (64, 1), (96, 1), (128, 1), (256, 2), (512, 4)])
+def test_default_column_slices(n, slices):
+    assert selector.default_column_slices(n) == slices
 
 
 @pytest.mark.parametrize("n, bucket", [(1, 32), (32, 32), (33, 64), (128, 128), (129, 256), (300, 512)])
@@ -335,9 +335,9 @@ def test_choose_on_cpu_is_csr_and_explained():
 
 
 def test_explain_uses_the_bucket():
-    explanation = selector.explain(small_layout(), 40)
-    assert explanation.n == 64
-    assert explanation.features["column_slices"] == 1
+    explanation = selector.explain(small_layout(), 200)
+    assert explanation.n == 256
+    assert explanation.features["column_slices"] == 2
 
 
 # On a GPU: the occupancy the kernels report, and a chosen path that runs.
@@ -362,6 +362,7 @@ def test_choice_on_cuda_uses_kernel_occupancy_and_runs():
             resident = kernels.occupancy(path, width)
             assert resident >= 1
             assert explanation.slots[path] == props.multi_processor_count * resident
+            assert kernels.column_slices(path, width) >= 1
         assert explanation.candidates == selector.CHOICES
         x = torch.randn(n, width, device="cuda")
         expected = a.matmul(x, path="csr")

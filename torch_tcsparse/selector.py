@@ -171,11 +171,13 @@ def _heavy_fluid_schedule(costs: np.ndarray, slots: int) -> float:
 # The launch shapes of csrc/metcf_spmm.cu.
 
 
-def column_slices(n: int) -> int:
-    """Thread blocks per window along N: slices of 64 columns where ``use_wide_slices`` of
-    csrc/metcf_spmm.cu takes them (n >= 64 and the last slice at least half full), else 32."""
-    wide = n >= 64 and (n % 64 == 0 or n % 64 > 32)
-    return -(-n // (64 if wide else 32))
+def default_column_slices(n: int) -> int:
+    """Thread blocks per window along N without a CUDA device to ask (tests, explanations on the
+    CPU): columns per thread block as ``k_split_for`` of csrc/metcf_spmm.cu chose them when this
+    was written (32 up to N = 32, 64 up to 64, else 128). On a GPU ``kernels.column_slices``
+    answers for the compiled kernels."""
+    columns = 32 if n <= 32 else 64 if n <= 64 else 128
+    return -(-n // columns)
 
 
 def n_bucket(n: int) -> int:
@@ -363,6 +365,14 @@ class DeviceModel:
         with torch.cuda.device(self.cuda_index):
             return int(kernels.occupancy(path, n))
 
+    def slices(self, path: str, n: int) -> int:
+        """Thread blocks per row window (or chunk) along N of ``path``'s kernel at N = ``n``."""
+        if self.cuda_index is None:
+            return default_column_slices(n)
+        from . import kernels
+
+        return int(kernels.column_slices(path, n))
+
 
 @functools.lru_cache(maxsize=None)
 def _device_model(device: torch.device) -> DeviceModel:
@@ -416,7 +426,7 @@ class Explanation:
                 f"choice: {self.choice} ({self.reason})",
                 f"N={self.n} dtype={self.dtype} device={self.device} calibration={self.calibration}",
                 f"features: {row(self.features, _number)}",
-                f"slots: {row(self.slots, str)}",
+                f"slots (SMs x resident blocks): {row(self.slots, str)}",
                 f"simulated makespan (us): {row(self.makespans_us, lambda v: f'{v:.1f}')}",
                 f"approximation ratio AR = {self.ar:.3f} (threshold {self.ar_threshold:.3f}) -> {self.kernel}",
                 f"predicted time (us): {row(self.costs_us, lambda v: f'{v:.1f}')}",
@@ -436,16 +446,18 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     ``candidates``."""
     calibration = model.calibration
     base, balanced, csr = (calibration.constants(path, n) for path in CHOICES)
-    slices = column_slices(n)
+    slices = {path: max(1, model.slices(path, n)) for path in KERNEL_CHOICES}
     slots = {path: model.sm_count * max(1, model.resident(path, n)) for path in KERNEL_CHOICES}
 
-    base_units, base_work = base_makespan_units(shape, slices, slots["base"], base["block_units"])
+    base_units, base_work = base_makespan_units(shape, slices["base"], slots["base"], base["block_units"])
     launch = balanced_makespan_units(
-        shape, slices, slots["balanced"], balanced["segment_units"], balanced["split_units"]
+        shape, slices["balanced"], slots["balanced"], balanced["segment_units"], balanced["split_units"]
     )
     # AR: the same per-block costs for both, so it measures only what balancing does to the
     # schedule (DTC-SpMM); the threshold accounts for the atomics and the extra zeroing pass.
-    balanced_same_cost = balanced_makespan_units(shape, slices, slots["balanced"], base["block_units"], 0.0).makespan
+    balanced_same_cost = balanced_makespan_units(
+        shape, slices["balanced"], slots["balanced"], base["block_units"], 0.0
+    ).makespan
     ar = base_units / balanced_same_cost if balanced_same_cost > 0 else 1.0
 
     zeroed_rows = launch.zeroed_windows * shape.window
@@ -468,7 +480,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     windows, blocks = shape.window_blocks.size, shape.tc_blocks
     value_bytes = torch.finfo(dtype).bits // 8
     # Each column slice reads the sparse data again (values, one-byte ids, block columns).
-    gather = blocks * 8 * n * value_bytes + slices * (shape.nnz * (1 + value_bytes) + blocks * 8 * 4)
+    gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * (1 + value_bytes) + blocks * 8 * 4)
     write = windows * shape.window * n * value_bytes
     bytes_moved = {
         "base": gather + write,
@@ -486,7 +498,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "windows_over_32_blocks": int((shape.window_blocks > BALANCE_CHUNK).sum()),
         "balanced_zeroed_windows": launch.zeroed_windows,
         "max_row_nnz": shape.max_row_nnz,
-        "column_slices": slices,
+        "column_slices": slices["base"],
     }
 
     explanation = dict(
