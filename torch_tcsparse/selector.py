@@ -25,6 +25,12 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cu``:
 - csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row`` (the gather of X
   per nonzero, the write of Y per row, the row-split imbalance of the longest row).
 
+On a GPU, resident blocks per SM and column slices come from the compiled kernels
+(``kernels.occupancy(path, n)``, ``kernels.column_slices(path, n)``); without one (tests, CPU
+explanations) from the documented defaults. Not modelled: the deterministic balanced variant
+(``torch.use_deterministic_algorithms``: a grid-stride loop and a workspace sum) and the cost of
+3xTF32 when TF32 is disallowed; the calibration is measured with TF32, as the SpMM benchmark.
+
 Constants live in ``calibration/<family>.json`` (one per GPU family, ``default.json`` when the
 family has none), per N bucket; ``benchmarks/selector.py --calibrate`` fits them on measurements.
 
