@@ -166,14 +166,14 @@ __device__ __forceinline__ void compute_group(WarpStage& st, int buf, int nb, co
     }
 }
 
-// This warp's share of TC blocks [rb, re): groups warp, warp + kWarps, ... of kGroup blocks.
-template <int NV, bool kVec4, bool kSplit>
+// This warp's share of TC blocks [rb, re): groups kpart, kpart + KS, ... of kGroup blocks.
+template <int NV, int KS, bool kVec4, bool kSplit>
 __device__ __forceinline__ void warp_range(const MetcfArrays& a, const float* __restrict__ values,
                                            const float* __restrict__ x, int64_t n, int64_t nbase, int64_t rb,
-                                           int64_t re, WarpStage& st, int warp, int lane, Acc<NV>& acc) {
-    constexpr int64_t kStep = kWarps * kGroup;
-    int64_t b0 = rb + warp * kGroup;
-    if (b0 >= re) return;
+                                           int64_t re, WarpStage& st, int kpart, int lane, Acc<NV>& acc) {
+    constexpr int64_t kStep = KS * kGroup;
+    int64_t b0 = rb + kpart * kGroup;
+    if (b0 >= re || nbase >= n) return;
     issue_group(a, values, st, 0, b0, static_cast<int>(re - b0 < kGroup ? re - b0 : kGroup), lane);
     ptx::cp_async_commit();
     for (int it = 0; b0 < re; ++it, b0 += kStep) {
@@ -240,36 +240,38 @@ __device__ __forceinline__ void store_tile(const Acc<NV>& acc, StoreMode mode, f
     }
 }
 
-// Sum the warps' partial tiles into warp 0 (fixed order: deterministic) and store once.
-template <int WINDOW, int NV, bool kVec4>
+// Sum the partial tiles of the KS warps sharing a column slice into the first of them (fixed
+// order: deterministic), which stores once.
+template <int WINDOW, int NV, int KS, bool kVec4>
 __device__ __forceinline__ void combine_and_store(Acc<NV>& acc, int active_warps, void* smem, StoreMode mode,
                                                   float* dst, const int32_t* row_map, int64_t slot0, int64_t n,
                                                   int64_t nbase, int warp, int lane) {
     constexpr int kPerLane = NV * 16;
+    const int kpart = warp % KS, wslice = warp / KS;
     if (active_warps > 1) {
         float* red = static_cast<float*>(smem);
         __syncthreads();  // every warp is done with its stages, which the buffer below reuses
-        if (warp > 0 && warp < active_warps) {
+        if (kpart > 0 && kpart < active_warps) {
 #pragma unroll
             for (int s = 0; s < NV; ++s)
 #pragma unroll
                 for (int m = 0; m < 4; ++m)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) red[(((warp - 1) * kPerLane) + (s * 16 + m * 4 + e)) * 32 + lane] = acc[s][m][e];
+                    for (int e = 0; e < 4; ++e) red[((wslice * (KS - 1) + kpart - 1) * kPerLane + (s * 16 + m * 4 + e)) * 32 + lane] = acc[s][m][e];
         }
         __syncthreads();
-        if (warp == 0) {
+        if (kpart == 0) {
             for (int w = 1; w < active_warps; ++w) {
 #pragma unroll
                 for (int s = 0; s < NV; ++s)
 #pragma unroll
                     for (int m = 0; m < 4; ++m)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) acc[s][m][e] += red[(((w - 1) * kPerLane) + (s * 16 + m * 4 + e)) * 32 + lane];
+                        for (int e = 0; e < 4; ++e) acc[s][m][e] += red[((wslice * (KS - 1) + w - 1) * kPerLane + (s * 16 + m * 4 + e)) * 32 + lane];
             }
         }
     }
-    if (warp == 0) store_tile<WINDOW, NV, kVec4>(acc, mode, dst, row_map, slot0, n, nbase, lane);
+    if (kpart == 0) store_tile<WINDOW, NV, kVec4>(acc, mode, dst, row_map, slot0, n, nbase, lane);
 }
 
 template <int NV>
@@ -282,25 +284,30 @@ __device__ __forceinline__ void zero_acc(Acc<NV>& acc) {
             for (int e = 0; e < 4; ++e) acc[s][m][e] = 0.f;
 }
 
+template <int KS>
 __device__ __forceinline__ int active_warps_for(int64_t blocks) {
     const int64_t groups = (blocks + kGroup - 1) / kGroup;
-    return static_cast<int>(groups < kWarps ? groups : kWarps);
+    return static_cast<int>(groups < KS ? groups : KS);
 }
 
+// Output columns of one thread block: kWarps / KS warps side by side, 32 * NV columns each.
+template <int NV, int KS>
+__host__ __device__ constexpr int64_t columns_per_block() { return 32 * NV * (kWarps / KS); }
+
 // One thread block per (row window, column slice).
-template <int WINDOW, int NV, bool kVec4, bool kSplit>
+template <int WINDOW, int NV, int KS, bool kVec4, bool kSplit>
 __global__ void __launch_bounds__(kThreads) metcf_base_kernel(MetcfArrays a, const float* __restrict__ values,
                                                               const float* __restrict__ x, float* __restrict__ y,
                                                               int64_t n) {
     __shared__ WarpStage stages[kWarps];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t w = blockIdx.x;
-    const int64_t nbase = static_cast<int64_t>(blockIdx.y) * (32 * NV);
+    const int64_t nbase = static_cast<int64_t>(blockIdx.y) * columns_per_block<NV, KS>() + warp / KS * (32 * NV);
     const int64_t rb = a.window_offsets[w], re = a.window_offsets[w + 1];
     Acc<NV> acc;
     zero_acc<NV>(acc);
-    warp_range<NV, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp, lane, acc);
-    combine_and_store<WINDOW, NV, kVec4>(acc, active_warps_for(re - rb), stages, StoreMode::kStore, y, a.row_map,
+    warp_range<NV, KS, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp % KS, lane, acc);
+    combine_and_store<WINDOW, NV, KS, kVec4>(acc, active_warps_for<KS>(re - rb), stages, StoreMode::kStore, y, a.row_map,
                                          w * WINDOW, n, nbase, warp, lane);
 }
 
@@ -321,7 +328,7 @@ __device__ __forceinline__ int64_t window_of_chunk(const MetcfArrays& a, int64_t
 __device__ __forceinline__ int64_t items_per_block(int64_t items, int64_t grid) { return (items + grid - 1) / grid; }
 
 // At most 128 registers: 4 resident thread blocks (16 warps) per SM keep enough gathers in flight.
-template <int WINDOW, int NV, bool kVec4, bool kSplit>
+template <int WINDOW, int NV, int KS, bool kVec4, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 4) metcf_balanced_kernel(MetcfArrays a, const float* __restrict__ values,
                                                                   const float* __restrict__ x, float* __restrict__ y,
                                                                   int64_t n, int slices) {
@@ -345,12 +352,12 @@ __global__ void __launch_bounds__(kThreads, 4) metcf_balanced_kernel(MetcfArrays
         const int64_t wb = a.window_offsets[w], we = a.window_offsets[w + 1];
         const int64_t rb = wb + (c - first) * a.chunk;
         const int64_t re = wb + (stop - first) * a.chunk < we ? wb + (stop - first) * a.chunk : we;
-        const int64_t nbase = s * (32 * NV);
+        const int64_t nbase = s * columns_per_block<NV, KS>() + warp / KS * (32 * NV);
         Acc<NV> acc;
         zero_acc<NV>(acc);
-        warp_range<NV, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp, lane, acc);
+        warp_range<NV, KS, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp % KS, lane, acc);
         const StoreMode mode = c == first && stop == last ? StoreMode::kStore : StoreMode::kAtomic;
-        combine_and_store<WINDOW, NV, kVec4>(acc, active_warps_for(re - rb), stages, mode, y, a.row_map, w * WINDOW, n,
+        combine_and_store<WINDOW, NV, KS, kVec4>(acc, active_warps_for<KS>(re - rb), stages, mode, y, a.row_map, w * WINDOW, n,
                                              nbase, warp, lane);
         __syncthreads();  // the next segment refills the stages that the combine may have used
         item += stop - c;
@@ -382,7 +389,7 @@ __global__ void zero_shared_windows_kernel(MetcfArrays a, float* __restrict__ y,
 // Deterministic variant: a grid-stride loop over (chunk, slice) items; windows of one chunk
 // store, the chunks of larger windows write their tile to the workspace, which
 // sum_workspace_kernel adds up in chunk order.
-template <int WINDOW, int NV, bool kVec4, bool kSplit>
+template <int WINDOW, int NV, int KS, bool kVec4, bool kSplit>
 __global__ void __launch_bounds__(kThreads)
     metcf_balanced_workspace_kernel(MetcfArrays a, const float* __restrict__ values, const float* __restrict__ x,
                                     float* __restrict__ y, int64_t n, int slices, float* __restrict__ workspace) {
@@ -392,7 +399,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t items = chunks * slices;
     for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
         const int64_t c = item / slices;
-        const int64_t nbase = (item % slices) * (32 * NV);
+        const int64_t nbase = (item % slices) * columns_per_block<NV, KS>() + warp / KS * (32 * NV);
         const int64_t w = window_of_chunk(a, c);
         const int64_t first = a.chunk_offsets[w];
         const int64_t count = a.chunk_offsets[w + 1] - first;
@@ -401,10 +408,10 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t re = rb + a.chunk < wend ? rb + a.chunk : wend;
         Acc<NV> acc;
         zero_acc<NV>(acc);
-        warp_range<NV, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp, lane, acc);
+        warp_range<NV, KS, kVec4, kSplit>(a, values, x, n, nbase, rb, re, stages[warp], warp % KS, lane, acc);
         const StoreMode mode = count == 1 ? StoreMode::kStore : StoreMode::kWorkspace;
         float* dst = mode == StoreMode::kWorkspace ? workspace + c * WINDOW * n : y;
-        combine_and_store<WINDOW, NV, kVec4>(acc, active_warps_for(re - rb), stages, mode, dst, a.row_map, w * WINDOW,
+        combine_and_store<WINDOW, NV, KS, kVec4>(acc, active_warps_for<KS>(re - rb), stages, mode, dst, a.row_map, w * WINDOW,
                                              n, nbase, warp, lane);
         __syncthreads();
     }
@@ -440,9 +447,12 @@ int device_sm_count() {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// 64-column slices halve the repeated sparse work per output column but waste half a warp's
-// lanes when only 32 columns are left; take them when that waste is at most the last slice.
-bool use_wide_slices(int64_t n) { return n >= 64 && (n % 64 == 0 || n % 64 > 32); }
+// Warps splitting a window's TC blocks (the rest of the 4 warps take neighbouring 32-column
+// slices). Side by side, the warps gather the same X rows at the same time (one DRAM pass per
+// row, L1/L2 hits for the others) and fetch the sparse tiles once per thread block; splitting K
+// is only worth it when N leaves warps without columns. Measured on an H200 (R-MAT scale 18,
+// N = 128): 64 columns per warp and K split over 4 warps ran 2x slower than cuSPARSE.
+int k_split_for(int64_t n) { return n <= 32 ? 4 : n <= 64 ? 2 : 1; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -450,10 +460,10 @@ template <typename Launch>
 cudaError_t dispatch(const MetcfArrays& a, const float* x, float* y, int64_t n, Precision precision, Launch&& launch) {
     const bool vec4 = n % 4 == 0 && aligned16(x) && aligned16(y);
     return TCS_WINDOW_SWITCH(a.window, WINDOW, [&] {
-        return TCS_SLICE_SWITCH(use_wide_slices(n), NV, [&] {
+        return TCS_KSPLIT_SWITCH(k_split_for(n), KS, [&] {
             return TCS_BOOL_SWITCH(vec4, kVec4, [&] {
                 return TCS_BOOL_SWITCH(precision == Precision::kTF32x3, kSplit,
-                                       [&] { return launch.template operator()<WINDOW, NV, kVec4, kSplit>(); });
+                                       [&] { return launch.template operator()<WINDOW, 1, KS, kVec4, kSplit>(); });
             });
         });
     });
@@ -466,10 +476,10 @@ struct BaseLaunch {
     float* y;
     int64_t n;
     cudaStream_t stream;
-    template <int WINDOW, int NV, bool kVec4, bool kSplit>
+    template <int WINDOW, int NV, int KS, bool kVec4, bool kSplit>
     cudaError_t operator()() const {
-        const dim3 grid(static_cast<unsigned>(a.num_windows), static_cast<unsigned>(ceil_div(n, 32 * NV)));
-        metcf_base_kernel<WINDOW, NV, kVec4, kSplit><<<grid, kThreads, 0, stream>>>(a, values, x, y, n);
+        const dim3 grid(static_cast<unsigned>(a.num_windows), static_cast<unsigned>(ceil_div(n, columns_per_block<NV, KS>())));
+        metcf_base_kernel<WINDOW, NV, KS, kVec4, kSplit><<<grid, kThreads, 0, stream>>>(a, values, x, y, n);
         return cudaGetLastError();
     }
 };
@@ -489,19 +499,19 @@ struct BalancedLaunch {
     int64_t n;
     float* workspace;
     cudaStream_t stream;
-    template <int WINDOW, int NV, bool kVec4, bool kSplit>
+    template <int WINDOW, int NV, int KS, bool kVec4, bool kSplit>
     cudaError_t operator()() const {
-        const int slices = static_cast<int>(ceil_div(n, 32 * NV));
+        const int slices = static_cast<int>(ceil_div(n, columns_per_block<NV, KS>()));
         // Upper bound of the item count without reading chunk_offsets back (no host sync).
         const int64_t items = (a.num_windows + a.num_blocks / std::max(a.chunk, 1) + 1) * slices;
         if (workspace) {
-            const auto kernel = metcf_balanced_workspace_kernel<WINDOW, NV, kVec4, kSplit>;
+            const auto kernel = metcf_balanced_workspace_kernel<WINDOW, NV, KS, kVec4, kSplit>;
             static const int resident = resident_blocks(kernel);
             const int64_t grid = std::min<int64_t>(items, static_cast<int64_t>(device_sm_count()) * resident);
             kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, values, x, y, n, slices, workspace);
             return cudaGetLastError();
         }
-        const auto kernel = metcf_balanced_kernel<WINDOW, NV, kVec4, kSplit>;
+        const auto kernel = metcf_balanced_kernel<WINDOW, NV, KS, kVec4, kSplit>;
         static const int resident = resident_blocks(kernel);
         const int64_t grid = std::min<int64_t>(items, static_cast<int64_t>(device_sm_count()) * resident);
         const int64_t zero_threads = a.num_windows * 32;
@@ -519,7 +529,7 @@ struct BalancedLaunch {
 cudaError_t metcf_spmm_base_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
                                 Precision precision, cudaStream_t stream) {
     if (a.num_windows == 0 || n == 0) return cudaSuccess;
-    if (ceil_div(n, 32) > 65535 || a.num_windows > 0x7fffffffll) return cudaErrorInvalidConfiguration;
+    if (ceil_div(n, 128) > 65535 || a.num_windows > 0x7fffffffll) return cudaErrorInvalidConfiguration;
     return dispatch(a, x, y, n, precision, BaseLaunch{a, values, x, y, n, stream});
 }
 
