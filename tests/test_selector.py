@@ -368,3 +368,49 @@ def test_choice_on_cuda_uses_kernel_occupancy_and_runs():
         expected = a.matmul(x, path="csr")
         got = a.matmul(x, path=explanation.choice)
         torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * float(expected.abs().max()))
+
+
+# The calibration pipeline of benchmarks/selector.py, offline on synthetic measurements.
+
+
+def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "selector.py"
+    spec = importlib.util.spec_from_file_location("selector_benchmark", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    # Measurements made up from a known calibration (with a slower balanced kernel than the
+    # defaults), on graphs from uniform to heavy-tailed.
+    info = {
+        "name": "made-up GPU", "family": "madeup", "sm_count": 16,
+        "occupancy": {p: {str(n): 4 for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
+        "slices": {p: {str(n): selector.default_column_slices(n) for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
+    }
+    truth = Calibration.load("default")
+    for paths in truth.buckets.values():
+        paths["balanced"]["split_units"] = 6.0
+        paths["base"]["tail_us"] *= 0.5
+    model_truth = bench.model_for(info, truth)
+    rng = np.random.default_rng(0)
+    shapes, records = {}, []
+    for i in range(8):
+        blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 500 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
+        shapes[f"g{i}"] = MatrixShape(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i), int(blocks.max()) * 2)
+        for n in selector.BUCKETS:
+            costs = rank(shapes[f"g{i}"], n, model_truth).costs_us
+            records.append({"graph": f"g{i}", "n": n, "times_us": costs, "choice_us": 100.0})
+    bench.save(tmp_path / "run", records, shapes, info)
+
+    bench.main(["--refit-from", str(tmp_path / "run"), "--calibrate", "--out", str(tmp_path / "out")])
+    table = capsys.readouterr().out
+    assert "eval half" in table and table.rstrip().endswith("worst vs csr <= 1.10")
+    fitted = Calibration.from_dict(json.loads((tmp_path / "out" / "madeup.json").read_text()), "fitted")
+    assert set(fitted.buckets) == set(selector.BUCKETS)
+    assert fitted.csr_margin >= 0.05
+    scored = bench.score(records, shapes, info, fitted)
+    assert scored["hit_rate"] >= 0.9
+    assert scored["worst_vs_csr"] <= 1.10
