@@ -205,11 +205,11 @@ class MatrixShape:
 
     @classmethod
     def of(cls, layout: MetcfLayout) -> "MatrixShape":
-        offsets = layout.window_offsets
-        counts = (offsets[1:] - offsets[:-1]).cpu().numpy().astype(np.int64)
-        rowptr = layout.csr_rowptr
-        max_row = int((rowptr[1:] - rowptr[:-1]).max()) if layout.num_rows else 0
-        return cls(layout.window, counts, layout.num_rows, layout.nnz, max_row)
+        offsets, rowptr = layout.window_offsets, layout.csr_rowptr.long()
+        counts = (offsets[1:] - offsets[:-1]).long()
+        max_row = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
+        host = torch.cat([counts, max_row]).cpu().numpy()  # one read-back from the device
+        return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]))
 
     @functools.cached_property
     def tc_blocks(self) -> int:
