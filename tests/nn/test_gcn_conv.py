@@ -183,6 +183,16 @@ def test_gcn_norm_matrix_matches_pyg(kind):
     assert_close(ours.to_dense(), theirs.to_dense(), torch.float32)
 
 
+def test_gcn_norm_takes_the_node_count_from_an_edge_index():
+    edge_index = torch.tensor([[0, 1], [1, 0]])
+    isolated_last = gcn_norm(EdgeIndex(edge_index, sparse_size=(4, 4)))
+    assert isolated_last[0][:, -4:].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    inferred = gcn_norm(edge_index)
+    assert inferred[0].size(1) == 2 + 2
+    with pytest.raises(TypeError, match="must hold integers"):
+        gcn_norm(edge_index.double())
+
+
 def test_gcn_norm_target_to_source_flow():
     edge_index, edge_weight = random_graph()
     ours = gcn_norm(edge_index, edge_weight, 60, flow="target_to_source")

@@ -49,6 +49,18 @@ def _check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     return edge_index.long()
 
 
+def _infer_num_nodes(edge_index: Tensor) -> int:
+    """An EdgeIndex's known size, else the largest index + 1 (PyG's ``maybe_num_nodes``)."""
+    if EdgeIndex is not None and isinstance(edge_index, EdgeIndex):
+        known = [s for s in edge_index.sparse_size() if s is not None]
+        if known:
+            return max(known)
+        edge_index = edge_index.as_tensor()
+    if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or edge_index.dtype == torch.bool:
+        raise TypeError(f"edge_index must hold integers, got dtype {edge_index.dtype}")
+    return int(edge_index.max()) + 1 if edge_index.numel() else 0
+
+
 def _check_edge_weight(edge_weight: Tensor | None, num_edges: int, device) -> None:
     if edge_weight is None:
         return
@@ -144,7 +156,7 @@ def gcn_norm(
         raise TypeError(f"edge_index must be a Tensor, EdgeIndex, torch sparse tensor or TCSparseTensor, "
                         f"got {type(edge_index).__name__}")
     if num_nodes is None:
-        num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+        num_nodes = _infer_num_nodes(edge_index)
     edge_index = _check_edge_index(edge_index, num_nodes)
     _check_edge_weight(edge_weight, edge_index.size(1), edge_index.device)
     return _normalized_edges(edge_index, edge_weight, num_nodes, fill, add_self_loops, flow, dtype)
