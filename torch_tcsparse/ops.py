@@ -43,7 +43,7 @@ def resolve_path(path: str, x: Tensor) -> str:
         raise ValueError(f"path 'csr' on the CPU supports {CPU_CSR_DTYPES}, got {x.dtype}; use 'reference' or 'auto'")
     if path != "auto":
         return path
-    if x.is_cuda and x.dtype in KERNEL_DTYPES and _kernels_available():
+    if kernels_apply(x):
         return "base"
     if x.dtype in CPU_CSR_DTYPES or x.is_cuda:
         return "csr"
@@ -54,6 +54,11 @@ def _kernels_available() -> bool:
     from . import kernels
 
     return kernels.available()
+
+
+def kernels_apply(x: Tensor) -> bool:
+    """Whether the Tensor-Core kernels can multiply this operand (device, dtype, built)."""
+    return x.is_cuda and x.dtype in KERNEL_DTYPES and _kernels_available()
 
 
 def _layout(tensors, window: int, num_rows: int, num_cols: int) -> MetcfLayout:
@@ -150,7 +155,7 @@ def _(x, values, layout, layout_t, window, num_rows, num_cols, path):
 def sddmm(grad_y: Tensor, x: Tensor, layout: list[Tensor], window: int, num_rows: int, num_cols: int) -> Tensor:
     """For every nonzero (row, col) of the ME-TCF matrix, in block order: <grad_y[row], x[col]>."""
     a = _layout(layout, window, num_rows, num_cols)
-    if x.is_cuda and x.dtype in KERNEL_DTYPES and a.nnz and _kernels_available():
+    if a.nnz and kernels_apply(x):
         from . import kernels
 
         return kernels.sddmm(grad_y, x, a)

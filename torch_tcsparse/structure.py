@@ -7,6 +7,7 @@ import torch
 
 from .formats.csr import CSR, transpose
 from .formats.metcf import MetcfLayout, build_metcf
+from .selector import SelectionCache
 
 
 def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
@@ -31,6 +32,7 @@ class Structure:
         self.block_order = inverse_permutation(self.layout.csr_gather)
         self._transpose: Structure | None = None
         self._transpose_order: torch.Tensor | None = None
+        self.selection = SelectionCache()
 
     @property
     def nnz(self) -> int:

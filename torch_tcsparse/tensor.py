@@ -133,6 +133,11 @@ class TCSparseTensor(torch.Tensor):
         """TC blocks, MeanNnzTC, blocks per window (mean, std, max), bytes against CSR."""
         return self._structure.stats(self._values.element_size())
 
+    def explain(self, n: int):
+        """Why ``A @ X`` with N columns runs the path it runs: features, simulated makespans of the
+        kernels, predicted costs, and the choice (see ``torch_tcsparse.selector``)."""
+        return self._structure.selection.explain(self._structure.layout, n, self.dtype, self.device)
+
     def with_values(self, values: torch.Tensor) -> "TCSparseTensor":
         """Same sparsity structure, new values given in canonical CSR order (``A.csr`` order)."""
         check_values(values, self.nnz, self.device)
@@ -198,6 +203,8 @@ class TCSparseTensor(torch.Tensor):
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self._values.requires_grad)
         values = self._values[self._structure.block_order] if needs_grad and self._values.requires_grad else self._block_values
         s = self._structure
+        if path == "auto" and ops.kernels_apply(x):
+            path = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
         layout_t = s.transposed()[0].layout.tensors() if needs_grad and x.requires_grad else []
         y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
         return y.squeeze(1) if vector else y
