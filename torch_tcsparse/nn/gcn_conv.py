@@ -8,21 +8,26 @@ What differs is only where the work goes: the normalized adjacency becomes a ``T
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from torch import Tensor
 
 from ..tensor import TCSparseTensor
 
-try:  # PyG's EdgeIndex (torch_geometric >= 2.5) is a Tensor subclass carrying its sparse size.
-    from torch_geometric import EdgeIndex
-except ImportError:  # pragma: no cover - torch-geometric is a dependency
-    EdgeIndex = None
 
 __all__ = ["GCNConv", "gcn_norm"]
 
 _SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
 _FLOWS = ("source_to_target", "target_to_source")
+
+
+def _is_pyg_edge_index(value) -> bool:
+    """A PyG ``EdgeIndex`` (torch_geometric >= 2.5), a Tensor subclass carrying its sparse size.
+    Looked up without importing torch_geometric (seconds): an EdgeIndex implies it is loaded."""
+    module = sys.modules.get("torch_geometric")
+    edge_index_class = getattr(module, "EdgeIndex", None)
+    return edge_index_class is not None and isinstance(value, edge_index_class)
 
 
 def _is_torch_sparse(value) -> bool:
@@ -31,7 +36,7 @@ def _is_torch_sparse(value) -> bool:
 
 def _check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     """A plain int64 [2, E] tensor with every index in [0, num_nodes)."""
-    if EdgeIndex is not None and isinstance(edge_index, EdgeIndex):
+    if _is_pyg_edge_index(edge_index):
         size = edge_index.sparse_size()
         if any(s is not None and s != num_nodes for s in size):
             raise ValueError(f"EdgeIndex has sparse size {tuple(size)} but the graph has {num_nodes} nodes")
@@ -51,7 +56,7 @@ def _check_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
 
 def _infer_num_nodes(edge_index: Tensor) -> int:
     """An EdgeIndex's known size, else the largest index + 1 (PyG's ``maybe_num_nodes``)."""
-    if EdgeIndex is not None and isinstance(edge_index, EdgeIndex):
+    if _is_pyg_edge_index(edge_index):
         known = [s for s in edge_index.sparse_size() if s is not None]
         if known:
             return max(known)
