@@ -59,6 +59,21 @@ class Clusters:
         return Clusters(labels, rank, size)
 
 
+    def split_oversize(self, cap: int) -> "Clusters":
+        """Cut every cluster above ``cap`` rows after its first ``cap`` arrivals; the rest become new clusters."""
+        over = self.size > cap
+        if not bool(over.any()):
+            return self
+        count = self.count
+        tail_id = torch.full((count,), -1, dtype=torch.long, device=self.size.device)
+        tail_id[over] = count + torch.arange(int(over.sum()), device=self.size.device)
+        moves = (self.rank >= cap) & over[self.labels]
+        labels = torch.where(moves, tail_id[self.labels], self.labels)
+        rank = torch.where(moves, self.rank - cap, self.rank)
+        size = torch.bincount(labels, minlength=count + int(over.sum()))
+        return Clusters(labels, rank, size)
+
+
 def pair_keys(u: torch.Tensor, v: torch.Tensor, weight: torch.Tensor, salt: int) -> torch.Tensor:
     """Unique-ish int64 priority per unordered pair: quantised weight, then a seeded hash."""
     low, high = torch.minimum(u, v), torch.maximum(u, v)

@@ -51,8 +51,14 @@ def lsh_candidates(sig: torch.Tensor, active: torch.Tensor, bands: int, neighbou
     return torch.cat(us), torch.cat(vs)
 
 
-def agglomerate(clusters: Clusters, sig: torch.Tensor, cap: int, rounds: int, seed: int) -> Clusters:
-    """Merge the most similar clusters (estimated Jaccard of their unions) up to ``cap`` members."""
+def agglomerate(clusters: Clusters, sig: torch.Tensor, cap: int, rounds: int, seed: int, split: bool) -> Clusters:
+    """Merge the most similar clusters (estimated Jaccard of their unions), at most ``cap`` members each.
+
+    With ``split``, two partial clusters may merge past ``cap`` and the merged cluster is cut
+    after its first ``cap`` rows: two 13-row halves of one community become a full window and
+    a 10-row rest instead of both staying stuck below ``cap``.
+    """
+    limit = 2 * cap - 2 if split else cap
     for step in range(rounds):
         count = clusters.count
         active = torch.nonzero(clusters.size < cap).flatten()
@@ -60,7 +66,7 @@ def agglomerate(clusters: Clusters, sig: torch.Tensor, cap: int, rounds: int, se
             break
         group_sig = group_signatures(sig, clusters.labels, count)
         u, v = lsh_candidates(group_sig, active, BANDS, NEIGHBOURS)
-        fits = clusters.size[u] + clusters.size[v] <= cap
+        fits = clusters.size[u] + clusters.size[v] <= limit
         u, v = u[fits], v[fits]
         if u.numel() == 0:
             break
@@ -69,6 +75,8 @@ def agglomerate(clusters: Clusters, sig: torch.Tensor, cap: int, rounds: int, se
         if keep.numel() == 0:
             break
         clusters = clusters.merge(keep, absorbed)
+        if split:
+            clusters = clusters.split_oversize(cap)
     return clusters
 
 
@@ -76,13 +84,15 @@ def tca_order(csr: CSR, window: int, seed: int, group: int = GROUP_WINDOWS) -> t
     sig = row_signatures(csr, NUM_HASHES, seed)
     device = sig.device
 
-    rows = agglomerate(Clusters.singletons(csr.num_rows, device), sig, window, ROUNDS_ROWS, seed)
+    rows = agglomerate(Clusters.singletons(csr.num_rows, device), sig, window, ROUNDS_ROWS, seed, split=True)
     rows = pack_windows(rows, window)
 
     # Hierarchy II over the windows (full clusters): groups of up to ``group`` windows.
     window_sig = group_signatures(sig, rows.labels, rows.count)
     full = torch.nonzero(rows.size == window).flatten()
-    groups = agglomerate(Clusters.singletons(full.numel(), device), window_sig[full], group, ROUNDS_GROUPS, seed + 1)
+    groups = agglomerate(
+        Clusters.singletons(full.numel(), device), window_sig[full], group, ROUNDS_GROUPS, seed + 1, split=False
+    )
     window_key = torch.zeros(rows.count, dtype=torch.long, device=device)
     window_key[full] = groups.labels * max(full.numel(), 1) + groups.rank
     partial = torch.nonzero(rows.size < window).flatten()

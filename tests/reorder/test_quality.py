@@ -1,0 +1,59 @@
+"""Block counts: the methods find planted communities, and "auto" never adds blocks."""
+import pytest
+import torch
+
+from torch_tcsparse.formats.metcf import count_blocks
+from torch_tcsparse.reorder import choose, reorder
+
+from .graphs import band, sbm
+
+
+def blocks(csr, perm=None, window=16):
+    return int(count_blocks(csr, window, perm).sum())
+
+
+@pytest.fixture(scope="module")
+def planted():
+    # Communities of 32 nodes: in the planted order every window lies inside one community.
+    ordered = sbm(4096, 32, 0.3, 4.0, seed=7, shuffle=False)
+    shuffled = sbm(4096, 32, 0.3, 4.0, seed=7, shuffle=True)
+    return ordered, shuffled
+
+
+def test_best_method_recovers_planted_order_within_1_3x(planted):
+    ordered, shuffled = planted
+    best = min(blocks(shuffled, reorder(shuffled, m)) for m in ("tca", "shuffle", "jaccard", "rcm"))
+    assert best <= 1.3 * blocks(ordered)
+    assert best < 0.75 * blocks(shuffled)
+
+
+def test_auto_reorders_shuffled_communities(planted):
+    _, shuffled = planted
+    method, perm, report = choose(shuffled)
+    assert method != "none"
+    assert report["blocks_chosen"] == blocks(shuffled, perm) < 0.9 * report["blocks_none"]
+    assert report["methods"][method]["blocks"] == report["blocks_chosen"]
+
+
+@pytest.mark.parametrize("window", [8, 16])
+def test_auto_keeps_band_order(window):
+    csr = band(2048, 4)
+    method, perm, report = choose(csr, window=window, candidates=("tca", "shuffle", "jaccard", "degree"))
+    assert method == "none" and torch.equal(perm, torch.arange(2048))
+    assert report["blocks_chosen"] == report["blocks_none"] == blocks(csr, window=window)
+
+
+def test_auto_never_adds_blocks_on_random_rows():
+    gen = torch.Generator().manual_seed(3)
+    from torch_tcsparse.formats.csr import from_coo
+
+    csr = from_coo(torch.randint(0, 500, (3000,), generator=gen), torch.randint(0, 500, (3000,), generator=gen), None, 500, 500)
+    _, perm, report = choose(csr)
+    assert blocks(csr, perm) == report["blocks_chosen"] <= report["blocks_none"]
+
+
+def test_choose_validation(planted):
+    with pytest.raises(ValueError, match="'louvain'"):
+        choose(planted[0], candidates=("tca", "louvain"))
+    with pytest.raises(ValueError, match="1.5"):
+        choose(planted[0], min_gain=1.5)
