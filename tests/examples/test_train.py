@@ -132,6 +132,10 @@ def test_write_validation(tmp_path):
         ogb_format.write_node_dataset(graph, tmp_path)
     with pytest.raises(ValueError, match="homophily must lie in"):
         ogb_format.planted_partition(homophily=1.5)
+    graph.split = ogb_format.planted_partition(**TINY).split
+    graph.node_label = graph.node_label[:10]
+    with pytest.raises(ValueError, match=r"node_label has 10 rows, expected one per node \(400\)"):
+        ogb_format.write_node_dataset(graph, tmp_path)
     with pytest.raises(ValueError, match="no meta_dict.json"):
         ogb_format.load_node_dataset(tmp_path / "nowhere")
 
@@ -172,13 +176,10 @@ def test_multi_task_binary_dataset_uses_rocauc(tmp_path):
     graph.node_label = np.stack([label == 0, label == 1, label >= 2], axis=1).astype(np.int64)
     endpoint_labels = label[graph.edge_index]
     graph.edge_feat = (np.eye(4)[endpoint_labels[0]] + rng.normal(0, 0.5, (graph.edge_index.shape[1], 4))).astype(np.float32)
-    graph.node_feat = np.zeros((400, 0), dtype=np.float32)
-    ogb_format.write_node_dataset(graph, tmp_path / "proteins_like", name="ogbn-proteins-like",
-                                  task_type="binary classification", eval_metric="rocauc")
-    (tmp_path / "proteins_like" / "raw" / "node-feat.csv.gz").unlink()
-    meta = ogb_format.read_meta_dict(tmp_path / "proteins_like")
-    meta["has_node_attr"] = "False"
-    ogb_format.Path(tmp_path / "proteins_like" / "meta_dict.json").write_text(__import__("json").dumps(meta))
+    graph.node_feat = None
+    meta = ogb_format.write_node_dataset(graph, tmp_path / "proteins_like", name="ogbn-proteins-like",
+                                         task_type="binary classification", eval_metric="rocauc")
+    assert meta["has_node_attr"] == "False" and meta["has_edge_attr"] == "True"
     summary = train.run(["--dataset", str(tmp_path / "proteins_like"), "--epochs", "20", "--hidden", "32",
                          "--device", "cpu", "--quiet"])
     assert summary["metric"] == "rocauc"

@@ -63,11 +63,12 @@ class NodeGraph:
     """One graph for node-property prediction, as numpy arrays in OGB's conventions.
 
     ``edge_index`` [2, E] int64 holds each undirected edge once (the loader adds the reverse);
-    ``node_label`` is [N, num_tasks]; ``split`` maps train/valid/test to node index arrays."""
+    ``node_label`` is [N, num_tasks]; ``split`` maps train/valid/test to node index arrays;
+    ``node_feat`` may be None (as in ogbn-proteins, whose signal sits in ``edge_feat``)."""
 
     num_nodes: int
     edge_index: np.ndarray
-    node_feat: np.ndarray
+    node_feat: np.ndarray | None
     node_label: np.ndarray
     split: dict[str, np.ndarray]
     edge_feat: np.ndarray | None = None
@@ -172,7 +173,7 @@ def meta_dict_for(folder: Path, graph: NodeGraph, name: str, task_type: str, eva
         "download_name": Path(folder).name,
         "url": "",
         "add_inverse_edge": "True",
-        "has_node_attr": "True",
+        "has_node_attr": str(graph.node_feat is not None),
         "has_edge_attr": str(graph.edge_feat is not None),
         "split": split_name,
         "additional node files": "None",
@@ -198,11 +199,9 @@ def write_node_dataset(
         raise ValueError(f"eval_metric must be 'acc' or 'rocauc' (ogb's node metrics), got {eval_metric!r}")
     if graph.edge_index.ndim != 2 or graph.edge_index.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {graph.edge_index.shape}")
-    if graph.node_feat.shape[0] != graph.num_nodes or graph.node_label.shape[0] != graph.num_nodes:
-        raise ValueError(
-            f"node_feat ({graph.node_feat.shape[0]} rows) and node_label ({graph.node_label.shape[0]} rows) "
-            f"must have one row per node ({graph.num_nodes})"
-        )
+    for name, array in (("node_feat", graph.node_feat), ("node_label", graph.node_label)):
+        if array is not None and array.shape[0] != graph.num_nodes:
+            raise ValueError(f"{name} has {array.shape[0]} rows, expected one per node ({graph.num_nodes})")
     if graph.node_label.ndim != 2:
         raise ValueError(f"node_label must be [num_nodes, num_tasks], got shape {graph.node_label.shape}")
     if set(graph.split) != set(SPLITS):
@@ -216,7 +215,8 @@ def write_node_dataset(
     _write_csv_gz(raw / "edge.csv.gz", graph.edge_index.T, "%d")
     _write_csv_gz(raw / "num-node-list.csv.gz", np.array([graph.num_nodes]), "%d")
     _write_csv_gz(raw / "num-edge-list.csv.gz", np.array([num_edges]), "%d")
-    _write_csv_gz(raw / "node-feat.csv.gz", graph.node_feat, "%.7g")
+    if graph.node_feat is not None:
+        _write_csv_gz(raw / "node-feat.csv.gz", graph.node_feat, "%.7g")
     label_format = "%d" if np.issubdtype(graph.node_label.dtype, np.integer) else "%.7g"
     _write_csv_gz(raw / "node-label.csv.gz", graph.node_label, label_format)
     if graph.edge_feat is not None:
