@@ -185,3 +185,42 @@ def test_auto_path_on_cpu_is_as_fast_as_torch_sparse():
     torch.testing.assert_close(a @ x, torch.sparse.mm(csr, x))
     ours, theirs = _best_seconds_interleaved(lambda: a @ x, lambda: torch.sparse.mm(csr, x), rounds=15)
     assert ours <= 1.5 * theirs, f"A @ X takes {ours * 1e3:.1f} ms, torch.sparse.mm {theirs * 1e3:.1f} ms"
+
+
+@pytest.mark.parametrize("path", GRAD_PATHS)
+@pytest.mark.parametrize("grad_kind", ["expanded", "transposed"])
+def test_backward_with_non_contiguous_output_gradient(path, grad_kind):
+    # sum() hands backward an expanded (stride 0) gradient, a transpose a column-major one.
+    a, dense = matrix()
+    values = a.csr.values.clone().requires_grad_()
+    x = torch.randn(14, 3, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3, 23, dtype=torch.float64)
+    y = a.with_values(values).matmul(x, path=path)
+    loss = y.sum() if grad_kind == "expanded" else (y.t() * weight).sum()
+    loss.backward()
+    grad_y = torch.ones(23, 3, dtype=torch.float64) if grad_kind == "expanded" else weight.t()
+    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    row, col = a.csr.row_indices(), a.csr.col.long()
+    torch.testing.assert_close(values.grad, (grad_y[row] * x.detach()[col]).sum(1))
+
+
+def test_gradient_through_from_dense_reaches_the_nonzeros():
+    dense = random_dense(12, 9, 0.3, seed=7, dtype=torch.float64).requires_grad_()
+    x = torch.randn(9, 2, dtype=torch.float64)
+    (TCSparseTensor.from_dense(dense) @ x).sum().backward()
+    mask = (dense.detach() != 0).double()
+    torch.testing.assert_close(dense.grad, mask * (torch.ones(12, 2, dtype=torch.float64) @ x.t()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_backward_on_the_reference_path(dtype):
+    a, dense = matrix()
+    a = a.to(dtype)
+    x = torch.randn(14, 4).to(dtype).requires_grad_()
+    values = a.csr.values.clone().requires_grad_()
+    (a.with_values(values) @ x).float().sum().backward()
+    assert x.grad.dtype == dtype and values.grad.dtype == dtype
+    expected_x = dense.t() @ torch.ones(23, 4, dtype=torch.float64)
+    torch.testing.assert_close(x.grad.double(), expected_x, rtol=1e-2, atol=1e-2)
+    row, col = a.csr.row_indices(), a.csr.col.long()
+    torch.testing.assert_close(values.grad.double(), x.detach().double()[col].sum(1), rtol=1e-2, atol=1e-2)
