@@ -22,8 +22,11 @@ CONFIGS = {
     "not_normalized": {"normalize": False},
     "no_bias": {"bias": False},
 }
-# float64 leaves only summation-order differences; float32 on CUDA also meets TF32-free cuBLAS.
+# float64 leaves only summation-order differences. In float32 on CUDA our SpMM runs on TF32
+# Tensor Cores: inputs keep 10 mantissa bits (relative rounding 2^-11 = 4.9e-4), and a GCN
+# output sums a few dozen such products of O(1) size, so errors reach a few 1e-3.
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-5}
+CUDA_FLOAT32_TOLERANCE = 5e-3
 
 
 def random_graph(num_nodes=60, num_edges=400, seed=0, device="cpu"):
@@ -91,7 +94,10 @@ def outputs_and_grads(layer, x, graph, edge_weight, weight_grad=True):
 
 
 def assert_close(ours, theirs, dtype):
-    torch.testing.assert_close(ours, theirs, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+    tolerance = TOLERANCE[dtype]
+    if ours.is_cuda and dtype == torch.float32:
+        tolerance = CUDA_FLOAT32_TOLERANCE
+    torch.testing.assert_close(ours, theirs, rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.parametrize("device", DEVICES)
