@@ -321,3 +321,15 @@ def test_symmetric_reordering_defaults_and_refusals():
     assert torch.equal(a.t().to_dense(), rectangular.t())
     with pytest.raises(ValueError, match=r"square.*20 x 12"):
         TCSparseTensor.from_dense(rectangular, reorder=perm, symmetric=True)
+
+
+@pytest.mark.parametrize("path", cpu_paths)
+@pytest.mark.parametrize("special", [float("inf"), float("nan")], ids=["inf", "nan"])
+def test_non_finite_x_rows_reach_only_rows_that_use_them(path, special):
+    # Sparse semantics (scipy, torch.sparse): row 1 never reads X[0], so it stays finite even
+    # though rows 0 and 1 share a Tensor-Core block whose zero entries multiply X[0].
+    a = TCSparseTensor.from_dense(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+    x = torch.tensor([[special, 1.0], [1.0, 3.0]])
+    y = a.matmul(x, path=path)
+    assert torch.equal(y[1], torch.tensor([2.0, 6.0])), f"row 1 is {y[1].tolist()}"
+    assert not bool(torch.isfinite(y[0, 0]))
