@@ -143,7 +143,8 @@ def test_cached_reuses_the_first_graph(device, kind):
     again = ours(x, *graph_input(kind, other_index, other_weight, 60))
     expected = theirs(x, *pyg_graph_input(kind, edge_index, edge_weight, 60))
     assert_close(first, expected, torch.float32)
-    assert torch.equal(first, again)
+    # The second graph is ignored; equal up to float rounding, as CUDA kernels may sum in any order.
+    torch.testing.assert_close(first, again)
     ours.reset_parameters()
     assert ours._cached_adj is None
 
