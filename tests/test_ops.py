@@ -224,3 +224,14 @@ def test_half_precision_backward_on_the_reference_path(dtype):
     torch.testing.assert_close(x.grad.double(), expected_x, rtol=1e-2, atol=1e-2)
     row, col = a.csr.row_indices(), a.csr.col.long()
     torch.testing.assert_close(values.grad.double(), x.detach().double()[col].sum(1), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (0, 4), (3, 0)])
+@pytest.mark.parametrize("path", GRAD_PATHS)
+def test_gradients_of_a_matrix_without_nonzeros(shape, path):
+    a = TCSparseTensor.from_dense(torch.zeros(shape, dtype=torch.float64))
+    x = torch.randn(shape[1], 2, dtype=torch.float64, requires_grad=True)
+    values = a.csr.values.clone().requires_grad_()
+    a.with_values(values).matmul(x, path=path).sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    assert values.grad.shape == (0,)
