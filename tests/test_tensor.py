@@ -13,10 +13,12 @@ from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.testing import (
     assert_matches_reference,
     cpu_paths,
+    devices,
     float_dtypes,
     half_dtypes,
     random_dense,
     random_permutation,
+    value_dtypes,
 )
 
 
@@ -184,10 +186,12 @@ def test_with_values_shares_structure():
         assert_matches_reference(b.matmul(x, path=path), expected, x)
 
 
-def test_with_values_can_change_dtype():
+@pytest.mark.parametrize("dtype", value_dtypes)
+def test_with_values_can_change_dtype(dtype):
     a = TCSparseTensor.from_dense(random_dense(8, 8, 0.5, seed=11))
-    b = a.with_values(torch.ones(a.nnz, dtype=torch.float64))
-    assert b.dtype == torch.float64
+    b = a.with_values(torch.ones(a.nnz, dtype=dtype))
+    assert b.dtype == dtype and b._structure is a._structure
+    assert torch.equal(b.to_dense(), (a.to_dense() != 0).to(dtype))
 
 
 def test_with_values_rejects_wrong_values():
@@ -333,3 +337,14 @@ def test_non_finite_x_rows_reach_only_rows_that_use_them(path, special):
     y = a.matmul(x, path=path)
     assert torch.equal(y[1], torch.tensor([2.0, 6.0])), f"row 1 is {y[1].tolist()}"
     assert not bool(torch.isfinite(y[0, 0]))
+
+
+@pytest.mark.parametrize("device", devices, ids=str)
+@pytest.mark.parametrize("path", ["reference", "csr", "auto"])
+def test_product_on_every_device(device, path):
+    dense = random_dense(50, 36, 0.15, seed=20)
+    x = torch.randn(36, 8)
+    a = TCSparseTensor.from_dense(dense).to(device)
+    y = a.matmul(x.to(device), path=path)
+    assert y.device.type == device.type
+    assert_matches_reference(y, dense, x)

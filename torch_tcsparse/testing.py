@@ -9,7 +9,6 @@ import torch
 float_dtypes = [torch.float32, torch.float64]
 half_dtypes = [torch.float16, torch.bfloat16]
 value_dtypes = float_dtypes + half_dtypes
-grad_dtypes = [torch.float64]
 index_dtypes = [torch.int32, torch.int64]
 
 devices = [torch.device("cpu")]
