@@ -1,0 +1,190 @@
+"""Reordering benchmark: per graph and method, ME-TCF Tensor-Core blocks, MeanNnzTC (nonzeros
+per block), blocks-per-window spread, reorder time, and, when the CUDA kernels are available,
+SpMM time of ``A @ X`` before and after (the kernel the library picks). The "auto" row is
+``choose``: what ``reorder="auto"`` keeps. Writes reorder.csv into --out (default $OUT, else
+./out) and prints the table last.
+
+    python benchmarks/reorder.py                                  # every graph, every method
+    python benchmarks/reorder.py --graphs real --methods tca,auto # the shared real graphs only
+    python benchmarks/reorder.py --graphs rmat21,uniform_10M --methods tca,shuffle --n 0
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+# Runs from a plain checkout too (the package need not be installed).
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from common import out_dir, time_cuda  # noqa: E402
+
+from torch_tcsparse import kernels  # noqa: E402
+from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
+from torch_tcsparse.formats.csr import from_coo  # noqa: E402
+from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
+from torch_tcsparse.reorder import METHODS, choose, reorder  # noqa: E402
+
+SYNTHETIC = {
+    "sbm_132k_shuffled": lambda d: synthetic.sbm(132_000, 600, 1000, shuffled=True, seed=1, device=d),
+    "sbm_132k_ordered": lambda d: synthetic.sbm(132_000, 600, 1000, shuffled=False, seed=1, device=d),
+    "rmat18": lambda d: synthetic.rmat(18, seed=1, device=d),
+    "rmat21": lambda d: synthetic.rmat(21, seed=1, device=d),
+    "uniform_10M": lambda d: synthetic.uniform(625_000, 16, seed=1, device=d),
+    "band_16384_b64": lambda d: synthetic.band(16384, 64, device=d),
+}
+
+
+def real_graphs() -> dict:
+    def loader(path):
+        def load(device):
+            adj = npz.load_adjacency(path).tocoo()
+            row, col = torch.from_numpy(adj.row).long(), torch.from_numpy(adj.col).long()
+            return row.to(device), col.to(device), adj.shape[0]
+        return load
+
+    return {path.stem: loader(path) for path in npz.list_graphs()}
+
+
+def graph_table(selection: str) -> dict:
+    real = real_graphs()
+    everything = {**real, **SYNTHETIC}
+    if selection == "all":
+        return everything
+    names = []
+    for item in selection.split(","):
+        names += list(real) if item == "real" else list(SYNTHETIC) if item == "synthetic" else [item]
+    unknown = [n for n in names if n not in everything]
+    if unknown:
+        raise SystemExit(f"unknown graphs {unknown}; known: real, synthetic, {sorted(everything)}")
+    return {n: everything[n] for n in names}
+
+
+def synchronize(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats: int):
+    """(result, median seconds) over ``repeats`` calls."""
+    times, result = [], None
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        result = fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return result, statistics.median(times)
+
+
+def spmm_ms(csr, perm, n: int, device):
+    """Median ms of A @ X through TCSparseTensor with the given row permutation (None: no reordering)."""
+    from torch_tcsparse.tensor import TCSparseTensor
+
+    row = csr.row_indices()
+    a = TCSparseTensor.from_coo(row, csr.col.long(), csr.values, shape=(csr.num_rows, csr.num_cols),
+                                reorder="none" if perm is None else perm)
+    x = torch.randn(csr.num_cols, n, device=device)
+    return time_cuda(lambda x: a @ x, [(x,)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graphs", default="all", help="comma list of names, 'real', 'synthetic', or 'all'")
+    parser.add_argument("--methods", default="tca,shuffle,jaccard,rcm,degree,auto")
+    parser.add_argument("--window", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n", type=int, default=128, help="SpMM width for before/after timing; 0 skips it")
+    parser.add_argument("--repeats", type=int, default=1, help="reorder timings per method (median)")
+    parser.add_argument("--max-nnz", type=float, default=None,
+                        help="skip larger graphs (default: none on CUDA, 20M on the CPU)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default=None, help="output folder (default $OUT, else ./out)")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    methods = args.methods.split(",")
+    bad = [m for m in methods if m not in METHODS + ("auto",)]
+    if bad:
+        raise SystemExit(f"unknown methods {bad}; known: {METHODS + ('auto',)}")
+    max_nnz = args.max_nnz if args.max_nnz is not None else (float("inf") if device.type == "cuda" else 20e6)
+    with_spmm = args.n > 0 and device.type == "cuda" and kernels.available()
+    folder = out_dir() if args.out is None else Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    # Warm-up: the first CUDA sorts and scatters pay for context and kernel loading.
+    warm = from_coo(*[t.to(device) for t in (torch.arange(64), torch.arange(64).flip(0))], None, 64, 64)
+    reorder(warm, "tca", window=args.window)
+
+    rows = []
+    for name, load in graph_table(args.graphs).items():
+        row, col, num_nodes = load(device)
+        if row.numel() > max_nnz:
+            print(f"skip {name}: {row.numel():,} nonzeros > --max-nnz", flush=True)
+            continue
+        csr = from_coo(row, col, None, num_nodes, num_nodes)
+        del row, col
+        base = build_metcf(csr, args.window)[0].stats()
+        base_ms = spmm_ms(csr, None, args.n, device) if with_spmm else float("nan")
+        rows.append(record(name, csr, "none", base, base, 0.0, base_ms, base_ms))
+        for method in methods:
+            if method == "auto":
+                (chosen, perm, _), seconds = timed(lambda: choose(csr, window=args.window, seed=args.seed), device, 1)
+                label = f"auto->{chosen}"
+            else:
+                perm, seconds = timed(lambda: reorder(csr, method, window=args.window, seed=args.seed),
+                                      device, args.repeats)
+                label = method
+            stats = build_metcf(csr, args.window, perm)[0].stats()
+            ms = spmm_ms(csr, perm, args.n, device) if with_spmm else float("nan")
+            rows.append(record(name, csr, label, stats, base, seconds, base_ms, ms))
+            print(format_row(rows[-1]), flush=True)
+        del csr
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    with open(folder / "reorder.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    print(f"\n# reorder benchmark on {device_name}, window {args.window}, seed {args.seed}, "
+          f"SpMM N={args.n if with_spmm else 'not run (no CUDA kernels)'}; csv: {folder / 'reorder.csv'}")
+    print(HEADER)
+    for r in rows:
+        print(format_row(r))
+
+
+def record(graph, csr, method, stats, base, seconds, base_ms, ms) -> dict:
+    return {
+        "graph": graph,
+        "rows": csr.num_rows,
+        "nnz": csr.nnz,
+        "method": method,
+        "tc_blocks": stats["tc_blocks"],
+        "blocks_vs_none": stats["tc_blocks"] / base["tc_blocks"] if base["tc_blocks"] else 1.0,
+        "mean_nnz_tc": stats["mean_nnz_per_block"],
+        "mean_nnz_tc_gain": stats["mean_nnz_per_block"] / base["mean_nnz_per_block"] if base["tc_blocks"] else 1.0,
+        "blocks_per_window_std": stats["blocks_per_window_std"],
+        "reorder_s": seconds,
+        "spmm_ms_none": base_ms,
+        "spmm_ms": ms,
+    }
+
+
+HEADER = (f"{'graph':<26}{'nnz':>11} {'method':<16}{'TC blocks':>11}{'vs none':>8}{'MeanNnzTC':>10}"
+          f"{'gain':>7}{'blk/win std':>12}{'reorder s':>10}{'SpMM ms':>9}{'(none)':>8}")
+
+
+def format_row(r: dict) -> str:
+    return (f"{r['graph'][:25]:<26}{r['nnz']:>11,} {r['method'][:15]:<16}{r['tc_blocks']:>11,}"
+            f"{r['blocks_vs_none']:>8.3f}{r['mean_nnz_tc']:>10.2f}{r['mean_nnz_tc_gain']:>7.2f}"
+            f"{r['blocks_per_window_std']:>12.1f}{r['reorder_s']:>10.3f}{r['spmm_ms']:>9.3f}{r['spmm_ms_none']:>8.3f}")
+
+
+if __name__ == "__main__":
+    main()
