@@ -447,12 +447,14 @@ int device_sm_count() {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// Warps splitting a window's TC blocks (the rest of the 4 warps take neighbouring 32-column
-// slices). Side by side, the warps gather the same X rows at the same time (one DRAM pass per
-// row, L1/L2 hits for the others) and fetch the sparse tiles once per thread block; splitting K
-// is only worth it when N leaves warps without columns. Measured on an H200 (R-MAT scale 18,
-// N = 128): 64 columns per warp and K split over 4 warps ran 2x slower than cuSPARSE.
-int k_split_for(int64_t n) { return n <= 32 ? 4 : n <= 64 ? 2 : 1; }
+// Column slices of 64 (NV = 2) halve the per-column share of the sparse work (fetch, scatter,
+// tile loads) but waste half a warp when only 32 columns are left; take them when that waste is
+// at most the last slice. All 4 warps of a thread block split the window's TC blocks (KS = 4):
+// measured on an H200 (BENCHMARKS.md), putting the warps side by side over N instead (KS = 2 for
+// N = 64, KS = 1 above) was slower at N >= 64 (geomean over the large graphs at N = 128: 0.90x
+// of cuSPARSE against 1.04x), since every warp then repeats the sparse work of every group.
+bool use_wide_slices(int64_t n) { return n >= 64 && (n % 64 == 0 || n % 64 > 32); }
+constexpr int kKSplit = 4;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -460,10 +462,10 @@ template <typename Launch>
 cudaError_t dispatch(const MetcfArrays& a, const float* x, float* y, int64_t n, Precision precision, Launch&& launch) {
     const bool vec4 = n % 4 == 0 && aligned16(x) && aligned16(y);
     return TCS_WINDOW_SWITCH(a.window, WINDOW, [&] {
-        return TCS_KSPLIT_SWITCH(k_split_for(n), KS, [&] {
+        return TCS_SLICE_SWITCH(use_wide_slices(n), NV, [&] {
             return TCS_BOOL_SWITCH(vec4, kVec4, [&] {
                 return TCS_BOOL_SWITCH(precision == Precision::kTF32x3, kSplit,
-                                       [&] { return launch.template operator()<WINDOW, 1, KS, kVec4, kSplit>(); });
+                                       [&] { return launch.template operator()<WINDOW, NV, kKSplit, kVec4, kSplit>(); });
             });
         });
     });
@@ -529,7 +531,7 @@ struct BalancedLaunch {
 cudaError_t metcf_spmm_base_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
                                 Precision precision, cudaStream_t stream) {
     if (a.num_windows == 0 || n == 0) return cudaSuccess;
-    if (ceil_div(n, 128) > 65535 || a.num_windows > 0x7fffffffll) return cudaErrorInvalidConfiguration;
+    if (ceil_div(n, 32) > 65535 || a.num_windows > 0x7fffffffll) return cudaErrorInvalidConfiguration;
     return dispatch(a, x, y, n, precision, BaseLaunch{a, values, x, y, n, stream});
 }
 

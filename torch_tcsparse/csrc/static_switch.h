@@ -25,17 +25,14 @@
         }                                          \
     }()
 
-// Warps of a thread block that split a window's TC blocks (4, 2 or 1).
-#define TCS_KSPLIT_SWITCH(KS_VALUE, NAME, ...) \
-    [&] {                                      \
-        if ((KS_VALUE) == 4) {                 \
-            constexpr int NAME = 4;            \
-            return __VA_ARGS__();              \
-        } else if ((KS_VALUE) == 2) {          \
-            constexpr int NAME = 2;            \
-            return __VA_ARGS__();              \
-        } else {                               \
-            constexpr int NAME = 1;            \
-            return __VA_ARGS__();              \
-        }                                      \
+// Output columns per warp, in units of 32 (one m16n8 tile per lane-quad and float4 lane).
+#define TCS_SLICE_SWITCH(WIDE, NAME, ...) \
+    [&] {                                 \
+        if (WIDE) {                       \
+            constexpr int NAME = 2;       \
+            return __VA_ARGS__();         \
+        } else {                          \
+            constexpr int NAME = 1;       \
+            return __VA_ARGS__();         \
+        }                                 \
     }()
