@@ -62,6 +62,9 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None, help="timed epochs per mode")
     parser.add_argument("--seeds", type=int, default=None, help="accuracy runs per backend (default 10)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds run are first-seed .. first-seed + seeds - 1 (split long runs over commands)")
+    parser.add_argument("--backends", default="tcsparse,pyg", help="backends of the accuracy runs")
     parser.add_argument("--accuracy-datasets", default="Cora,CiteSeer,ogbl-ddi")
     args = parser.parse_args(argv)
     quick = args.quick
@@ -219,11 +222,14 @@ def speedups(rows):
 # Accuracy.
 
 def run_accuracy(args):
+    """Summary rows (mean and std per dataset and backend) and one row per run, to merge runs
+    split over several commands with --first-seed."""
     import train
 
-    rows = []
+    rows, run_rows = [], []
     for dataset in args.accuracy_datasets.split(","):
-        options = ["--dataset", dataset, "--runs", str(args.seeds), "--device", args.device, "--quiet"]
+        options = ["--dataset", dataset, "--runs", str(args.seeds), "--seed", str(args.first_seed),
+                   "--device", args.device, "--quiet"]
         if dataset == "ogbl-ddi":
             if not (SHARED_DATA / "ogb" / "ogbl_ddi").is_dir():
                 print(f"skipping ogbl-ddi: not found under {SHARED_DATA / 'ogb'}")
@@ -238,15 +244,18 @@ def run_accuracy(args):
             options += ["--root", str(SHARED_DATA / "planetoid")]
             if args.quick:
                 options += ["--epochs", "20"]
-        for backend in ("tcsparse", "pyg"):
+        for backend in args.backends.split(","):
             summary = train.run(options + ["--backend", backend])
+            run_rows += [{"dataset": dataset, "backend": backend, "metric": summary["metric"],
+                          "seed": args.first_seed + i, "test": r["test"], "valid": r["valid"], "epoch": r["epoch"]}
+                         for i, r in enumerate(summary["runs"])]
             row = {"dataset": dataset, "backend": backend, "metric": summary["metric"], "seeds": args.seeds,
                    "test_mean": summary["test_mean"], "test_std": summary["test_std"],
                    "epoch_ms_median": summary["epoch_ms_median"], "preprocess_ms": 1000 * summary["preprocess_s"]}
             rows.append(row)
             print(f"| {dataset} | {backend} | {row['metric']} | {100 * row['test_mean']:.2f} ± "
                   f"{100 * row['test_std']:.2f} | {row['seeds']} | {row['epoch_ms_median']:.2f} |", flush=True)
-    return rows
+    return rows, run_rows
 
 
 # Output.
@@ -303,7 +312,10 @@ def main(argv=None) -> None:
     if "accuracy" in parts:
         print("| dataset | backend | metric | test (mean ± std, %) | seeds | epoch ms |")
         print("|---|---|---|---|---|---|")
-        write_csv(folder / "gcn_accuracy.csv", run_accuracy(args))
+        rows, run_rows = run_accuracy(args)
+        suffix = f"_seed{args.first_seed}" if args.first_seed else ""
+        write_csv(folder / f"gcn_accuracy{suffix}.csv", rows)
+        write_csv(folder / f"gcn_accuracy_runs{suffix}.csv", run_rows)
     print(f"CSV and PNG files in {folder}")
 
 
