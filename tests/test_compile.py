@@ -46,10 +46,18 @@ def test_op_traces_fullgraph_with_dynamic_shapes_and_neighbours(case):
         torch.testing.assert_close(compiled(x, a._block_values), torch.relu(dense @ x) * 2)
 
 
-@pytest.mark.parametrize("route", ["@", "torch.matmul", "A.matmul"])
+GRAPH_BREAK_ROUTES = {
+    "@": lambda a, x: a @ x,
+    "torch.sparse.mm": torch.sparse.mm,
+    "torch.matmul": torch.matmul,
+    "A.matmul": lambda a, x: a.matmul(x),
+}
+
+
+@pytest.mark.parametrize("route", list(GRAPH_BREAK_ROUTES))
 def test_function_with_sparse_product_compiles_to_eager_result(case, route):
     a, dense, x = case
-    product = {"@": lambda a, x: a @ x, "torch.matmul": torch.matmul, "A.matmul": lambda a, x: a.matmul(x)}[route]
+    product = GRAPH_BREAK_ROUTES[route]
     compiled = torch.compile(lambda a, x: torch.tanh(product(a, x)) + 1)
     torch.testing.assert_close(compiled(a, x), torch.tanh(dense @ x) + 1)
 
@@ -59,9 +67,9 @@ FULLGRAPH_ROUTES = {
     "torch.mm": lambda a, x: torch.mm(a, x),
     "A.matmul": lambda a, x: a.matmul(x),
     "Tensor.matmul": lambda a, x: torch.Tensor.matmul(a, x),
-    "@": lambda a, x: a @ x,
-    "torch.sparse.mm": lambda a, x: torch.sparse.mm(a, x),
 }
+# ``a @ x`` and ``torch.sparse.mm(a, x)`` compile with a graph break at the product (README,
+# "Under torch.compile"); test_function_with_sparse_product_compiles_to_eager_result covers their results.
 
 
 @pytest.mark.parametrize("route", list(FULLGRAPH_ROUTES))

