@@ -294,9 +294,10 @@ __device__ __forceinline__ int active_warps_for(int64_t blocks) {
 template <int NV, int KS>
 __host__ __device__ constexpr int64_t columns_per_block() { return 32 * NV * (kWarps / KS); }
 
-// One thread block per (row window, column slice).
+// One thread block per (row window, column slice). At most 128 registers (4 resident blocks), as
+// the balanced kernel: at 135 registers the 64-column TF32 variant ran 20-25% slower (3 blocks).
 template <int WINDOW, int NV, int KS, bool kVec4, bool kSplit>
-__global__ void __launch_bounds__(kThreads) metcf_base_kernel(MetcfArrays a, const float* __restrict__ values,
+__global__ void __launch_bounds__(kThreads, 4) metcf_base_kernel(MetcfArrays a, const float* __restrict__ values,
                                                               const float* __restrict__ x, float* __restrict__ y,
                                                               int64_t n) {
     __shared__ WarpStage stages[kWarps];
