@@ -1,10 +1,12 @@
 // TF32 Tensor-Core SpMM on ME-TCF (DTC-SpMM, ASPLOS'24, sections 4.4 and 4.5.1), written anew.
 //
-// Work decomposition. A thread block has 4 warps; all 4 share one range of TC blocks (a whole row
-// window for "base", a chunk of at most `chunk` blocks for "balanced") and one slice of 32 or 64
-// output columns (blockIdx.y / the item's slice). The warps take groups of 4 TC blocks in turn, so
-// each warp works alone on its groups: no block-wide barrier inside the main loop. At the end
-// the 4 partial 16 x slice tiles are summed in shared memory and written once.
+// Work decomposition. A thread block has 4 warps; KS of them (4 as dispatched) share one range of
+// TC blocks (a whole row window for "base"; for "balanced", the consecutive chunks of one window
+// that fall in the thread block's equal share of all chunks) and one slice of 32 or 64 output
+// columns. The KS warps take groups of 4 TC blocks in turn, so each warp works alone on its
+// groups: no block-wide barrier inside the main loop. At the end their partial 16 x slice tiles
+// are summed in shared memory in a fixed order and written once (stored, or added atomically
+// when a window is cut between thread blocks of the balanced grid).
 //
 // Per group, per warp:
 //   1. cp.async brings the group's sparse data (values, one-byte local ids, block column ids,
