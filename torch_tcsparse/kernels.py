@@ -88,3 +88,21 @@ def sddmm(grad_y: torch.Tensor, x: torch.Tensor, layout: MetcfLayout) -> torch.T
     if grad_y.shape[1] != x.shape[1]:
         raise ValueError(f"grad_y has {grad_y.shape[1]} columns but x has {x.shape[1]}")
     return _ext.load().sddmm(grad_y, x, *_layout_args(layout))
+
+
+def _launch_shape(kernel: str, n: int) -> list[int]:
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if n < 1:
+        raise ValueError(f"n must be positive, got {n}")
+    return list(_ext.load().launch_shape(16, int(n), kernel == "balanced", not tf32_allowed()))
+
+
+def occupancy(kernel: str, n: int) -> int:
+    """Thread blocks of ``kernel``'s SpMM resident per SM at N = n, on the current CUDA device."""
+    return _launch_shape(kernel, n)[0]
+
+
+def column_slices(kernel: str, n: int) -> int:
+    """Thread blocks per row window (base) or chunk (balanced) along N at N = n."""
+    return _launch_shape(kernel, n)[1]

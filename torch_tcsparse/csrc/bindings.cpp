@@ -138,6 +138,17 @@ at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor
     return out;
 }
 
+std::vector<int64_t> launch_shape(int64_t window, int64_t n, bool balanced, bool exact) {
+    TORCH_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
+    TORCH_CHECK(n >= 1, "n must be positive, got ", n);
+    int resident = 0;
+    int64_t slices = 0;
+    const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
+    check_launch(tcsparse::metcf_spmm_launch_shape(static_cast<int>(window), n, balanced, precision, &resident, &slices),
+                 "metcf_spmm_launch_shape");
+    return {resident, slices};
+}
+
 }  // namespace
 
 // Registered as torch operators (torch.ops.tcsparse_kernels.*): errors raised by TORCH_CHECK
@@ -152,6 +163,8 @@ TORCH_LIBRARY(tcsparse_kernels, m) {
         "sddmm(Tensor grad_y, Tensor x, Tensor window_offsets, Tensor block_offsets, Tensor local_ids, "
         "Tensor block_cols, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, int num_cols, "
         "int chunk) -> Tensor");
+    // No tensor argument to dispatch on: a catch-all kernel, run on the current CUDA device.
+    m.def("launch_shape(int window, int n, bool balanced, bool exact) -> int[]", &launch_shape);
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {

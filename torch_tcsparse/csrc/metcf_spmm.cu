@@ -529,7 +529,30 @@ struct BalancedLaunch {
     }
 };
 
+struct ShapeQuery {
+    bool balanced;
+    int64_t n;
+    int* resident;
+    int64_t* slices;
+    template <int WINDOW, int NV, int KS, bool kVec4, bool kSplit>
+    cudaError_t operator()() const {
+        *slices = ceil_div(n, columns_per_block<NV, KS>());
+        *resident = balanced ? resident_blocks(metcf_balanced_kernel<WINDOW, NV, KS, kVec4, kSplit>)
+                             : resident_blocks(metcf_base_kernel<WINDOW, NV, KS, kVec4, kSplit>);
+        return cudaGetLastError();
+    }
+};
+
 }  // namespace
+
+cudaError_t metcf_spmm_launch_shape(int window, int64_t n, bool balanced, Precision precision, int* resident,
+                                    int64_t* slices) {
+    MetcfArrays a{};
+    a.window = window;
+    // Null operands count as 16-byte aligned: the shape of the vectorized variant, as for any
+    // contiguous X with n % 4 == 0.
+    return dispatch(a, nullptr, nullptr, n, precision, ShapeQuery{balanced, n, resident, slices});
+}
 
 cudaError_t metcf_spmm_base_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
                                 Precision precision, cudaStream_t stream) {

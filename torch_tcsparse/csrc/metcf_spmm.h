@@ -46,6 +46,11 @@ cudaError_t metcf_spmm_base_f32(const MetcfArrays& a, const float* values, const
 cudaError_t metcf_spmm_balanced_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
                                     Precision precision, float* workspace, cudaStream_t stream);
 
+// Launch shape of the SpMM kernel that runs at this n (for the selector's scheduling model):
+// thread blocks resident per SM, and thread blocks per row window (or chunk) along n.
+cudaError_t metcf_spmm_launch_shape(int window, int64_t n, bool balanced, Precision precision, int* resident,
+                                    int64_t* slices);
+
 // Floats of workspace the deterministic balanced kernel needs: an upper bound on the number of
 // chunks (every window adds at most one partial chunk) times window * n.
 int64_t metcf_balanced_workspace_floats(const MetcfArrays& a, int64_t n);
