@@ -268,3 +268,10 @@ def test_binding_checks_raise(kernels):
 
     done = subprocess.run([sys.executable, "-c", BINDING_CHECK], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "raised" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_launch_shape(kernels, kernel):
+    # 32-column slices up to N = 32 (and for N = 96: 64 + 32 would idle half a warp), else 64.
+    assert [kernels.column_slices(kernel, n) for n in (1, 32, 64, 96, 128, 160)] == [1, 1, 1, 3, 2, 3]
+    assert 1 <= kernels.occupancy(kernel, 128) <= 16
