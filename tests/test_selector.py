@@ -236,7 +236,9 @@ def test_empty_matrix_goes_to_csr():
 # Shapes, buckets, calibration.
 
 
-@pytest.mark.parametrize("n, slices", [(1, 1), (32, 1), (33, 1), (64, 1), (96, 1), (128, 1), (256, 2), (512, 4)])
+@pytest.mark.parametrize(
+    "n, slices", [(1, 1), (32, 1), (33, 2), (64, 1), (96, 3), (100, 2), (128, 2), (256, 4), (512, 8)]
+)
 def test_default_column_slices(n, slices):
     assert selector.default_column_slices(n) == slices
 
@@ -337,7 +339,7 @@ def test_choose_on_cpu_is_csr_and_explained():
 def test_explain_uses_the_bucket():
     explanation = selector.explain(small_layout(), 200)
     assert explanation.n == 256
-    assert explanation.features["column_slices"] == 2
+    assert explanation.features["column_slices"] == 4
 
 
 # On a GPU: the occupancy the kernels report, and a chosen path that runs.

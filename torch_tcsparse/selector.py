@@ -179,10 +179,10 @@ def _heavy_fluid_schedule(costs: np.ndarray, slots: int) -> float:
 
 def default_column_slices(n: int) -> int:
     """Thread blocks per window along N without a CUDA device to ask (tests, explanations on the
-    CPU): columns per thread block as ``k_split_for`` of csrc/metcf_spmm.cu chose them when this
-    was written (32 up to N = 32, 64 up to 64, else 128). On a GPU ``kernels.column_slices``
-    answers for the compiled kernels."""
-    columns = 32 if n <= 32 else 64 if n <= 64 else 128
+    CPU): the dispatch rule of csrc/metcf_spmm.cu, 64-column slices when N >= 64 and the last
+    slice is more than half full (N % 64 == 0 or N % 64 > 32), else 32-column slices. On a GPU
+    ``kernels.column_slices`` answers for the compiled kernels."""
+    columns = 64 if n >= 64 and (n % 64 == 0 or n % 64 > 32) else 32
     return -(-n // columns)
 
 
