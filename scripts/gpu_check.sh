@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # The one device script: install, build the CUDA extension once, run the GPU tests under
 # compute-sanitizer (memcheck and racecheck, on a representative subset) and in full without it,
-# then the SpMM benchmark. A short table comes last; logs, CSV and chart go under $OUT.
+# the whole test suite on the GPU, then the benchmarks. A short table comes last; logs, CSV and
+# charts go into $OUT/results.tgz (the device returns at most 8 files).
 #
-#   scripts/gpu_check.sh [STAGES]     STAGES: comma list of build,test,memcheck,racecheck,bench
-#                                     (default all). BENCH_ARGS passes options to benchmarks/spmm.py.
+#   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,suite,
+#                                   bench,reorder,selector,gcn (default: build through bench).
+#                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS pass options.
 #
 # Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry .devdata.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-out}
-mkdir -p "$OUT"
+FINAL_OUT=${OUT:-out}
+export OUT=$(mktemp -d)
+mkdir -p "$FINAL_OUT"
+trap 'tar czf "$FINAL_OUT/results.tgz" -C "$OUT" . 2>/dev/null' EXIT
 export PYTHONUNBUFFERED=1
 export TCSPARSE_GRAPHS=${TCSPARSE_GRAPHS:-.devdata/graphs}
 export TCSPARSE_BUILD_DIR=${TCSPARSE_BUILD_DIR:-$PWD/.devdata/build}
 PY=${PYTHON:-python3}
-STAGES=",${1:-build,test,memcheck,racecheck,bench},"
+STAGES=",${1:-build,test,memcheck,racecheck,suite,bench},"
 declare -a summary
 # racecheck watches every shared-memory access and is the slowest: a narrower subset.
 declare -A SANITIZER_FILTER=([memcheck]="" [racecheck]="shape_grid or hub_row or repeated")
@@ -50,11 +54,32 @@ for tool in memcheck racecheck; do
   fi
 done
 
+if stage suite; then
+  start=$SECONDS
+  $PY -m pytest -q -p no:cacheprovider tests --ignore=tests/gpu >"$OUT/suite.log" 2>&1
+  record suite "rc=$? ($((SECONDS - start)) s): $(tail -1 "$OUT/suite.log")"
+fi
+
 if stage bench; then
   $PY benchmarks/spmm.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -E "^  |WRONG" || true
 fi
 
+# Each further benchmark writes into its own folder and leaves its table at the end of its log.
+for name in reorder selector gcn; do
+  if stage $name; then
+    start=$SECONDS
+    args_var="${name^^}_ARGS"
+    mkdir -p "$OUT/$name"
+    OUT="$OUT/$name" $PY benchmarks/$name.py ${!args_var:-} >"$OUT/$name.log" 2>&1
+    record $name "rc=$? ($((SECONDS - start)) s)"
+  fi
+done
+
 echo
 printf '%s\n' "${summary[@]}"
 grep -q "FAILED\|Error" "$OUT/test.log" 2>/dev/null && grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -20
+grep -E "^(FAILED|ERROR)" "$OUT/suite.log" 2>/dev/null | head -20
+for name in reorder selector gcn; do
+  if stage $name; then echo "== $name"; tail -40 "$OUT/$name.log"; fi
+done
 if stage bench; then sed -n '/^SpMM ms/,$p' "$OUT/bench.log"; fi
