@@ -102,6 +102,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="reorder timings per method (median)")
     parser.add_argument("--max-nnz", type=float, default=None,
                         help="skip larger graphs (default: none on CUDA, 20M on the CPU)")
+    parser.add_argument("--rcm-max-nnz", type=float, default=10e6,
+                        help="skip rcm (scipy, on the CPU) above this many nonzeros")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="output folder (default $OUT, else ./out)")
     args = parser.parse_args()
@@ -132,6 +134,9 @@ def main() -> None:
         base_ms = spmm_ms(csr, None, args.n, device) if with_spmm else float("nan")
         rows.append(record(name, csr, "none", base, base, 0.0, base_ms, base_ms))
         for method in methods:
+            if method == "rcm" and csr.nnz > args.rcm_max_nnz:
+                print(f"skip rcm on {name}: {csr.nnz:,} nonzeros > --rcm-max-nnz", flush=True)
+                continue
             if method == "auto":
                 (chosen, perm, _), seconds = timed(lambda: choose(csr, window=args.window, seed=args.seed), device, 1)
                 label = f"auto->{chosen}"
