@@ -82,20 +82,41 @@ def pair_keys(u: torch.Tensor, v: torch.Tensor, weight: torch.Tensor, salt: int)
     return (quantised << 31) | tie
 
 
-def dominant_matching(u: torch.Tensor, v: torch.Tensor, key: torch.Tensor, count: int):
-    """Pairs (keep, absorbed) whose key is the maximum at both ends: a matching, in parallel."""
-    best = torch.full((count,), -1, dtype=torch.long, device=key.device)
-    best.scatter_reduce_(0, u, key, "amax")
-    best.scatter_reduce_(0, v, key, "amax")
-    chosen = (best[u] == key) & (best[v] == key) & (u != v)
-    low = torch.minimum(u[chosen], v[chosen])
-    high = torch.maximum(u[chosen], v[chosen])
-    pair = torch.unique(low * count + high)
-    low, high = pair // count, pair % count
-    # Two different pairs can share a key only through a tie-hash collision; drop both then.
-    hits = torch.bincount(torch.cat([low, high]), minlength=count)
-    ok = (hits[low] == 1) & (hits[high] == 1)
-    return low[ok], high[ok]
+def dominant_matching(u: torch.Tensor, v: torch.Tensor, key: torch.Tensor, count: int, sweeps: int = 4):
+    """Pairs (keep, absorbed) whose key is the maximum at both ends: a matching, in parallel.
+
+    Each sweep drops the pairs touching a cluster matched by an earlier sweep and matches again
+    among the rest, as the sequential greedy would go on down its queue: one sweep alone leaves
+    clusters whose best partner was taken unmatched until the next round.
+    """
+    keeps, absorbeds = [], []
+    matched = torch.zeros(count, dtype=torch.bool, device=key.device)
+    for _ in range(sweeps):
+        free = ~matched[u] & ~matched[v] & (u != v)
+        u, v, key = u[free], v[free], key[free]
+        if u.numel() == 0:
+            break
+        best = torch.full((count,), -1, dtype=torch.long, device=key.device)
+        best.scatter_reduce_(0, u, key, "amax")
+        best.scatter_reduce_(0, v, key, "amax")
+        chosen = (best[u] == key) & (best[v] == key)
+        low = torch.minimum(u[chosen], v[chosen])
+        high = torch.maximum(u[chosen], v[chosen])
+        pair = torch.unique(low * count + high)
+        low, high = pair // count, pair % count
+        # Two different pairs can share a key only through a tie-hash collision; drop both then.
+        hits = torch.bincount(torch.cat([low, high]), minlength=count)
+        ok = (hits[low] == 1) & (hits[high] == 1)
+        low, high = low[ok], high[ok]
+        if low.numel() == 0:
+            break
+        matched[low] = True
+        matched[high] = True
+        keeps.append(low)
+        absorbeds.append(high)
+    if not keeps:
+        return u[:0], u[:0]
+    return torch.cat(keeps), torch.cat(absorbeds)
 
 
 def offset_pairs(order: torch.Tensor, offsets: int) -> tuple[torch.Tensor, torch.Tensor]:
