@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from torch_tcsparse.formats.csr import from_coo
 from torch_tcsparse.formats.metcf import count_blocks
 from torch_tcsparse.reorder import choose, reorder
 
@@ -12,11 +13,13 @@ def blocks(csr, perm=None, window=16):
     return int(count_blocks(csr, window, perm).sum())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def planted():
     # Communities of 32 nodes: in the planted order every window lies inside one community.
-    ordered = sbm(4096, 32, 0.3, 4.0, seed=7, shuffle=False)
-    shuffled = sbm(4096, 32, 0.3, 4.0, seed=7, shuffle=True)
+    # Drawn from the suite's per-run seed; tca lands at 1.17x the planted blocks on every seed tried.
+    seed = torch.initial_seed() % 2**31
+    ordered = sbm(4096, 32, 0.3, 4.0, seed=seed, shuffle=False)
+    shuffled = sbm(4096, 32, 0.3, 4.0, seed=seed, shuffle=True)
     return ordered, shuffled
 
 
@@ -44,10 +47,7 @@ def test_auto_keeps_band_order(window):
 
 
 def test_auto_never_adds_blocks_on_random_rows():
-    gen = torch.Generator().manual_seed(3)
-    from torch_tcsparse.formats.csr import from_coo
-
-    csr = from_coo(torch.randint(0, 500, (3000,), generator=gen), torch.randint(0, 500, (3000,), generator=gen), None, 500, 500)
+    csr = from_coo(torch.randint(0, 500, (3000,)), torch.randint(0, 500, (3000,)), None, 500, 500)
     _, perm, report = choose(csr)
     assert blocks(csr, perm) == report["blocks_chosen"] <= report["blocks_none"]
 
