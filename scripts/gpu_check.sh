@@ -6,7 +6,8 @@
 #
 #   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,suite,
 #                                   bench,reorder,selector,gcn (default: build through bench).
-#                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS pass options.
+#                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS pass options;
+#                                   STAGE_LIMIT caps each test or benchmark stage (seconds).
 #
 # Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry .devdata.
 set -uo pipefail
@@ -20,6 +21,8 @@ export TCSPARSE_GRAPHS=${TCSPARSE_GRAPHS:-.devdata/graphs}
 export TCSPARSE_BUILD_DIR=${TCSPARSE_BUILD_DIR:-$PWD/.devdata/build}
 PY=${PYTHON:-python3}
 STAGES=",${1:-build,test,memcheck,racecheck,suite,bench},"
+# No stage may take the whole device call: each is cut at STAGE_LIMIT seconds (rc 124).
+STAGE_LIMIT=${STAGE_LIMIT:-240}
 declare -a summary
 # racecheck watches every shared-memory access and is the slowest: a narrower subset.
 declare -A SANITIZER_FILTER=([memcheck]="" [racecheck]="shape_grid or hub_row or repeated")
@@ -40,14 +43,14 @@ record build "ok ($((SECONDS - start)) s)"
 
 if stage test; then
   start=$SECONDS
-  $PY -m pytest -q -p no:cacheprovider tests/gpu >"$OUT/test.log" 2>&1
+  timeout "$STAGE_LIMIT" $PY -m pytest -q -p no:cacheprovider tests/gpu >"$OUT/test.log" 2>&1
   record test "rc=$? ($((SECONDS - start)) s): $(tail -1 "$OUT/test.log")"
 fi
 
 for tool in memcheck racecheck; do
   if stage $tool; then
     start=$SECONDS
-    TCSPARSE_SANITIZER_SUBSET=1 compute-sanitizer --tool $tool --error-exitcode 99 \
+    TCSPARSE_SANITIZER_SUBSET=1 timeout "$STAGE_LIMIT" compute-sanitizer --tool $tool --error-exitcode 99 \
       $PY -m pytest -q -p no:cacheprovider tests/gpu -k "${SANITIZER_FILTER[$tool]:-not nothing_excluded}" >"$OUT/$tool.log" 2>&1
     rc=$?
     record $tool "rc=$rc ($((SECONDS - start)) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed|failed' "$OUT/$tool.log" | tail -2 | tr '\n' ' ')"
@@ -56,12 +59,12 @@ done
 
 if stage suite; then
   start=$SECONDS
-  $PY -m pytest -q -p no:cacheprovider tests --ignore=tests/gpu >"$OUT/suite.log" 2>&1
+  timeout "$STAGE_LIMIT" $PY -m pytest -q -p no:cacheprovider tests --ignore=tests/gpu >"$OUT/suite.log" 2>&1
   record suite "rc=$? ($((SECONDS - start)) s): $(tail -1 "$OUT/suite.log")"
 fi
 
 if stage bench; then
-  $PY benchmarks/spmm.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -E "^  |WRONG" || true
+  timeout "$STAGE_LIMIT" $PY benchmarks/spmm.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -E "^  |WRONG" || true
 fi
 
 # Each further benchmark writes into its own folder and leaves its table at the end of its log.
@@ -70,7 +73,7 @@ for name in reorder selector gcn; do
     start=$SECONDS
     args_var="${name^^}_ARGS"
     mkdir -p "$OUT/$name"
-    OUT="$OUT/$name" $PY benchmarks/$name.py ${!args_var:-} >"$OUT/$name.log" 2>&1
+    OUT="$OUT/$name" timeout "$STAGE_LIMIT" $PY benchmarks/$name.py ${!args_var:-} >"$OUT/$name.log" 2>&1
     record $name "rc=$? ($((SECONDS - start)) s)"
   fi
 done
