@@ -15,8 +15,10 @@ import torch
 from ..formats.csr import CSR
 from ..formats.metcf import count_blocks
 
-# The similarity methods; "rcm" runs in scipy on the CPU and "degree" rarely removes blocks.
-DEFAULT_CANDIDATES = ("tca", "shuffle")
+# "tca" wins on every real graph measured; "degree" costs one sort and wins on R-MAT, whose
+# hubs share columns (scale 18: MeanNnzTC 1.31x against tca's 1.27x); "shuffle" is the third
+# opinion. "rcm" is left out: it runs in scipy on the CPU and never won here.
+DEFAULT_CANDIDATES = ("tca", "degree", "shuffle")
 # 5% fewer blocks is about 5% less Tensor-Core work: below that, the change in L2 locality a
 # permutation brings can cost as much as it saves.
 MIN_GAIN = 0.05
