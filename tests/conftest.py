@@ -19,10 +19,10 @@ settings.load_profile("tcsparse")
 
 SEED = int(os.environ.get("TCSPARSE_SEED", random.randrange(2**31)))
 
-# The GCN layer and example tests run on graphs of a few thousand nodes: one intra-op thread is
+# The GCN layer, example and reordering tests run on graphs of a few thousand nodes: one intra-op thread is
 # faster than a team there, and far faster when the CI cores are shared (an OpenMP team stalls
 # whenever one of its threads is descheduled).
-SINGLE_THREAD_FOLDERS = ("nn", "examples")
+SINGLE_THREAD_FOLDERS = ("nn", "examples", "reorder")
 
 
 def pytest_report_header(config):
