@@ -75,6 +75,7 @@ class TCSparseTensor(torch.Tensor):
         )
         out._structure = structure
         out._values = values
+        out._csr_matrix = None
         with torch.no_grad():
             out._block_values = values[structure.block_order]
         return out
@@ -202,14 +203,26 @@ class TCSparseTensor(torch.Tensor):
         vector = x.dim() == 1
         if vector:
             x = x.unsqueeze(1)
-        needs_grad = torch.is_grad_enabled() and (x.requires_grad or self._values.requires_grad)
-        values = self._values[self._structure.block_order] if needs_grad and self._values.requires_grad else self._block_values
+        values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
         s = self._structure
         if path == "auto" and ops.kernels_apply(x):
             path = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
-        layout_t = s.transposed()[0].layout.tensors() if needs_grad and x.requires_grad else []
-        y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
+        if ops.resolve_path(path, x) == "csr" and not values_need_grad and not torch.compiler.is_compiling():
+            # torch.sparse on the CSR-order values the tensor holds: no per-call gather into CSR
+            # order, so this path costs exactly what torch.sparse.mm costs (autograd for X
+            # included); the op below serves gradients for the values and torch.compile.
+            y = torch.sparse.mm(self._torch_csr(), x.contiguous())
+        else:
+            values = self._values[s.block_order] if values_need_grad else self._block_values
+            layout_t = s.transposed()[0].layout.tensors() if torch.is_grad_enabled() and x.requires_grad else []
+            y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
         return y.squeeze(1) if vector else y
+
+    def _torch_csr(self) -> torch.Tensor:
+        if self._csr_matrix is None:
+            with torch.no_grad():
+                self._csr_matrix = self.to_torch_csr()
+        return self._csr_matrix
 
     def __matmul__(self, other):
         return self.matmul(other)
