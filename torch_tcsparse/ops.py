@@ -133,10 +133,15 @@ def spmm(
 
     ``layout_t`` is the transpose's layout (for the backward) or an empty list when no gradient
     for ``x`` is needed."""
-    a = _layout(layout, window, num_rows, num_cols)
+    return run_spmm(x, values, _layout(layout, window, num_rows, num_cols), path)
+
+
+def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str) -> Tensor:
+    """The body of ``tcsparse::spmm`` without the op's dispatch, for eager calls that need no
+    autograd: on small graphs the custom-op machinery costs more than the kernel itself."""
     path = resolve_path(path, x)
     if a.nnz == 0 or x.shape[1] == 0:
-        return torch.zeros(num_rows, x.shape[1], dtype=x.dtype, device=x.device)
+        return torch.zeros(a.num_rows, x.shape[1], dtype=x.dtype, device=x.device)
     if path in KERNEL_PATHS:
         from . import kernels
 

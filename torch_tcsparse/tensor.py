@@ -203,19 +203,22 @@ class TCSparseTensor(torch.Tensor):
         vector = x.dim() == 1
         if vector:
             x = x.unsqueeze(1)
-        values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
         s = self._structure
         if path == "auto" and ops.kernels_apply(x):
             path = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
-        if ops.resolve_path(path, x) == "csr" and not values_need_grad and not torch.compiler.is_compiling():
+        path = ops.resolve_path(path, x)
+        values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
+        x_needs_grad = torch.is_grad_enabled() and x.requires_grad
+        if torch.compiler.is_compiling() or values_need_grad or (x_needs_grad and path != "csr"):
+            values = self._values[s.block_order] if values_need_grad else self._block_values
+            layout_t = s.transposed()[0].layout.tensors() if x_needs_grad else []
+            y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
+        elif path == "csr":
             # torch.sparse on the CSR-order values the tensor holds: no per-call gather into CSR
-            # order, so this path costs exactly what torch.sparse.mm costs (autograd for X
-            # included); the op below serves gradients for the values and torch.compile.
+            # order, so this costs what torch.sparse.mm costs (its autograd covers X).
             y = torch.sparse.mm(self._torch_csr(), x.contiguous())
         else:
-            values = self._values[s.block_order] if values_need_grad else self._block_values
-            layout_t = s.transposed()[0].layout.tensors() if torch.is_grad_enabled() and x.requires_grad else []
-            y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
+            y = ops.run_spmm(x, self._block_values, s.layout, path)
         return y.squeeze(1) if vector else y
 
     def _torch_csr(self) -> torch.Tensor:
