@@ -14,6 +14,7 @@ import torch
 from . import ops
 from .formats import inputs
 from .formats.csr import CSR, check_values, from_csr_arrays, torch_csr
+from .formats.bcsr import BCSR, build_bcsr
 from .formats.metcf import WINDOWS
 from .structure import Structure
 
@@ -169,6 +170,11 @@ class TCSparseTensor(torch.Tensor):
     @property
     def T(self) -> "TCSparseTensor":
         return self.t()
+
+    def to_bcsr(self, block_shape=(16, 8)) -> BCSR:
+        """BCSR of this matrix in its row order (the permutation, if any, applied): 16x8 tiles
+        for TF32 ``m16n8k8``, 16x16 for fp16/bf16 ``m16n8k16``."""
+        return build_bcsr(self.csr, block_shape, self._structure.row_perm)
 
     def to_dense(self) -> torch.Tensor:
         row = self.csr.row_indices()
