@@ -173,8 +173,16 @@ def time_mode(mode, edge_index, num_nodes, x, y, args, reference):
 
 
 def run_timing(args):
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
-    torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+    """TF32 set alike for every mode while timing, and restored after (tests call this in-process)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+    try:
+        return _time_every_mode(args)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _time_every_mode(args):
     rows = []
     for name, edge_index, num_nodes in benchmark_graphs(args):
         generator = torch.Generator(device=args.device).manual_seed(0)
