@@ -60,6 +60,7 @@ class Structure:
             gather[ours_in_blocks] = theirs_in_blocks
             t.layout = t.layout.with_transpose_gather(gather_t)
             self.layout = self.layout.with_transpose_gather(gather)
+            order = order.to(ours_in_blocks.dtype)
             t._transpose, t._transpose_order = self, inverse_permutation(order)
             self._transpose, self._transpose_order = t, order
         return self._transpose, self._transpose_order

@@ -142,8 +142,8 @@ def test_documented_dtypes():
         block_cols=torch.int32,
         row_map=torch.int32,
         chunk_offsets=torch.int32,
-        transpose_gather=torch.int64,
-        csr_gather=torch.int64,
+        transpose_gather=torch.int32,
+        csr_gather=torch.int32,
     )
     assert {name: getattr(layout, name).dtype for name in expected} == expected
 

@@ -20,13 +20,16 @@ row_map        int32    [windows * window]     original row written by each wind
                                                -1 past the last row
 chunk_offsets  int32    [windows + 1]          first balanced-kernel chunk of each window
                                                (``BALANCE_CHUNK`` blocks per chunk)
-transpose_gather int64  [nnz] or [0]           values of the transpose's layout are
+transpose_gather int32  [nnz] or [0]           values of the transpose's layout are
                                                ``values[t.transpose_gather]``; empty until
                                                the transpose is built
 csr_rowptr     int32/64 [rows + 1]             canonical CSR of the original matrix
 csr_col        int32/64 [nnz]
-csr_gather     int64    [nnz]                  CSR-order values are ``values[csr_gather]``
+csr_gather     int32    [nnz]                  CSR-order values are ``values[csr_gather]``
 ============== ======== ====================== ============================================
+
+Index arrays over the nonzeros (the gathers) are int32, int64 only past 2**31 - 1 nonzeros: on a
+graph of 63M nonzeros each int64 gather would cost 0.5 GB of GPU memory.
 
 Values are stored in block order next to the layout. Row reordering is carried entirely by
 ``row_map`` (and the choice of windows); ``block_cols`` always holds original column ids, so a
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .csr import CSR
+from .csr import CSR, index_dtype_for
 
 # TC blocks handled by one thread block of the balanced kernel. 32 blocks of 16x8 are 4096
 # candidate products: long enough to hide the gather latency, short enough that a hub window
@@ -217,8 +220,9 @@ def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None
     local = (slot % window) * BLOCK_WIDTH + pair_lane[pair_of_nnz]
     order = torch.sort(nnz_block * (window * BLOCK_WIDTH) + local, stable=True).indices
     block_offsets = _exclusive_cumsum(torch.bincount(nnz_block, minlength=num_blocks))
-    csr_gather = torch.empty(nnz, dtype=torch.long, device=device)
-    csr_gather[order] = torch.arange(nnz, device=device)
+    gather_dtype = index_dtype_for(num_rows, num_cols, nnz)
+    csr_gather = torch.empty(nnz, dtype=gather_dtype, device=device)
+    csr_gather[order] = torch.arange(nnz, dtype=gather_dtype, device=device)
 
     row_map = torch.full((num_windows * window,), -1, dtype=torch.int32, device=device)
     row_map[:num_rows] = torch.arange(num_rows, device=device) if row_perm is None else row_perm
@@ -234,7 +238,7 @@ def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None
         block_cols=block_cols,
         row_map=row_map,
         chunk_offsets=_exclusive_cumsum(chunks_per_window).to(torch.int32),
-        transpose_gather=torch.empty(0, dtype=torch.long, device=device),
+        transpose_gather=torch.empty(0, dtype=gather_dtype, device=device),
         csr_rowptr=csr.rowptr,
         csr_col=csr.col,
         csr_gather=csr_gather,
