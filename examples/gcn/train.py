@@ -119,6 +119,23 @@ def timed(device, fn, *args):
     return result, time.perf_counter() - start
 
 
+def run_epochs(config, device, seed, progress, train_epoch, evaluate) -> dict:
+    """Train for config["epochs"], evaluating every config["eval_steps"] and at the end: the best
+    result by validation score, the last one, and the per-epoch times and losses."""
+    epoch_times, losses, best, last = [], [], None, None
+    bar = tqdm(range(1, config["epochs"] + 1), disable=not progress, leave=False, desc=f"seed {seed}")
+    for epoch in bar:
+        loss, seconds = timed(device, train_epoch)
+        epoch_times.append(seconds)
+        losses.append(loss)
+        if epoch % config["eval_steps"] == 0 or epoch == config["epochs"]:
+            last = evaluate() | {"epoch": epoch}
+            if best is None or last["valid"] > best["valid"]:
+                best = last
+            bar.set_postfix(loss=f"{loss:.3f}", valid=f"{last['valid']:.3f}", test=f"{last['test']:.3f}")
+    return {"best": best, "last": last, "epoch_times": epoch_times, "losses": losses}
+
+
 # Node property prediction.
 
 def node_loss(out, y, metric):
@@ -154,20 +171,10 @@ def train_node(task, config, backend, device, seed, progress, last_epoch=False):
         optimizer.step()
         return loss.item()
 
-    epoch_times, losses, best, result = [], [], None, None
-    bar = tqdm(range(1, config["epochs"] + 1), disable=not progress, leave=False, desc=f"seed {seed}")
-    for epoch in bar:
-        loss, seconds = timed(device, step)
-        epoch_times.append(seconds)
-        losses.append(loss)
-        if epoch % config["eval_steps"] == 0 or epoch == config["epochs"]:
-            result = evaluate_node(model, task, x, graph, edge_weight) | {"epoch": epoch}
-            if best is None or result["valid"] > best["valid"]:
-                best = result
-            bar.set_postfix(loss=f"{loss:.3f}", valid=f"{result['valid']:.3f}", test=f"{result['test']:.3f}")
-    chosen = result if last_epoch else best
-    return {"metric": task.metric, **chosen, "preprocess_s": preprocess_s, "epoch_times": epoch_times,
-            "losses": losses}
+    history = run_epochs(config, device, seed, progress, step,
+                         lambda: evaluate_node(model, task, x, graph, edge_weight))
+    chosen = history.pop("last") if last_epoch else history.pop("best")
+    return {"metric": task.metric, **chosen, "preprocess_s": preprocess_s, **history}
 
 
 # Link property prediction (ogbl-ddi).
@@ -233,20 +240,10 @@ def train_link(task, config, backend, device, seed, progress):
             total += loss.item() * perm.numel()
         return total / pos_train.size(0)
 
-    epoch_times, losses, best = [], [], None
-    bar = tqdm(range(1, config["epochs"] + 1), disable=not progress, leave=False, desc=f"seed {seed}")
-    for epoch in bar:
-        loss, seconds = timed(device, epoch_pass)
-        epoch_times.append(seconds)
-        losses.append(loss)
-        if epoch % config["eval_steps"] == 0 or epoch == config["epochs"]:
-            result = evaluate_link(model, predictor, emb, graph, edge_weight, split_edge, task.evaluator,
-                                   config["batch_size"], device) | {"epoch": epoch}
-            if best is None or result["valid"] > best["valid"]:
-                best = result
-            bar.set_postfix(loss=f"{loss:.3f}", valid=f"{result['valid']:.3f}", test=f"{result['test']:.3f}")
-    return {"metric": "hits@20", **best, "preprocess_s": preprocess_s, "epoch_times": epoch_times,
-            "losses": losses}
+    history = run_epochs(config, device, seed, progress, epoch_pass, lambda: evaluate_link(
+        model, predictor, emb, graph, edge_weight, split_edge, task.evaluator, config["batch_size"], device))
+    history.pop("last")
+    return {"metric": "hits@20", **history.pop("best"), "preprocess_s": preprocess_s, **history}
 
 
 def run(argv=None) -> dict:

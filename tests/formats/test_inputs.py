@@ -132,14 +132,6 @@ def test_torch_coo_uncoalesced_and_csr():
     assert torch.equal(dense_of(from_csr), dense_of(csr))
 
 
-@pytest.mark.parametrize("layout", ["csc", "bsr"])
-def test_torch_other_layouts_are_type_errors(layout):
-    dense = torch.eye(4)
-    tensor_ = dense.to_sparse_csc() if layout == "csc" else dense.to_sparse_bsr((2, 2))
-    with pytest.raises(TypeError, match=r"COO and CSR.*sparse_" + layout):
-        inputs.from_torch(tensor_)
-
-
 def test_torch_rejects():
     with pytest.raises(ValueError, match=r"2-D.*3 dimensions"):
         inputs.from_torch(torch.zeros(2, 2, 2).to_sparse())
