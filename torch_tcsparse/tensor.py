@@ -1,8 +1,9 @@
 """TCSparseTensor: a sparse matrix (M, K) in Tensor-Core storage that multiplies like a tensor.
 
 ``A @ X``, ``torch.matmul``, ``torch.mm``, ``torch.sparse.mm``, ``A.matmul(X)`` and
-``torch_tcsparse.spmm(A, X)`` run the ``tcsparse::spmm`` op and return a plain dense tensor in the
-user's row order. Any other torch operation raises a TypeError that says what to do instead: the
+``torch_tcsparse.spmm(A, X)`` run the engine the selector picks (through the ``tcsparse::spmm``
+op when autograd or torch.compile is involved, directly otherwise) and return a plain dense
+tensor in the user's row order. Any other torch operation raises a TypeError that says what to do instead: the
 subclass holds no dense storage, so nothing may silently compute on it.
 """
 from __future__ import annotations
