@@ -139,7 +139,13 @@ def spmm(
 def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str) -> Tensor:
     """The body of ``tcsparse::spmm`` without the op's dispatch, for eager calls that need no
     autograd: on small graphs the custom-op machinery costs more than the kernel itself."""
-    path = resolve_path(path, x)
+    # The engines choose their own precision (fp32 accumulation); autocast, which already
+    # picked the operands' dtype, must not recast their internal products.
+    with torch.autocast(x.device.type, enabled=False):
+        return _run_spmm(x, values, a, resolve_path(path, x))
+
+
+def _run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str) -> Tensor:
     if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.num_rows, x.shape[1], dtype=x.dtype, device=x.device)
     if path in KERNEL_PATHS:
@@ -164,7 +170,8 @@ def sddmm(grad_y: Tensor, x: Tensor, layout: list[Tensor], window: int, num_rows
         from . import kernels
 
         return kernels.sddmm(grad_y, x, a)
-    return reference_sddmm(grad_y, x, a)
+    with torch.autocast(x.device.type, enabled=False):
+        return reference_sddmm(grad_y, x, a)
 
 
 @sddmm.register_fake

@@ -78,6 +78,7 @@ class TCSparseTensor(torch.Tensor):
         out._structure = structure
         out._values = values
         out._csr_matrix = None
+        out._casts = {}
         with torch.no_grad():
             out._block_values = values[structure.block_order]
         return out
@@ -205,7 +206,11 @@ class TCSparseTensor(torch.Tensor):
     # Multiplication.
 
     def matmul(self, other: torch.Tensor, path: str = "auto") -> torch.Tensor:
-        """Y = A @ X for X of shape [K] or [K, N]; differentiable for X and the values."""
+        """Y = A @ X for X of shape [K] or [K, N]; differentiable for X and the values. Under
+        ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does."""
+        autocast_dtype = _autocast_dtype(self, other)
+        if autocast_dtype is not None:
+            return self._in_dtype(autocast_dtype).matmul(other.to(autocast_dtype), path)
         x = _check_operand(self, other)
         vector = x.dim() == 1
         if vector:
@@ -227,6 +232,15 @@ class TCSparseTensor(torch.Tensor):
         else:
             y = ops.run_spmm(x, self._block_values, s.layout, path)
         return y.squeeze(1) if vector else y
+
+    def _in_dtype(self, dtype: torch.dtype) -> "TCSparseTensor":
+        """This matrix with values in ``dtype``; kept while the values need no gradient, so a
+        model under autocast converts them once, not at every product."""
+        if self._values.requires_grad:
+            return self.to(dtype)
+        if dtype not in self._casts:
+            self._casts[dtype] = self.to(dtype)
+        return self._casts[dtype]
 
     def _torch_csr(self) -> torch.Tensor:
         if self._csr_matrix is None:
@@ -316,6 +330,18 @@ def _check_operand(a: TCSparseTensor, x) -> torch.Tensor:
     if x.dtype != a.dtype:
         raise TypeError(f"dtype mismatch: A is {a.dtype} but X is {x.dtype}; convert one with .to(dtype)")
     return x
+
+
+def _autocast_dtype(a: TCSparseTensor, x) -> torch.dtype | None:
+    """The dtype autocast asks for when it applies to A @ X: float32 operands on a device where
+    autocast is on are cast to its dtype; float64 is never cast (as in torch)."""
+    if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled(a.device.type):
+        return None
+    dtype = torch.get_autocast_dtype(a.device.type)
+    operands = {a.dtype, x.dtype}
+    if torch.float32 not in operands or not operands <= {torch.float32, dtype}:
+        return None
+    return dtype
 
 
 def _reject_right_operand(*args, **kwargs):
