@@ -25,7 +25,7 @@ UNSUPPORTED = {
     "torch.abs": lambda a: torch.abs(a),
     "A[0]": lambda a: a[0],
     "A.clone()": lambda a: a.clone(),
-    "A.double()": lambda a: a.double(),
+    "A.int()": lambda a: a.int(),
     "torch.mv": lambda a: torch.mv(a, torch.ones(4)),
     "torch.addmm": lambda a: torch.addmm(torch.zeros(6, 2), a, torch.ones(4, 2)),
     "X @ A": lambda a: torch.ones(3, 6) @ a,
@@ -39,6 +39,28 @@ UNSUPPORTED = {
 def test_unsupported_operations_raise_type_error_with_guidance(a, op):
     with pytest.raises(TypeError, match=GUIDANCE):
         UNSUPPORTED[op](a)
+
+
+@pytest.mark.parametrize(
+    "method, dtype",
+    [("half", torch.float16), ("bfloat16", torch.bfloat16), ("float", torch.float32), ("double", torch.float64)],
+)
+def test_dtype_shorthands_convert_the_values(a, method, dtype):
+    converted = getattr(a, method)()
+    assert isinstance(converted, TCSparseTensor) and converted.dtype == dtype
+    torch.testing.assert_close(converted.to_dense(), a.to_dense().to(dtype))
+
+
+def test_requires_grad_on_the_matrix_points_to_the_values(a):
+    with pytest.raises(TypeError, match=r"with_values"):
+        a.requires_grad_()
+
+
+def test_edge_index_out_of_range_names_the_row_of_edge_index():
+    with pytest.raises(ValueError, match=r"edge_index\[1\] \(targets\) holds index 5.*size 3"):
+        TCSparseTensor.from_edge_index(torch.tensor([[0], [5]]), num_nodes=3)
+    with pytest.raises(ValueError, match=r"edge_index\[0\] \(sources\) holds a negative index \(-1\)"):
+        TCSparseTensor.from_edge_index(torch.tensor([[-1], [0]]), num_nodes=3)
 
 
 def test_equality_is_not_a_silent_identity_check(a):

@@ -158,6 +158,24 @@ class TCSparseTensor(torch.Tensor):
         structure = self._structure if device == self.device else self._structure.to(device)
         return TCSparseTensor(structure, self._values.to(device=device, dtype=dtype))
 
+    def half(self) -> "TCSparseTensor":
+        return self.to(torch.float16)
+
+    def bfloat16(self) -> "TCSparseTensor":
+        return self.to(torch.bfloat16)
+
+    def float(self) -> "TCSparseTensor":
+        return self.to(torch.float32)
+
+    def double(self) -> "TCSparseTensor":
+        return self.to(torch.float64)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        raise TypeError(
+            "gradients flow to the values of a TCSparseTensor, not to the matrix object: build it "
+            "with values that require grad, e.g. A.with_values(v.requires_grad_())"
+        )
+
     def cuda(self, device=None) -> "TCSparseTensor":
         return self.to(torch.device("cuda") if device is None else torch.device("cuda", device) if isinstance(device, int) else device)
 

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from . import csr as csr_mod
-from .csr import CSR, check_index_tensor, check_size
+from .csr import CSR, check_index_tensor, check_range, check_size
 
 
 def _as_values(values, dtype: torch.dtype | None, name: str = "values"):
@@ -59,6 +59,9 @@ def from_edge_index(edge_index, edge_weight=None, num_nodes=None, dtype=None) ->
     values = _as_values(edge_weight, dtype, "edge_weight")
     if values is not None and values.dim() != 1:
         raise ValueError(f"edge_weight must be 1-D with one weight per edge, got shape {tuple(values.shape)}")
+    num_src, num_dst = check_size("num_nodes", num_src), check_size("num_nodes", num_dst)
+    check_range("edge_index[0] (sources)", edge_index[0], num_src)
+    check_range("edge_index[1] (targets)", edge_index[1], num_dst)
     return csr_mod.from_coo(edge_index[1], edge_index[0], values, num_dst, num_src, _default_dtype(dtype))
 
 
