@@ -49,28 +49,35 @@ def _layout_args(layout: MetcfLayout) -> list:
     ]
 
 
-def _check_operands(layout: MetcfLayout, values: torch.Tensor, **dense: torch.Tensor) -> None:
+def _check_values(layout: MetcfLayout, values: torch.Tensor) -> None:
     """The checks the C++ binding repeats, raised here as the TypeError/ValueError users expect."""
     if not isinstance(values, torch.Tensor) or values.dtype != torch.float32:
         raise TypeError(f"values must be a float32 tensor, got {getattr(values, 'dtype', type(values).__name__)}")
     if values.dim() != 1 or values.numel() != layout.nnz:
         raise ValueError(f"values must be 1-D with {layout.nnz} entries, got shape {tuple(values.shape)}")
-    if values.device.type != "cuda" or values.device != layout.device:
-        raise ValueError(f"values on {values.device} and layout on {layout.device} must be the same CUDA device")
+    if values.device != layout.device:
+        raise ValueError(f"values are on {values.device} but the layout is on {layout.device}")
+
+
+def _check_dense(layout: MetcfLayout, **dense) -> None:
+    """Each dense operand: float32, 2-D with the given rows, on the layout's CUDA device."""
+    if layout.device.type != "cuda":
+        raise ValueError(f"the kernels need a CUDA layout, got one on {layout.device}")
     for name, (t, rows) in dense.items():
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
             raise TypeError(f"{name} must be a float32 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
         if t.dim() != 2 or t.shape[0] != rows:
             raise ValueError(f"{name} must be 2-D with {rows} rows, got shape {tuple(t.shape)}")
-        if t.device != values.device:
-            raise ValueError(f"{name} is on {t.device} but the values are on {values.device}")
+        if t.device != layout.device:
+            raise ValueError(f"{name} is on {t.device} but the layout is on {layout.device}")
 
 
 def spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, kernel: str = "base") -> torch.Tensor:
     """Y[num_rows, N] = A @ x with A given by (layout, values in block order); x is [num_cols, N]."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    _check_operands(layout, values, x=(x, layout.num_cols))
+    _check_values(layout, values)
+    _check_dense(layout, x=(x, layout.num_cols))
     return _ext.load().spmm(
         x,
         values,
@@ -83,8 +90,7 @@ def spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, kernel: str
 
 def sddmm(grad_y: torch.Tensor, x: torch.Tensor, layout: MetcfLayout) -> torch.Tensor:
     """For every nonzero in block order, <grad_y[row], x[col]>: the gradient of the values."""
-    values = torch.empty(layout.nnz, dtype=torch.float32, device=x.device)  # shape/device check only
-    _check_operands(layout, values, grad_y=(grad_y, layout.num_rows), x=(x, layout.num_cols))
+    _check_dense(layout, grad_y=(grad_y, layout.num_rows), x=(x, layout.num_cols))
     if grad_y.shape[1] != x.shape[1]:
         raise ValueError(f"grad_y has {grad_y.shape[1]} columns but x has {x.shape[1]}")
     return _ext.load().sddmm(grad_y, x, *_layout_args(layout))

@@ -104,10 +104,13 @@ def from_coo(
     num_rows: int,
     num_cols: int,
     dtype: torch.dtype = torch.float32,
+    names: tuple[str, str] = ("row", "col"),
 ) -> CSR:
-    """Canonical CSR from COO triplets; duplicate (row, col) pairs are summed."""
-    check_index_tensor("row", row)
-    check_index_tensor("col", col)
+    """Canonical CSR from COO triplets; duplicate (row, col) pairs are summed. ``names`` are what
+    error messages call the two index arrays (the caller's own names for them)."""
+    row_name, col_name = names
+    check_index_tensor(row_name, row)
+    check_index_tensor(col_name, col)
     num_rows, num_cols = check_size("num_rows", num_rows), check_size("num_cols", num_cols)
     if row.dim() != 1 or col.dim() != 1 or row.numel() != col.numel():
         raise ValueError(
@@ -119,8 +122,8 @@ def from_coo(
     if values is None:
         values = torch.ones(row.numel(), dtype=dtype, device=device)
     check_values(values, row.numel(), device)
-    check_range("row", row, num_rows)
-    check_range("col", col, num_cols)
+    check_range(row_name, row, num_rows)
+    check_range(col_name, col, num_cols)
 
     row, col = row.long(), col.long()
     key = row * max(num_cols, 1) + col

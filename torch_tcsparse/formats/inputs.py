@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from . import csr as csr_mod
-from .csr import CSR, check_index_tensor, check_range, check_size
+from .csr import CSR, check_index_tensor, check_size
 
 
 def _as_values(values, dtype: torch.dtype | None, name: str = "values"):
@@ -60,9 +60,10 @@ def from_edge_index(edge_index, edge_weight=None, num_nodes=None, dtype=None) ->
     if values is not None and values.dim() != 1:
         raise ValueError(f"edge_weight must be 1-D with one weight per edge, got shape {tuple(values.shape)}")
     num_src, num_dst = check_size("num_nodes", num_src), check_size("num_nodes", num_dst)
-    check_range("edge_index[0] (sources)", edge_index[0], num_src)
-    check_range("edge_index[1] (targets)", edge_index[1], num_dst)
-    return csr_mod.from_coo(edge_index[1], edge_index[0], values, num_dst, num_src, _default_dtype(dtype))
+    return csr_mod.from_coo(
+        edge_index[1], edge_index[0], values, num_dst, num_src, _default_dtype(dtype),
+        names=("edge_index[1] (targets)", "edge_index[0] (sources)"),
+    )
 
 
 def _shape(shape, name="shape") -> tuple[int, int]:
