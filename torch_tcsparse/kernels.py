@@ -40,6 +40,7 @@ def _layout_args(layout: MetcfLayout) -> list:
         layout.block_offsets,
         layout.local_ids,
         layout.block_cols,
+        layout.block_bitmap,
         layout.row_map,
         layout.chunk_offsets,
         layout.window,
@@ -105,10 +106,10 @@ def _launch_shape(kernel: str, n: int) -> list[int]:
 
 
 def occupancy(kernel: str, n: int) -> int:
-    """Thread blocks of ``kernel``'s SpMM resident per SM at N = n, on the current CUDA device."""
+    """Warps of ``kernel``'s SpMM resident per SM at N = n, on the current CUDA device."""
     return _launch_shape(kernel, n)[0]
 
 
 def column_slices(kernel: str, n: int) -> int:
-    """Thread blocks per row window (base) or chunk (balanced) along N at N = n."""
+    """Warps per row window (base) or chunk (balanced) along N at N = n."""
     return _launch_shape(kernel, n)[1]

@@ -8,17 +8,18 @@ fitted on an RTX 4090). We keep that rule, with the threshold calibrated per GPU
 a cost model in microseconds for every path so that the chosen Tensor-Core kernel is also ranked
 against ``"csr"`` (torch.sparse, cuSPARSE): ``A @ X`` should never be meaningfully slower than it.
 
-The launch shapes simulated are those of ``csrc/metcf_spmm.cu``:
+The launch shapes simulated are those of ``csrc/metcf_spmm.cu``, whose unit of work is a warp
+(the scheduling slots are ``SMs x resident warps per SM``):
 
-- base: grid (windows, column slices), blockIdx.x fastest, so thread blocks are issued window by
-  window for slice 0, then for slice 1, ...; the hardware gives each block to the first slot that
-  frees (list scheduling), with ``SMs x resident blocks per SM`` slots. A block costs
+- base: one warp per (window, column slice), the slices of a window adjacent, issued in window
+  order; the hardware gives each warp to the first slot that frees (list scheduling; warps are
+  in fact placed four at a time, as thread blocks, which the model ignores). A warp costs
   ``block_units + tc_blocks of its window`` units;
-- balanced: a persistent grid of ``G = min(items, SMs x resident)`` blocks over (slice, chunk)
-  items, slice-major; block i takes the contiguous items [i * per, (i + 1) * per) and handles the
+- balanced: a persistent grid of ``G = min(items, slots)`` warps over (slice, chunk) items,
+  slice-major; warp i takes the contiguous items [i * per, (i + 1) * per) and handles the
   consecutive chunks of one window as one segment: it costs ``segment_units`` per segment, its TC
   blocks, and ``split_units`` per segment whose window crosses its range boundary (the atomic
-  adds). All blocks are co-resident, so the makespan is exact. A small kernel first zeroes the
+  adds). All warps are co-resident, so the makespan is exact. A small kernel first zeroes the
   rows of empty and cut windows (``zero_us`` per row);
 - a kernel's time is ``launch_us + unit_us * work / slots + tail_us * (makespan - work / slots)``
   (``kernel_time_us``): the evenly spread work, then the imbalance tail;
@@ -178,7 +179,7 @@ def _heavy_fluid_schedule(costs: np.ndarray, slots: int) -> float:
 
 
 def default_column_slices(n: int) -> int:
-    """Thread blocks per window along N without a CUDA device to ask (tests, explanations on the
+    """Warps per window along N without a CUDA device to ask (tests, explanations on the
     CPU): the dispatch rule of csrc/metcf_spmm.cu, 64-column slices when N >= 64 and the last
     slice is more than half full (N % 64 == 0 or N % 64 > 32), else 32-column slices. On a GPU
     ``kernels.column_slices`` answers for the compiled kernels."""
@@ -243,13 +244,13 @@ class MatrixShape:
 def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units: float) -> tuple[float, float]:
     """(makespan, total work) of the base kernel in TC-block units, list-scheduled on ``slots``."""
     per_window = block_units + shape.window_blocks.astype(np.float64)
-    jobs = np.tile(per_window, slices)
+    jobs = np.repeat(per_window, slices)
     return list_schedule_makespan(jobs, slots), float(jobs.sum())
 
 
 class BalancedLaunch(NamedTuple):
     makespan: float  # TC-block units
-    work: float  # TC-block units, all thread blocks
+    work: float  # TC-block units, all warps
     zeroed_windows: int  # cleared first: empty windows plus range boundaries inside a window
 
 
@@ -259,11 +260,11 @@ def balanced_makespan_units(
     """The balanced kernel's persistent grid, exactly as ``metcf_balanced_kernel`` splits it.
 
     Items are (slice, chunk) pairs, slice-major; the grid has ``G = min(upper bound of the items,
-    slots)`` thread blocks and block i takes the contiguous items [i * per, (i + 1) * per) with
-    per = ceil(items / G). Inside its range a block handles each window's consecutive chunks as one
-    segment (``segment_units`` for its pipeline start and combine); a segment whose window crosses
-    the range boundary adds atomically (``split_units``). All blocks are co-resident, so the
-    makespan is the largest block."""
+    slots)`` warps and warp i takes the contiguous items [i * per, (i + 1) * per) with
+    per = ceil(items / G). Inside its range a warp handles each window's consecutive chunks as one
+    segment (``segment_units`` for its pipeline start and store); a segment whose window crosses
+    the range boundary adds atomically (``split_units``). All warps are co-resident, so the
+    makespan is the largest warp."""
     sizes, first = shape.chunks
     chunks = sizes.size
     items = chunks * slices
@@ -310,7 +311,7 @@ class Calibration:
     ar_threshold: float
     buckets: dict  # N bucket -> path -> constants
     sm_count: int  # used only without a CUDA device
-    occupancy: dict  # path -> resident blocks per SM, used only without a CUDA device
+    occupancy: dict  # path -> resident warps per SM, used only without a CUDA device
     csr_margin: float = 0.0  # a kernel is chosen only when predicted this fraction faster than csr
 
     @classmethod
@@ -363,7 +364,7 @@ class DeviceModel:
     cuda_index: int | None  # None: no CUDA device, occupancy from the calibration's defaults
 
     def resident(self, path: str, n: int) -> int:
-        """Thread blocks of ``path``'s kernel resident per SM at N = ``n``."""
+        """Warps of ``path``'s kernel resident per SM at N = ``n``."""
         if self.cuda_index is None:
             return int(self.calibration.occupancy[path])
         from . import kernels
@@ -372,7 +373,7 @@ class DeviceModel:
             return int(kernels.occupancy(path, n))
 
     def slices(self, path: str, n: int) -> int:
-        """Thread blocks per row window (or chunk) along N of ``path``'s kernel at N = ``n``."""
+        """Warps per row window (or chunk) along N of ``path``'s kernel at N = ``n``."""
         if self.cuda_index is None:
             return default_column_slices(n)
         from . import kernels

@@ -97,6 +97,20 @@ def test_local_ids_block_offsets_and_row_map(case):
 
 
 @given(sparse_matrices())
+def test_block_bitmap_marks_exactly_the_local_ids(case):
+    # The kernels read a value's place in its block as the number of set bits before its id:
+    # that is its rank among the block's ascending ids only if the bits are exactly those ids.
+    csr, perm, window = case
+    layout, _ = build_metcf(csr, window, perm)
+    words = layout.block_bitmap.long() & 0xFFFFFFFF
+    assert layout.block_bitmap.dtype == torch.int32 and words.numel() == 4 * layout.num_blocks
+    offsets = layout.block_offsets.long()
+    for b in range(layout.num_blocks):
+        bits = [i for i in range(128) if (int(words[4 * b + i // 32]) >> (i % 32)) & 1]
+        assert bits == layout.local_ids[offsets[b] : offsets[b + 1]].tolist()
+
+
+@given(sparse_matrices())
 def test_csr_arrays_and_gathers(case):
     csr, perm, window = case
     layout, values = build_metcf(csr, window, perm)
@@ -140,6 +154,7 @@ def test_documented_dtypes():
         block_offsets=torch.int32,
         local_ids=torch.uint8,
         block_cols=torch.int32,
+        block_bitmap=torch.int32,
         row_map=torch.int32,
         chunk_offsets=torch.int32,
         transpose_gather=torch.int32,

@@ -20,14 +20,20 @@ void check_index(const at::Tensor& t, const char* name, at::ScalarType dtype, in
     TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
 }
 
+// An aligned copy of `t` when its data does not start on an `alignment`-byte boundary.
+at::Tensor aligned(const at::Tensor& t, uintptr_t alignment) {
+    return (reinterpret_cast<uintptr_t>(t.data_ptr()) % alignment) ? t.clone() : t;
+}
+
 struct Layout {
     tcsparse::MetcfArrays arrays;
-    at::Tensor local_ids;  // keeps an aligned copy alive when the given one was not 4-byte aligned
+    at::Tensor block_bitmap;  // 16-byte aligned: the kernels read one 128-bit bitmap per block
 };
 
 Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_offsets, const at::Tensor& local_ids,
-                   const at::Tensor& block_cols, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
-                   int64_t window, int64_t num_rows, int64_t chunk, const at::Device& device) {
+                   const at::Tensor& block_cols, const at::Tensor& block_bitmap, const at::Tensor& row_map,
+                   const at::Tensor& chunk_offsets, int64_t window, int64_t num_rows, int64_t chunk,
+                   const at::Device& device) {
     TORCH_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
     TORCH_CHECK(chunk >= 1, "chunk must be positive, got ", chunk);
     TORCH_CHECK(num_rows >= 0, "num_rows must be non-negative, got ", num_rows);
@@ -39,14 +45,16 @@ Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_off
     check_index(block_offsets, "block_offsets", at::kInt, num_blocks + 1, device);
     check_index(local_ids, "local_ids", at::kByte, nnz, device);
     check_index(block_cols, "block_cols", at::kInt, num_blocks * 8, device);
+    check_index(block_bitmap, "block_bitmap", at::kInt, num_blocks * 4, device);
     check_index(row_map, "row_map", at::kInt, num_windows * window, device);
     check_index(chunk_offsets, "chunk_offsets", at::kInt, num_windows + 1, device);
     Layout layout;
-    layout.local_ids = (reinterpret_cast<uintptr_t>(local_ids.data_ptr()) & 3) ? local_ids.clone() : local_ids;
+    layout.block_bitmap = aligned(block_bitmap, 16);
     layout.arrays = tcsparse::MetcfArrays{window_offsets.data_ptr<int32_t>(),
                                           block_offsets.data_ptr<int32_t>(),
-                                          layout.local_ids.data_ptr<uint8_t>(),
+                                          local_ids.data_ptr<uint8_t>(),
                                           block_cols.data_ptr<int32_t>(),
+                                          reinterpret_cast<const uint32_t*>(layout.block_bitmap.data_ptr<int32_t>()),
                                           row_map.data_ptr<int32_t>(),
                                           chunk_offsets.data_ptr<int32_t>(),
                                           num_windows,
@@ -79,14 +87,15 @@ void check_launch(cudaError_t err, const char* what) {
 
 at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
                 const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
-                const at::Tensor& row_map, const at::Tensor& chunk_offsets, int64_t window, int64_t num_rows,
-                int64_t num_cols, int64_t chunk, bool balanced, bool deterministic, bool exact) {
+                const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
+                int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk, bool balanced, bool deterministic,
+                bool exact) {
     check_values(values, local_ids.numel());
     const at::Device device = values.device();
     check_dense(x, "x", num_cols, device);
     const c10::cuda::CUDAGuard guard(device);
-    Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, row_map, chunk_offsets, window,
-                                num_rows, chunk, device);
+    Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
+                                chunk_offsets, window, num_rows, chunk, device);
     const at::Tensor xc = x.contiguous();
     const int64_t n = xc.size(1);
     TORCH_CHECK(n <= 65535 * 32, "x has ", n, " columns; at most ", 65535 * 32, " are supported");
@@ -120,15 +129,15 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
 
 at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& window_offsets,
                  const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
-                 const at::Tensor& row_map, const at::Tensor& chunk_offsets, int64_t window, int64_t num_rows,
-                 int64_t num_cols, int64_t chunk) {
+                 const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
+                 int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk) {
     const at::Device device = x.device();
     check_dense(x, "x", num_cols, device);
     check_dense(grad_y, "grad_y", num_rows, device);
     TORCH_CHECK(grad_y.size(1) == x.size(1), "grad_y has ", grad_y.size(1), " columns but x has ", x.size(1));
     const c10::cuda::CUDAGuard guard(device);
-    Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, row_map, chunk_offsets, window,
-                                num_rows, chunk, device);
+    Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
+                                chunk_offsets, window, num_rows, chunk, device);
     const at::Tensor xc = x.contiguous();
     const at::Tensor gc = grad_y.contiguous();
     at::Tensor out = at::empty({local_ids.numel()}, xc.options());
@@ -157,12 +166,12 @@ std::vector<int64_t> launch_shape(int64_t window, int64_t n, bool balanced, bool
 TORCH_LIBRARY(tcsparse_kernels, m) {
     m.def(
         "spmm(Tensor x, Tensor values, Tensor window_offsets, Tensor block_offsets, Tensor local_ids, "
-        "Tensor block_cols, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, int num_cols, "
-        "int chunk, bool balanced, bool deterministic, bool exact) -> Tensor");
+        "Tensor block_cols, Tensor block_bitmap, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, "
+        "int num_cols, int chunk, bool balanced, bool deterministic, bool exact) -> Tensor");
     m.def(
         "sddmm(Tensor grad_y, Tensor x, Tensor window_offsets, Tensor block_offsets, Tensor local_ids, "
-        "Tensor block_cols, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, int num_cols, "
-        "int chunk) -> Tensor");
+        "Tensor block_cols, Tensor block_bitmap, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, "
+        "int num_cols, int chunk) -> Tensor");
     // No tensor argument to dispatch on: a catch-all kernel, run on the current CUDA device.
     m.def("launch_shape(int window, int n, bool balanced, bool exact) -> int[]", &launch_shape);
 }

@@ -22,8 +22,9 @@ enum class Precision : int { kTF32 = 0, kTF32x3 = 1 };
 struct MetcfArrays {
     const int32_t* window_offsets;  // [num_windows + 1]
     const int32_t* block_offsets;   // [num_blocks + 1]
-    const uint8_t* local_ids;       // [nnz], 4-byte aligned base
+    const uint8_t* local_ids;       // [nnz]: row_in_window * 8 + col_in_block (the SDDMM reads these)
     const int32_t* block_cols;      // [num_blocks * 8]
+    const uint32_t* block_bitmap;   // [num_blocks * 4], 16-byte aligned: bit r * 8 + c of a block
     const int32_t* row_map;         // [num_windows * window]
     const int32_t* chunk_offsets;   // [num_windows + 1]
     int64_t num_windows;
@@ -34,20 +35,20 @@ struct MetcfArrays {
 };
 
 // Y[num_rows, n] = A @ X[num_cols, n]; X and Y row-major with leading dimension n.
-// base: one thread block (or one per 32/64-column slice) per row window, each row written once.
+// base: one warp per (row window, slice of 32 or 64 columns), each row written once.
 cudaError_t metcf_spmm_base_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
                                 Precision precision, cudaStream_t stream);
 
-// balanced: a persistent grid in which every thread block takes the same number of chunks (of
+// balanced: a persistent grid in which every warp takes the same number of chunks (of
 // `chunk` TC blocks each, never straddling windows). Without a workspace, windows cut between
-// thread blocks are combined with atomics into rows the same call zeroes first; with one
+// warps are combined with atomics into rows the same call zeroes first; with one
 // (deterministic), every chunk of a multi-chunk window writes its tile to the workspace and a
 // second kernel sums them in chunk order. metcf_balanced_workspace_floats gives the size needed.
 cudaError_t metcf_spmm_balanced_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
                                     Precision precision, float* workspace, cudaStream_t stream);
 
 // Launch shape of the SpMM kernel that runs at this n (for the selector's scheduling model):
-// thread blocks resident per SM, and thread blocks per row window (or chunk) along n.
+// warps resident per SM, and warps per row window (or chunk) along n.
 cudaError_t metcf_spmm_launch_shape(int window, int64_t n, bool balanced, Precision precision, int* resident,
                                     int64_t* slices);
 

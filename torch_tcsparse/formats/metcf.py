@@ -16,6 +16,9 @@ local_ids      uint8    [nnz]                  row_in_window * 8 + col_in_block,
                                                inside a block
 block_cols     int32    [blocks * 8]           original column id of each block column,
                                                -1 for padding
+block_bitmap   int32    [blocks * 4]           occupancy of each block: bit (r % 4) * 8 + c of
+                                               word r // 4 marks entry (r, c); the kernels
+                                               find a value's place in its block by popcount
 row_map        int32    [windows * window]     original row written by each window row,
                                                -1 past the last row
 chunk_offsets  int32    [windows + 1]          first balanced-kernel chunk of each window
@@ -66,6 +69,7 @@ class MetcfLayout:
     block_offsets: torch.Tensor
     local_ids: torch.Tensor
     block_cols: torch.Tensor
+    block_bitmap: torch.Tensor
     row_map: torch.Tensor
     chunk_offsets: torch.Tensor
     transpose_gather: torch.Tensor
@@ -78,6 +82,7 @@ class MetcfLayout:
         "block_offsets",
         "local_ids",
         "block_cols",
+        "block_bitmap",
         "row_map",
         "chunk_offsets",
         "transpose_gather",
@@ -137,6 +142,7 @@ class MetcfLayout:
             + self.block_offsets.numel() * 4
             + self.nnz * (1 + value_bytes)
             + self.block_cols.numel() * 4
+            + self.block_bitmap.numel() * 4
         )
         csr_bytes = (self.num_rows + 1) * 4 + self.nnz * (4 + value_bytes)
         return {
@@ -188,6 +194,15 @@ def count_blocks(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = Non
     return (distinct + BLOCK_WIDTH - 1) // BLOCK_WIDTH
 
 
+def occupancy_bitmap(nnz_block: torch.Tensor, local: torch.Tensor, num_blocks: int) -> torch.Tensor:
+    """Four int32 words per block with bit ``local % 32`` of word ``local // 32`` set for each
+    nonzero (``local = row_in_window * 8 + col_in_block`` is unique inside its block)."""
+    words = torch.zeros(num_blocks * 4, dtype=torch.int64, device=local.device)
+    words.scatter_add_(0, nnz_block * 4 + (local >> 5), torch.ones_like(local) << (local & 31))
+    # Distinct bits, so the sum is their OR; fold into int32's range keeping the bit pattern.
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
 def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None) -> tuple[MetcfLayout, torch.Tensor]:
     """ME-TCF layout and block-order values of ``csr``; ``row_perm[i]`` is the row placed at slot i."""
     if window not in WINDOWS:
@@ -236,6 +251,7 @@ def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None
         block_offsets=block_offsets.to(torch.int32),
         local_ids=local[order].to(torch.uint8),
         block_cols=block_cols,
+        block_bitmap=occupancy_bitmap(nnz_block, local, num_blocks),
         row_map=row_map,
         chunk_offsets=_exclusive_cumsum(chunks_per_window).to(torch.int32),
         transpose_gather=torch.empty(0, dtype=gather_dtype, device=device),
