@@ -78,7 +78,7 @@ def tolerance(a_dense: torch.Tensor, x: torch.Tensor, dtype: torch.dtype, factor
     torch's own dense matmul at that precision, and never below a few units in the last place
     of the result's scale (torch can be exact by luck on small integer-valued inputs)."""
     exact = reference_matmul(a_dense, x)
-    torch_result = (a_dense.to(dtype) @ x.to(dtype)).double()
+    torch_result = (a_dense.to(x.device, dtype) @ x.to(dtype)).double().cpu()
     torch_error = float((torch_result - exact).abs().max()) if exact.numel() else 0.0
     scale = float(reference_matmul(a_dense.abs(), x.abs()).max()) if exact.numel() else 0.0
     return factor * torch_error + 4 * torch.finfo(dtype).eps * scale

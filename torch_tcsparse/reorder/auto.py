@@ -1,10 +1,14 @@
-"""``reorder="auto"``: try candidate methods and keep one only when it removes enough blocks.
+"""``reorder="auto"``: try candidate methods and keep one only when it makes ``A @ X`` faster.
 
-The measure is the number of ME-TCF Tensor-Core blocks (``count_blocks``), which is what the
-kernels iterate over. A reordering is kept only when it removes at least ``min_gain`` of the
-blocks; otherwise rows stay in the user's order. So "auto" never returns more blocks than no
-reordering (SMaT saw Jaccard clustering add blocks on band matrices, where the given order is
-already near optimal).
+Fewer ME-TCF Tensor-Core blocks (``count_blocks``) is what a reordering buys, but fewer blocks
+alone did not make ``A @ X`` faster on the H200: where cuSPARSE (the ``"csr"`` path, which a row
+order does not change) already beats the kernels, or where the gain is small, a permutation
+changed nothing or cost L2 locality (musae_facebook: 0.070 -> 0.094 ms). So each candidate's
+blocks per window go through the selector's cost model (``selector.rank``, the same model that
+picks the path at run time) and a method is kept only when a Tensor-Core kernel on the
+reordered matrix is predicted at least ``min_gain`` faster than every path without reordering.
+Otherwise rows stay in the user's order; in particular "auto" never adds blocks (SMaT saw
+Jaccard clustering add blocks on band matrices, where the given order is already near optimal).
 """
 from __future__ import annotations
 
@@ -14,14 +18,17 @@ import torch
 
 from ..formats.csr import CSR
 from ..formats.metcf import count_blocks
+from .. import selector
 
 # "tca" wins on every real graph measured; "degree" costs one sort and wins on R-MAT, whose
 # hubs share columns (scale 18: MeanNnzTC 1.31x against tca's 1.27x); "shuffle" is the third
 # opinion. "rcm" is left out: it runs in scipy on the CPU and never won here.
 DEFAULT_CANDIDATES = ("tca", "degree", "shuffle")
-# 5% fewer blocks is about 5% less Tensor-Core work: below that, the change in L2 locality a
-# permutation brings can cost as much as it saves.
+# Below a 5% predicted gain, the change in L2 locality a permutation brings can cost as much as
+# it saves.
 MIN_GAIN = 0.05
+# The N the prediction is made for: GCN hidden sizes (the SpMM benchmark's middle value).
+PREDICT_N = 128
 
 
 def _synchronize(device: torch.device) -> None:
@@ -29,12 +36,29 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def choose(csr: CSR, window: int = 16, candidates=DEFAULT_CANDIDATES, seed: int = 0,
-           symmetric: bool | None = None, min_gain: float = MIN_GAIN):
-    """(method, perm, report): the candidate with the fewest blocks if it saves ``min_gain``.
+def predicted_us(csr: CSR, window: int, perm, n: int = PREDICT_N) -> dict:
+    """The selector's predicted microseconds of every path for ``csr`` with rows in ``perm``'s
+    order (None: as given), times an operand of ``n`` columns, on the matrix's device."""
+    blocks = count_blocks(csr, window, perm).cpu().numpy()
+    row_nnz = csr.rowptr[1:] - csr.rowptr[:-1]
+    max_row = int(row_nnz.max()) if row_nnz.numel() else 0
+    shape = selector.MatrixShape(window, blocks, csr.num_rows, csr.nnz, max_row)
+    return dict(selector.rank(shape, n, selector.device_model(csr.col.device)).costs_us)
 
-    ``symmetric=None`` means symmetric for square matrices. ``report`` holds the blocks
-    without reordering, and per tried method its blocks, MeanNnzTC and seconds.
+
+def _kernel_us(costs: dict) -> float:
+    return min(costs[path] for path in selector.KERNEL_CHOICES)
+
+
+def choose(csr: CSR, window: int = 16, candidates=DEFAULT_CANDIDATES, seed: int = 0,
+           symmetric: bool | None = None, min_gain: float = MIN_GAIN, n: int = PREDICT_N):
+    """(method, perm, report): the candidate whose reordered matrix has the fastest predicted
+    Tensor-Core kernel, kept if that is at least ``min_gain`` faster than the best path without
+    reordering (cuSPARSE included); otherwise "none".
+
+    ``symmetric=None`` means symmetric for square matrices. ``report`` holds the blocks and
+    predicted times without reordering, and per tried method its blocks, MeanNnzTC, predicted
+    time and seconds.
     """
     from . import METHODS, check_inputs, reorder
 
@@ -48,8 +72,10 @@ def choose(csr: CSR, window: int = 16, candidates=DEFAULT_CANDIDATES, seed: int 
 
     device = csr.col.device
     baseline = int(count_blocks(csr, window).sum())
+    costs_none = predicted_us(csr, window, None, n)
     tried = {}
     best_method, best_perm, best_blocks = "none", torch.arange(csr.num_rows, device=device), baseline
+    best_kernel_us = _kernel_us(costs_none)
     for method in candidates:
         if method == "none":
             continue
@@ -59,21 +85,25 @@ def choose(csr: CSR, window: int = 16, candidates=DEFAULT_CANDIDATES, seed: int 
         _synchronize(device)
         seconds = time.perf_counter() - start
         blocks = int(count_blocks(csr, window, perm).sum())
+        kernel_us = _kernel_us(predicted_us(csr, window, perm, n))
         tried[method] = {
             "blocks": blocks,
             "mean_nnz_per_block": csr.nnz / blocks if blocks else 0.0,
+            "predicted_us": kernel_us,
             "seconds": seconds,
         }
-        if blocks < best_blocks:
-            best_method, best_perm, best_blocks = method, perm, blocks
-    if best_blocks > (1 - min_gain) * baseline:
+        if blocks < baseline and kernel_us < best_kernel_us:
+            best_method, best_perm, best_blocks, best_kernel_us = method, perm, blocks, kernel_us
+    if best_kernel_us > (1 - min_gain) * min(costs_none.values()):
         best_method, best_perm, best_blocks = "none", torch.arange(csr.num_rows, device=device), baseline
     report = {
         "chosen": best_method,
         "window": window,
         "min_gain": min_gain,
+        "predicted_for_n": n,
         "blocks_none": baseline,
         "mean_nnz_per_block_none": csr.nnz / baseline if baseline else 0.0,
+        "predicted_us_none": costs_none,
         "blocks_chosen": best_blocks,
         "methods": tried,
     }
