@@ -298,7 +298,7 @@ def kernel_time_us(constants: dict, makespan: float, work: float, slots: int) ->
 
 # Calibration and the device.
 
-# Constants that are per column of X (the rest are per thread block or per launch): the kernels'
+# Constants that are per column of X (the rest are per warp or per launch): the kernels'
 # per-job constants do not scale since wider N means more slices, already simulated.
 SCALE_WITH_N = ("nnz_us", "row_us", "max_row_us", "zero_us")
 
@@ -486,8 +486,8 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
 
     windows, blocks = shape.window_blocks.size, shape.tc_blocks
     value_bytes = torch.finfo(dtype).bits // 8
-    # Each column slice reads the sparse data again (values, one-byte ids, block columns).
-    gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * (1 + value_bytes) + blocks * 8 * 4)
+    # Each column slice reads the sparse data again (values; per block its columns and bitmap).
+    gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * value_bytes + blocks * (8 * 4 + 16))
     write = windows * shape.window * n * value_bytes
     bytes_moved = {
         "base": gather + write,
