@@ -36,14 +36,20 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def predicted_us(csr: CSR, window: int, perm, n: int = PREDICT_N) -> dict:
-    """The selector's predicted microseconds of every path for ``csr`` with rows in ``perm``'s
-    order (None: as given), times an operand of ``n`` columns, on the matrix's device."""
-    blocks = count_blocks(csr, window, perm).cpu().numpy()
+def _predictor(csr: CSR, window: int, n: int):
+    """A function of a row permutation (None: rows as given) returning the matrix's TC blocks
+    and the selector's predicted microseconds of every path times an operand of ``n`` columns,
+    on the matrix's device. Row lengths do not depend on the permutation: computed once."""
     row_nnz = csr.rowptr[1:] - csr.rowptr[:-1]
     max_row = int(row_nnz.max()) if row_nnz.numel() else 0
-    shape = selector.MatrixShape(window, blocks, csr.num_rows, csr.nnz, max_row)
-    return dict(selector.rank(shape, n, selector.device_model(csr.col.device)).costs_us)
+    model = selector.device_model(csr.col.device)
+
+    def predict(perm) -> tuple[int, dict]:
+        per_window = count_blocks(csr, window, perm).cpu().numpy()
+        shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row)
+        return int(per_window.sum()), dict(selector.rank(shape, n, model).costs_us)
+
+    return predict
 
 
 def _kernel_us(costs: dict) -> float:
@@ -71,8 +77,8 @@ def choose(csr: CSR, window: int = 16, candidates=DEFAULT_CANDIDATES, seed: int 
         raise ValueError(f"min_gain must lie in [0, 1), got {min_gain!r}")
 
     device = csr.col.device
-    baseline = int(count_blocks(csr, window).sum())
-    costs_none = predicted_us(csr, window, None, n)
+    predict = _predictor(csr, window, n)
+    baseline, costs_none = predict(None)
     tried = {}
     best_method, best_perm, best_blocks = "none", torch.arange(csr.num_rows, device=device), baseline
     best_kernel_us = _kernel_us(costs_none)
@@ -84,8 +90,8 @@ def choose(csr: CSR, window: int = 16, candidates=DEFAULT_CANDIDATES, seed: int 
         perm = reorder(csr, method, symmetric=symmetric, window=window, seed=seed)
         _synchronize(device)
         seconds = time.perf_counter() - start
-        blocks = int(count_blocks(csr, window, perm).sum())
-        kernel_us = _kernel_us(predicted_us(csr, window, perm, n))
+        blocks, costs = predict(perm)
+        kernel_us = _kernel_us(costs)
         tried[method] = {
             "blocks": blocks,
             "mean_nnz_per_block": csr.nnz / blocks if blocks else 0.0,
