@@ -150,10 +150,11 @@ def load_saved(folder: Path):
 
 def model_for(info: dict, calibration: Calibration) -> DeviceModel:
     class Measured(DeviceModel):
-        def resident(self, path: str, n: int) -> int:
+        # Measurements are float32: the launch shapes of the float32 kernels.
+        def resident(self, path: str, n: int, dtype=None, windows=None) -> int:
             return int(info["occupancy"][path][str(n)])
 
-        def slices(self, path: str, n: int) -> int:
+        def slices(self, path: str, n: int, dtype=None, windows=None) -> int:
             return int(info["slices"][path][str(n)])
 
     return Measured(info["name"], info["family"], info["sm_count"], calibration, None)

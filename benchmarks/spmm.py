@@ -1,10 +1,12 @@
 """SpMM benchmark: our ME-TCF kernels against cuSPARSE (torch.sparse.mm on CSR) and PyG's
-message-passing aggregation, per graph and N. Correctness first (against cuSPARSE's fp32 result),
-then CUDA-event medians with rotated X buffers. Prints one table, writes spmm.csv and
-spmm_speedup.png into --out (default $OUT, else ./out).
+message-passing aggregation, per graph, N and dtype, all in the dtype under test (float32 runs
+with TF32 allowed). Correctness first (against cuSPARSE's fp32 result), then CUDA-event medians
+with rotated X buffers. Rows of float16/bfloat16 also give the speedup over our own float32 (TF32)
+kernel on the same graph and N. Prints one table, writes spmm.csv and spmm_speedup.png into
+--out (default $OUT, else ./out).
 
     python benchmarks/spmm.py --n 32,64,128,256
-    python benchmarks/spmm.py --graphs rmat18,cora --n 128 --skip-pyg
+    python benchmarks/spmm.py --graphs rmat18,cora --n 128 --skip-pyg --dtypes float32,float16,bfloat16
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us  # noqa: E402
 
-from torch_tcsparse import kernels  # noqa: E402
+from torch_tcsparse import kernels, selector  # noqa: E402
 from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
 from torch_tcsparse.formats.csr import from_coo  # noqa: E402
 from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
@@ -76,7 +78,7 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
-def bench_graph(name, load, ns, args, bandwidth, pyg):
+def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
     loaded = load()
     if len(loaded) == 3 and isinstance(loaded[2], tuple):
         row, col, (num_rows, num_cols) = loaded
@@ -98,63 +100,88 @@ def bench_graph(name, load, ns, args, bandwidth, pyg):
     nnz = csr.nnz
     rows = []
     for n in ns:
-        x_bytes = num_cols * n * 4
-        xs = [(torch.randn(num_cols, n, device="cuda"),) for _ in range(rotation_count(x_bytes))]
-        expected = torch.sparse.mm(a, xs[0][0])
-        errors = {}
-        times = {}
-        for kernel in ("base", "balanced"):
-            got = kernels.spmm(xs[0][0], block_values, layout, kernel)
-            errors[kernel] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
-            times[kernel] = time_cuda(lambda x, k=kernel: kernels.spmm(x, block_values, layout, k), xs, reps=args.reps)
-        times["cusparse"] = time_cuda(lambda x: torch.sparse.mm(a, x), xs, reps=args.reps)
-        pyg_ms = float("nan")
-        free, _ = torch.cuda.mem_get_info()
-        if pyg is not None and 3 * nnz * n * 4 < 0.5 * free:
-            pyg_ms = time_cuda(lambda x: pyg(x, edge_index, csr.values, (num_cols, num_rows)), xs, reps=args.reps)
-        best = min(("base", "balanced"), key=times.get)
-        floor_ms = ((num_rows + 1) * 4 + nnz * 8 + x_bytes + num_rows * n * 4) / bandwidth * 1e3
-        per_call = {}
-        if nnz < LARGE_NNZ:
-            per_call["ours"] = time_per_call_us(lambda x: kernels.spmm(x, block_values, layout, best), xs)
-            per_call["cusparse"] = time_per_call_us(lambda x: torch.sparse.mm(a, x), xs)
-        rows.append({
-            "graph": name, "rows": num_rows, "nnz": nnz, "N": n,
-            "blocks": stats["tc_blocks"], "nnz_per_block": round(stats["mean_nnz_per_block"], 2),
-            "max_blocks_per_window": stats["blocks_per_window_max"],
-            "base_ms": times["base"], "balanced_ms": times["balanced"], "cusparse_ms": times["cusparse"],
-            "pyg_ms": pyg_ms, "best": best, "speedup": times["cusparse"] / times[best],
-            "gflops": 2 * nnz * n / (times[best] * 1e-3) / 1e9, "floor_ms": floor_ms,
-            "floor_frac": floor_ms / times[best], "err_base": errors["base"], "err_balanced": errors["balanced"],
-            "us_per_call": per_call.get("ours", float("nan")),
-            "cusparse_us_per_call": per_call.get("cusparse", float("nan")), "build_ms": build_ms,
-        })
-        bad = [k for k, e in errors.items() if not e <= args.max_error]
-        if bad:
-            print(f"WRONG RESULT {name} N={n}: relative error vs cuSPARSE {errors}", flush=True)
-        del xs, expected
+        tf32_best_ms = None
+        for dtype in dtypes:
+            element = torch.finfo(dtype).bits // 8
+            x_bytes = num_cols * n * element
+            xs = [(torch.randn(num_cols, n, device="cuda").to(dtype),) for _ in range(rotation_count(x_bytes))]
+            typed_values, edge_values = block_values.to(dtype), csr.values.to(dtype)
+            a_typed = torch.sparse_csr_tensor(csr.rowptr, csr.col, edge_values, (num_rows, num_cols))
+            expected = torch.sparse.mm(a, xs[0][0].float())
+            errors = {}
+            times = {}
+            for kernel in ("base", "balanced"):
+                got = kernels.spmm(xs[0][0], typed_values, layout, kernel).float()
+                errors[kernel] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
+                times[kernel] = time_cuda(lambda x, k=kernel: kernels.spmm(x, typed_values, layout, k), xs,
+                                          reps=args.reps)
+            times["cusparse"] = time_cuda(lambda x: torch.sparse.mm(a_typed, x), xs, reps=args.reps)
+            pyg_ms = float("nan")
+            free, _ = torch.cuda.mem_get_info()
+            if pyg is not None and 3 * nnz * n * element < 0.5 * free:
+                pyg_ms = time_cuda(lambda x: pyg(x, edge_index, edge_values, (num_cols, num_rows)), xs,
+                                   reps=args.reps)
+            best = min(("base", "balanced"), key=times.get)
+            choice = selector.choose(layout, n, dtype, "cuda")[0]
+            chosen_ms = times["cusparse" if choice == "csr" else choice]
+            if dtype == torch.float32:
+                tf32_best_ms = times[best]
+            floor_ms = ((num_rows + 1) * 4 + nnz * (4 + element) + x_bytes + num_rows * n * element) / bandwidth * 1e3
+            per_call = {}
+            if nnz < LARGE_NNZ:
+                per_call["ours"] = time_per_call_us(lambda x: kernels.spmm(x, typed_values, layout, best), xs)
+                per_call["cusparse"] = time_per_call_us(lambda x: torch.sparse.mm(a_typed, x), xs)
+            rows.append({
+                "graph": name, "rows": num_rows, "nnz": nnz, "N": n, "dtype": str(dtype).replace("torch.", ""),
+                "blocks": stats["tc_blocks"], "nnz_per_block": round(stats["mean_nnz_per_block"], 2),
+                "max_blocks_per_window": stats["blocks_per_window_max"],
+                "base_ms": times["base"], "balanced_ms": times["balanced"], "cusparse_ms": times["cusparse"],
+                "pyg_ms": pyg_ms, "best": best, "speedup": times["cusparse"] / times[best],
+                "vs_tf32": tf32_best_ms / times[best] if tf32_best_ms else float("nan"),
+                "choice": choice, "choice_loss": chosen_ms / min(times.values()),
+                "choice_vs_cusparse": chosen_ms / times["cusparse"],
+                "gflops": 2 * nnz * n / (times[best] * 1e-3) / 1e9, "floor_ms": floor_ms,
+                "floor_frac": floor_ms / times[best], "err_base": errors["base"], "err_balanced": errors["balanced"],
+                "us_per_call": per_call.get("ours", float("nan")),
+                "cusparse_us_per_call": per_call.get("cusparse", float("nan")), "build_ms": build_ms,
+            })
+            if not all(e <= args.max_error for e in errors.values()):
+                print(f"WRONG RESULT {name} N={n} {dtype}: relative error vs cuSPARSE fp32 {errors}", flush=True)
+            del xs, expected, a_typed
     return rows
 
 
 def print_table(rows, bandwidth):
-    head = (f"{'graph':<26}{'nnz':>10}{'N':>5}{'base':>9}{'bal':>9}{'cuSP':>9}{'PyG':>9}"
-            f"{'x cuSP':>8}{'GF/s':>7}{'floor':>7}{'us/call':>9}{'cuSP us':>9}{'err':>9}")
-    print(f"\nSpMM ms (median), fp32 data, TF32 compute; floor = CSR A + X + Y once at {bandwidth / 1e12:.2f} TB/s")
+    head = (f"{'graph':<26}{'nnz':>10}{'N':>5}{'dtype':>6}{'base':>9}{'bal':>9}{'cuSP':>9}{'PyG':>9}"
+            f"{'x cuSP':>8}{'x tf32':>7}{'GF/s':>7}{'floor':>7}{'us/call':>9}{'cuSP us':>9}{'err':>9}")
+    print(f"\nSpMM ms (median), each dtype against cuSPARSE in the same dtype (float32: TF32 compute); "
+          f"floor = CSR A + X + Y once at {bandwidth / 1e12:.2f} TB/s")
     print(head)
+    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
     for r in rows:
-        print(f"{r['graph'][:25]:<26}{r['nnz']:>10}{r['N']:>5}{r['base_ms']:>9.3f}{r['balanced_ms']:>9.3f}"
-              f"{r['cusparse_ms']:>9.3f}{r['pyg_ms']:>9.3f}{r['speedup']:>8.2f}{r['gflops']:>7.0f}"
-              f"{r['floor_frac']:>7.2f}{r['us_per_call']:>9.1f}{r['cusparse_us_per_call']:>9.1f}"
-              f"{max(r['err_base'], r['err_balanced']):>9.1e}")
-    for n in sorted({r["N"] for r in rows}):
-        large = [r for r in rows if r["N"] == n and r["nnz"] >= LARGE_NNZ]
-        small = [r for r in rows if r["N"] == n and r["nnz"] < LARGE_NNZ]
-        if large:
-            print(f"N={n}: large graphs geomean speedup over cuSPARSE {geomean([r['speedup'] for r in large]):.2f}x, "
-                  f"worst {min(r['speedup'] for r in large):.2f}x ({min(large, key=lambda r: r['speedup'])['graph']})")
-        if small:
-            print(f"N={n}: small graphs geomean speedup {geomean([r['speedup'] for r in small]):.2f}x, "
-                  f"median per-call {sorted(r['us_per_call'] for r in small)[len(small) // 2]:.1f} us")
+        print(f"{r['graph'][:25]:<26}{r['nnz']:>10}{r['N']:>5}{short[r['dtype']]:>6}{r['base_ms']:>9.3f}"
+              f"{r['balanced_ms']:>9.3f}{r['cusparse_ms']:>9.3f}{r['pyg_ms']:>9.3f}{r['speedup']:>8.2f}"
+              f"{r['vs_tf32']:>7.2f}{r['gflops']:>7.0f}{r['floor_frac']:>7.2f}{r['us_per_call']:>9.1f}"
+              f"{r['cusparse_us_per_call']:>9.1f}{max(r['err_base'], r['err_balanced']):>9.1e}")
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        for n in sorted({r["N"] for r in rows}):
+            large = [r for r in rows if r["N"] == n and r["dtype"] == dtype and r["nnz"] >= LARGE_NNZ]
+            small = [r for r in rows if r["N"] == n and r["dtype"] == dtype and r["nnz"] < LARGE_NNZ]
+            if large:
+                worst = min(large, key=lambda r: r["speedup"])
+                vs_tf32 = geomean([r["vs_tf32"] for r in large])
+                print(f"{dtype} N={n}: large graphs geomean speedup over cuSPARSE {geomean([r['speedup'] for r in large]):.2f}x, "
+                      f"worst {worst['speedup']:.2f}x ({worst['graph']})"
+                      + (f", over our TF32 {vs_tf32:.2f}x" if dtype != "float32" else ""))
+            if small:
+                print(f"{dtype} N={n}: small graphs geomean speedup {geomean([r['speedup'] for r in small]):.2f}x, "
+                      f"median per-call {sorted(r['us_per_call'] for r in small)[len(small) // 2]:.1f} us")
+        typed = [r for r in rows if r["dtype"] == dtype]
+        hits = sum(r["choice_loss"] <= 1.05 for r in typed)
+        print(f"{dtype}: selector choice within 5% of the fastest path (base, balanced, cuSPARSE) on {hits}/{len(typed)}, "
+              f"geomean loss {geomean([r['choice_loss'] for r in typed]) - 1:.1%}, "
+              f"worst {max(r['choice_loss'] for r in typed):.2f}x; slowest against cuSPARSE "
+              f"{max(r['choice_vs_cusparse'] for r in typed):.2f}x its time")
 
 
 def write_outputs(rows, folder: Path):
@@ -174,11 +201,11 @@ def write_outputs(rows, folder: Path):
     fig, ax = plt.subplots(figsize=(max(8, len(graphs) * 0.6), 4.5))
     width = 0.8 / len(ns)
     for i, n in enumerate(ns):
-        speed = {r["graph"]: r["speedup"] for r in rows if r["N"] == n}
+        speed = {r["graph"]: r["speedup"] for r in rows if r["N"] == n and r["dtype"] == rows[0]["dtype"]}
         ax.bar([g + i * width for g in range(len(graphs))], [speed.get(g, 0) for g in graphs], width, label=f"N={n}")
     ax.axhline(1.0, color="k", linewidth=0.8)
     ax.set_xticks([g + 0.4 - width / 2 for g in range(len(graphs))], graphs, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("speedup over cuSPARSE (better kernel)")
+    ax.set_ylabel(f"speedup over cuSPARSE (better kernel, {rows[0]['dtype']})")
     ax.legend()
     fig.tight_layout()
     fig.savefig(folder / "spmm_speedup.png", dpi=120)
@@ -191,6 +218,7 @@ def main(argv=None):
     parser.add_argument("--n", default="32,64,128,256")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--skip-pyg", action="store_true")
+    parser.add_argument("--dtypes", default="float32", help="comma list of float32, float16, bfloat16")
     parser.add_argument("--max-error", type=float, default=1e-2, help="relative error vs cuSPARSE allowed (TF32)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -200,6 +228,10 @@ def main(argv=None):
     folder = Path(args.out) if args.out else out_dir()
     folder.mkdir(parents=True, exist_ok=True)
     ns = [int(n) for n in args.n.split(",")]
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    if torch.float32 in dtypes:
+        dtypes.remove(torch.float32)
+        dtypes.insert(0, torch.float32)  # first, so the 16-bit rows can be compared with it
     wanted = [w for w in args.graphs.split(",") if w]
     skipped = [w for w in args.skip.split(",") if w]
     bandwidth = copy_bandwidth()
@@ -210,7 +242,7 @@ def main(argv=None):
         if (wanted and not any(w in name for w in wanted)) or any(s in name for s in skipped):
             continue
         start = time.perf_counter()
-        rows.extend(bench_graph(name, load, ns, args, bandwidth, pyg))
+        rows.extend(bench_graph(name, load, ns, dtypes, args, bandwidth, pyg))
         print(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
         torch.cuda.empty_cache()
         if rows:

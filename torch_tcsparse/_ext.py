@@ -16,10 +16,10 @@ import threading
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("bindings.cpp", "metcf_spmm.cu", "sddmm.cu")
+SOURCES = ("bindings.cpp", "kernels_f32.cu", "kernels_f16.cu", "kernels_bf16.cu")
 NAME = "tcsparse_kernels"
 
-# sm_80 (A100) and sm_90 (H100/H200) machine code; mma.sync TF32 needs sm_80 at least.
+# sm_80 (A100) and sm_90 (H100/H200) machine code; mma.sync TF32 and BF16 need sm_80 at least.
 CUDA_FLAGS = [
     "-O3",
     "-lineinfo",

@@ -1,11 +1,14 @@
 """Python entry points of the CUDA kernels (ME-TCF SpMM and SDDMM); ``ops.py`` calls these.
 
-Precision of ``spmm`` on float32 (see csrc/metcf_spmm.h):
+X and Y are float32, float16 or bfloat16 (Y has X's dtype); the values of A reach the kernels
+as float32, and every product is accumulated in fp32. Precision of ``spmm`` (csrc/metcf_spmm.h):
 
-* TF32 (``torch.backends.cuda.matmul.allow_tf32`` or float32 matmul precision "high"/"medium"):
-  operands rounded to TF32, fp32 accumulation; relative error ~1e-4..1e-3 of sum |a * x| per
-  output, as torch's own TF32 matmul.
-* exact (otherwise): 3xTF32 split (hi*hi + hi*lo + lo*hi), about fp32 accuracy (~1e-6 relative).
+* float32 with TF32 allowed (``torch.backends.cuda.matmul.allow_tf32`` or float32 matmul
+  precision "high"/"medium"): operands rounded to TF32; relative error ~1e-4..1e-3 of
+  sum |a * x| per output, as torch's own TF32 matmul.
+* float32 otherwise: 3xTF32 split (hi*hi + hi*lo + lo*hi), about fp32 accuracy (~1e-6 relative).
+* float16 / bfloat16: exact products of the 16-bit operands summed in fp32, one rounding to the
+  output dtype at the end (relative 2^-11 / 2^-8 of each output), however long the row.
 """
 from __future__ import annotations
 
@@ -15,6 +18,10 @@ from . import _ext
 from .formats.metcf import BALANCE_CHUNK, MetcfLayout
 
 KERNELS = ("base", "balanced")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Row windows of a matrix large enough for the widest column slices of every kernel (the launch
+# shape of 16-bit kernels depends on the window count; see use_wide_slices in csrc/metcf_spmm.cuh).
+MANY_WINDOWS = 1 << 40
 
 _available: bool | None = None
 
@@ -52,8 +59,8 @@ def _layout_args(layout: MetcfLayout) -> list:
 
 def _check_values(layout: MetcfLayout, values: torch.Tensor) -> None:
     """The checks the C++ binding repeats, raised here as the TypeError/ValueError users expect."""
-    if not isinstance(values, torch.Tensor) or values.dtype != torch.float32:
-        raise TypeError(f"values must be a float32 tensor, got {getattr(values, 'dtype', type(values).__name__)}")
+    if not isinstance(values, torch.Tensor) or values.dtype not in DTYPES:
+        raise TypeError(f"values must be a tensor of {DTYPES}, got {getattr(values, 'dtype', type(values).__name__)}")
     if values.dim() != 1 or values.numel() != layout.nnz:
         raise ValueError(f"values must be 1-D with {layout.nnz} entries, got shape {tuple(values.shape)}")
     if values.device != layout.device:
@@ -61,27 +68,33 @@ def _check_values(layout: MetcfLayout, values: torch.Tensor) -> None:
 
 
 def _check_dense(layout: MetcfLayout, **dense) -> None:
-    """Each dense operand: float32, 2-D with the given rows, on the layout's CUDA device."""
+    """Each dense operand: one of DTYPES (all the same), 2-D with the given rows, on the layout's
+    CUDA device."""
     if layout.device.type != "cuda":
         raise ValueError(f"the kernels need a CUDA layout, got one on {layout.device}")
+    dtypes = set()
     for name, (t, rows) in dense.items():
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
-            raise TypeError(f"{name} must be a float32 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+        if not isinstance(t, torch.Tensor) or t.dtype not in DTYPES:
+            raise TypeError(f"{name} must be a float32, float16 or bfloat16 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+        dtypes.add(t.dtype)
         if t.dim() != 2 or t.shape[0] != rows:
             raise ValueError(f"{name} must be 2-D with {rows} rows, got shape {tuple(t.shape)}")
         if t.device != layout.device:
             raise ValueError(f"{name} is on {t.device} but the layout is on {layout.device}")
+    if len(dtypes) > 1:
+        raise TypeError(f"the dense operands must share one dtype, got {sorted(map(str, dtypes))}")
 
 
 def spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, kernel: str = "base") -> torch.Tensor:
-    """Y[num_rows, N] = A @ x with A given by (layout, values in block order); x is [num_cols, N]."""
+    """Y[num_rows, N] = A @ x with A given by (layout, values in block order); x is [num_cols, N];
+    Y has x's dtype."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     _check_values(layout, values)
     _check_dense(layout, x=(x, layout.num_cols))
     return _ext.load().spmm(
         x,
-        values,
+        values.float(),
         *_layout_args(layout),
         kernel == "balanced",
         torch.are_deterministic_algorithms_enabled(),
@@ -90,26 +103,31 @@ def spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, kernel: str
 
 
 def sddmm(grad_y: torch.Tensor, x: torch.Tensor, layout: MetcfLayout) -> torch.Tensor:
-    """For every nonzero in block order, <grad_y[row], x[col]>: the gradient of the values."""
+    """For every nonzero in block order, <grad_y[row], x[col]>: the gradient of the values, summed
+    in fp32 and returned in x's dtype."""
     _check_dense(layout, grad_y=(grad_y, layout.num_rows), x=(x, layout.num_cols))
     if grad_y.shape[1] != x.shape[1]:
         raise ValueError(f"grad_y has {grad_y.shape[1]} columns but x has {x.shape[1]}")
-    return _ext.load().sddmm(grad_y, x, *_layout_args(layout))
+    return _ext.load().sddmm(grad_y, x, *_layout_args(layout)).to(x.dtype)
 
 
-def _launch_shape(kernel: str, n: int) -> list[int]:
+def _launch_shape(kernel: str, n: int, dtype: torch.dtype, num_windows: int) -> list[int]:
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     if n < 1:
         raise ValueError(f"n must be positive, got {n}")
-    return list(_ext.load().launch_shape(16, int(n), kernel == "balanced", not tf32_allowed()))
+    if dtype not in DTYPES:
+        raise TypeError(f"dtype must be one of {DTYPES}, got {dtype}")
+    exact = dtype == torch.float32 and not tf32_allowed()
+    return list(_ext.load().launch_shape(16, int(num_windows), int(n), kernel == "balanced", exact, dtype))
 
 
-def occupancy(kernel: str, n: int) -> int:
-    """Warps of ``kernel``'s SpMM resident per SM at N = n, on the current CUDA device."""
-    return _launch_shape(kernel, n)[0]
+def occupancy(kernel: str, n: int, dtype: torch.dtype = torch.float32, num_windows: int = MANY_WINDOWS) -> int:
+    """Warps of ``kernel``'s SpMM resident per SM at N = n for X of ``dtype`` on a matrix of
+    ``num_windows`` row windows, on the current CUDA device."""
+    return _launch_shape(kernel, n, dtype, num_windows)[0]
 
 
-def column_slices(kernel: str, n: int) -> int:
-    """Warps per row window (base) or chunk (balanced) along N at N = n."""
-    return _launch_shape(kernel, n)[1]
+def column_slices(kernel: str, n: int, dtype: torch.dtype = torch.float32, num_windows: int = MANY_WINDOWS) -> int:
+    """Warps per row window (base) or chunk (balanced) along N at N = n for X of ``dtype``."""
+    return _launch_shape(kernel, n, dtype, num_windows)[1]

@@ -24,7 +24,7 @@ from .formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
 
 PATHS = ("auto", "base", "balanced", "csr", "reference")
 KERNEL_PATHS = ("base", "balanced")
-KERNEL_DTYPES = (torch.float32,)
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # torch's CPU sparse CSR product has no half-precision kernels.
 CPU_CSR_DTYPES = (torch.float32, torch.float64)
 

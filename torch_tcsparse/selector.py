@@ -67,10 +67,10 @@ import numpy as np
 import torch
 
 from .formats.metcf import BALANCE_CHUNK, MetcfLayout
+from .ops import KERNEL_DTYPES
 
 CHOICES = ("base", "balanced", "csr")
 KERNEL_CHOICES = ("base", "balanced")
-KERNEL_DTYPES = (torch.float32,)
 BUCKETS = (32, 64, 128, 256)
 
 EXACT_JOBS_PER_SLOT = 16
@@ -178,12 +178,14 @@ def _heavy_fluid_schedule(costs: np.ndarray, slots: int) -> float:
 # The launch shapes of csrc/metcf_spmm.cu.
 
 
-def default_column_slices(n: int) -> int:
+def default_column_slices(n: int, dtype: torch.dtype = torch.float32) -> int:
     """Warps per window along N without a CUDA device to ask (tests, explanations on the
-    CPU): the dispatch rule of csrc/metcf_spmm.cu, 64-column slices when N >= 64 and the last
-    slice is more than half full (N % 64 == 0 or N % 64 > 32), else 32-column slices. On a GPU
-    ``kernels.column_slices`` answers for the compiled kernels."""
-    columns = 64 if n >= 64 and (n % 64 == 0 or n % 64 > 32) else 32
+    CPU): the dispatch rule of csrc/metcf_spmm.cuh. A step is the columns of one 16-byte copy per
+    lane group (32 for fp32, 64 for 16-bit types); slices are two steps wide when N >= 2 steps and
+    the last slice is more than half full, else one step. On a GPU ``kernels.column_slices``
+    answers for the compiled kernels."""
+    step = 32 if dtype.itemsize >= 4 else 64
+    columns = 2 * step if n >= 2 * step and (n % (2 * step) == 0 or n % (2 * step) > step) else step
     return -(-n // columns)
 
 
@@ -363,22 +365,24 @@ class DeviceModel:
     calibration: Calibration
     cuda_index: int | None  # None: no CUDA device, occupancy from the calibration's defaults
 
-    def resident(self, path: str, n: int) -> int:
-        """Warps of ``path``'s kernel resident per SM at N = ``n``."""
+    def resident(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None) -> int:
+        """Warps of ``path``'s kernel resident per SM at N = ``n`` for X of ``dtype`` on a matrix
+        of ``windows`` row windows (None: a large one)."""
         if self.cuda_index is None:
             return int(self.calibration.occupancy[path])
         from . import kernels
 
         with torch.cuda.device(self.cuda_index):
-            return int(kernels.occupancy(path, n))
+            return int(kernels.occupancy(path, n, dtype, windows or kernels.MANY_WINDOWS))
 
-    def slices(self, path: str, n: int) -> int:
+    def slices(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None) -> int:
         """Warps per row window (or chunk) along N of ``path``'s kernel at N = ``n``."""
         if self.cuda_index is None:
-            return default_column_slices(n)
+            return default_column_slices(n, dtype)
         from . import kernels
 
-        return int(kernels.column_slices(path, n))
+        with torch.cuda.device(self.cuda_index):
+            return int(kernels.column_slices(path, n, dtype, windows or kernels.MANY_WINDOWS))
 
 
 @functools.lru_cache(maxsize=None)
@@ -453,8 +457,10 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     ``candidates``."""
     calibration = model.calibration
     base, balanced, csr = (calibration.constants(path, n) for path in CHOICES)
-    slices = {path: max(1, model.slices(path, n)) for path in KERNEL_CHOICES}
-    slots = {path: model.sm_count * max(1, model.resident(path, n)) for path in KERNEL_CHOICES}
+    kernel_dtype = dtype if dtype in KERNEL_DTYPES else torch.float32
+    windows = shape.window_blocks.size
+    slices = {path: max(1, model.slices(path, n, kernel_dtype, windows)) for path in KERNEL_CHOICES}
+    slots = {path: model.sm_count * max(1, model.resident(path, n, kernel_dtype, windows)) for path in KERNEL_CHOICES}
 
     base_units, base_work = base_makespan_units(shape, slices["base"], slots["base"], base["block_units"])
     launch = balanced_makespan_units(
@@ -484,10 +490,10 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         + csr["max_row_us"] * shape.max_row_nnz,
     }
 
-    windows, blocks = shape.window_blocks.size, shape.tc_blocks
+    blocks = shape.tc_blocks
     value_bytes = torch.finfo(dtype).bits // 8
-    # Each column slice reads the sparse data again (values; per block its columns and bitmap).
-    gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * value_bytes + blocks * (8 * 4 + 16))
+    # Each column slice reads the sparse data again (fp32 values; per block its columns and bitmap).
+    gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * 4 + blocks * (8 * 4 + 16))
     write = windows * shape.window * n * value_bytes
     bytes_moved = {
         "base": gather + write,

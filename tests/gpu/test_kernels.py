@@ -4,29 +4,28 @@ Outputs land in memory poisoned with NaN first, so an unwritten entry fails. TF3
 a multiple of torch's own TF32 dense-matmul error on the same data. Under compute-sanitizer set
 TCSPARSE_SANITIZER_SUBSET=1: a representative subset of the grid runs (sanitized kernels are slow).
 """
-import os
-
 import pytest
 import torch
 
 from torch_tcsparse.formats.csr import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
 
+from .kernel_data import (
+    CUT_N,
+    CUT_ROWS,
+    HUB_NNZ,
+    KERNELS,
+    M_GRID,
+    N_GRID,
+    SUBSET,
+    poison,
+    random_matrix,
+    reference,
+    relative_error,
+)
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-SUBSET = os.environ.get("TCSPARSE_SANITIZER_SUBSET") == "1"
-M_GRID = [17, 1000] if SUBSET else [1, 15, 16, 17, 1000, 65537]
-N_GRID = [7, 32, 160] if SUBSET else [1, 7, 8, 13, 32, 64, 96, 128, 160, 256, 512]
-KERNELS = ["base", "balanced"]
-HUB_NNZ = 30_000 if SUBSET else 150_000
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    from torch_tcsparse import kernels
-
-    assert kernels.available(), "the CUDA extension must build on a machine with a GPU"
-    return kernels
 
 
 @pytest.fixture
@@ -38,29 +37,6 @@ def precision():
 
     yield use
     torch.set_float32_matmul_precision(previous)
-
-
-def random_matrix(m, k, mean_degree, empty_fraction=0.1, hub_row=None, hub_nnz=0, seed=None):
-    """COO of an m x k matrix: random columns, randn values, some empty rows, optional hub row."""
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**31, (1,))))
-    nnz = m * mean_degree
-    row = torch.randint(0, m, (nnz,), device="cuda", generator=gen)
-    empty = torch.rand(m, device="cuda", generator=gen) < empty_fraction
-    row = row[~empty[row]]
-    col = torch.randint(0, k, (row.numel(),), device="cuda", generator=gen)
-    if hub_row is not None:
-        row = torch.cat([row, torch.full((hub_nnz,), hub_row, device="cuda")])
-        col = torch.cat([col, torch.randperm(k, device="cuda", generator=gen)[:hub_nnz]])
-    values = torch.randn(row.numel(), device="cuda", generator=gen)
-    return row, col, values
-
-
-def reference(row, col, values, x, m):
-    """float64 Y = A @ x from COO (duplicates add, as in the canonical CSR)."""
-    y = torch.zeros(m, x.shape[1], dtype=torch.float64, device="cuda")
-    y.index_add_(0, row, values.double()[:, None] * x.double()[col])
-    return y
 
 
 def torch_tf32_error(row, col, values, x, m):
@@ -96,18 +72,6 @@ def tf32_model_error(row, col, values, x, m, ref):
 
 def tf32_tolerance(row, col, values, x, m, ref):
     return 4 * max(torch_tf32_error(row, col, values, x, m), tf32_model_error(row, col, values, x, m, ref)) + 1e-6
-
-
-def poison(numel):
-    """Leave a NaN-filled block in the caching allocator, reused by the next allocation of that size."""
-    block = torch.full((numel,), float("nan"), device="cuda")
-    del block
-
-
-def relative_error(out, ref):
-    assert out.shape == ref.shape
-    assert bool(torch.isfinite(out).all()), "output has NaN/inf: an entry was not written"
-    return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
 def run(kernels, layout, values, x, kernel):
@@ -171,6 +135,14 @@ def test_hub_row(kernels, precision, n, kernel):
     precision("high")
     k = HUB_NNZ + 1000
     check(kernels, 2000, k, n, kernel, mean_degree=4, hub_row=1234, hub_nnz=HUB_NNZ)
+
+
+@pytest.mark.parametrize("n", CUT_N)
+def test_balanced_windows_cut_in_some_slices(kernels, precision, n):
+    """Windows of several chunks over several column slices, cut by a warp's range boundary in
+    one slice and not in another: only the cut slices are zeroed and added into."""
+    precision("high")
+    check(kernels, CUT_ROWS, CUT_ROWS, n, "balanced", mean_degree=64)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -249,6 +221,20 @@ import torch
 from torch_tcsparse import _ext
 from torch_tcsparse.formats.csr import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
+
+from .kernel_data import (
+    CUT_N,
+    CUT_ROWS,
+    HUB_NNZ,
+    KERNELS,
+    M_GRID,
+    N_GRID,
+    SUBSET,
+    poison,
+    random_matrix,
+    reference,
+    relative_error,
+)
 from torch_tcsparse.kernels import _layout_args
 row = torch.arange(100, device="cuda")
 layout, values = build_metcf(from_coo(row, row, None, 100, 100))

@@ -5,9 +5,26 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "metcf_spmm.h"
 
 namespace {
+
+// Calls f with a value of the CUDA element type matching `dtype` (float, __half, __nv_bfloat16).
+template <typename F>
+auto with_element_type(at::ScalarType dtype, F&& f) {
+    switch (dtype) {
+        case at::kFloat:
+            return f(float{});
+        case at::kHalf:
+            return f(__half{});
+        case at::kBFloat16:
+            return f(__nv_bfloat16{});
+        default:
+            TORCH_CHECK(false, "the kernels take float32, float16 or bfloat16, got ", dtype);
+    }
+}
 
 // Past this the deterministic balanced kernel's per-chunk workspace is not worth its memory;
 // the base kernel (deterministic by construction: one thread block per window) runs instead.
@@ -68,7 +85,9 @@ Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_off
 void check_dense(const at::Tensor& t, const char* name, int64_t rows, const at::Device& device) {
     TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor, got device ", t.device());
     TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but the values are on ", device);
-    TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+    const auto dtype = t.scalar_type();
+    TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, name,
+                " must be float32, float16 or bfloat16, got ", dtype);
     TORCH_CHECK(t.dim() == 2, name, " must be 2-D, got shape ", t.sizes());
     TORCH_CHECK(t.size(0) == rows, name, " must have ", rows, " rows, got ", t.size(0));
 }
@@ -103,27 +122,33 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
     if (num_rows == 0 || n == 0) return y;
     const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const float* xp = xc.data_ptr<float>();
     const float* vp = values.data_ptr<float>();
     const auto& a = layout.arrays;
-    if (balanced && deterministic) {
-        const int64_t floats = tcsparse::metcf_balanced_workspace_floats(a, n);
-        if (floats * 4 <= kMaxWorkspaceBytes) {
-            at::Tensor workspace = at::empty({floats}, xc.options());
-            check_launch(tcsparse::metcf_spmm_balanced_f32(a, vp, xp, y.data_ptr<float>(), n, precision,
-                                                           workspace.data_ptr<float>(), stream),
-                         "metcf_spmm_balanced (deterministic)");
-            return y;
+    with_element_type(xc.scalar_type(), [&](auto element) {
+        using T = decltype(element);
+        const T* xp = reinterpret_cast<const T*>(xc.const_data_ptr());
+        T* yp = reinterpret_cast<T*>(y.mutable_data_ptr());
+        if (balanced && deterministic) {
+            const int64_t floats = tcsparse::metcf_balanced_workspace_floats(a, n);
+            if (floats * 4 <= kMaxWorkspaceBytes) {
+                at::Tensor workspace = at::empty({floats}, xc.options().dtype(at::kFloat));
+                check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, n, precision, nullptr,
+                                                              workspace.data_ptr<float>(), stream),
+                             "metcf_spmm_balanced (deterministic)");
+                return;
+            }
+            balanced = false;
         }
-        balanced = false;
-    }
-    if (balanced) {
-        check_launch(tcsparse::metcf_spmm_balanced_f32(a, vp, xp, y.data_ptr<float>(), n, precision, nullptr, stream),
-                     "metcf_spmm_balanced");
-    } else {
-        check_launch(tcsparse::metcf_spmm_base_f32(a, vp, xp, y.data_ptr<float>(), n, precision, stream),
-                     "metcf_spmm_base");
-    }
+        if (balanced) {
+            // Cut windows are summed in fp32: in y itself when it is fp32, else in a scratch.
+            at::Tensor partial = std::is_same_v<T, float> ? y : at::empty({num_rows, n}, xc.options().dtype(at::kFloat));
+            check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, n, precision, partial.data_ptr<float>(),
+                                                          nullptr, stream),
+                         "metcf_spmm_balanced");
+        } else {
+            check_launch(tcsparse::metcf_spmm_base<T>(a, vp, xp, yp, n, precision, stream), "metcf_spmm_base");
+        }
+    });
     return y;
 }
 
@@ -135,26 +160,38 @@ at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor
     check_dense(x, "x", num_cols, device);
     check_dense(grad_y, "grad_y", num_rows, device);
     TORCH_CHECK(grad_y.size(1) == x.size(1), "grad_y has ", grad_y.size(1), " columns but x has ", x.size(1));
+    TORCH_CHECK(grad_y.scalar_type() == x.scalar_type(), "grad_y is ", grad_y.scalar_type(), " but x is ",
+                x.scalar_type());
     const c10::cuda::CUDAGuard guard(device);
     Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
                                 chunk_offsets, window, num_rows, chunk, device);
     const at::Tensor xc = x.contiguous();
     const at::Tensor gc = grad_y.contiguous();
-    at::Tensor out = at::empty({local_ids.numel()}, xc.options());
-    check_launch(tcsparse::metcf_sddmm_f32(layout.arrays, gc.data_ptr<float>(), xc.data_ptr<float>(),
-                                           out.data_ptr<float>(), xc.size(1), c10::cuda::getCurrentCUDAStream()),
-                 "metcf_sddmm");
+    at::Tensor out = at::empty({local_ids.numel()}, xc.options().dtype(at::kFloat));
+    with_element_type(xc.scalar_type(), [&](auto element) {
+        using T = decltype(element);
+        check_launch(tcsparse::metcf_sddmm<T>(layout.arrays, reinterpret_cast<const T*>(gc.const_data_ptr()),
+                                              reinterpret_cast<const T*>(xc.const_data_ptr()), out.data_ptr<float>(),
+                                              xc.size(1), c10::cuda::getCurrentCUDAStream()),
+                     "metcf_sddmm");
+    });
     return out;
 }
 
-std::vector<int64_t> launch_shape(int64_t window, int64_t n, bool balanced, bool exact) {
+std::vector<int64_t> launch_shape(int64_t window, int64_t num_windows, int64_t n, bool balanced, bool exact,
+                                  at::ScalarType dtype) {
     TORCH_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
     TORCH_CHECK(n >= 1, "n must be positive, got ", n);
+    TORCH_CHECK(num_windows >= 0, "num_windows must be non-negative, got ", num_windows);
     int resident = 0;
     int64_t slices = 0;
     const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
-    check_launch(tcsparse::metcf_spmm_launch_shape(static_cast<int>(window), n, balanced, precision, &resident, &slices),
-                 "metcf_spmm_launch_shape");
+    with_element_type(dtype, [&](auto element) {
+        using T = decltype(element);
+        check_launch(tcsparse::metcf_spmm_launch_shape<T>(static_cast<int>(window), num_windows, n, balanced, precision,
+                                                          &resident, &slices),
+                     "metcf_spmm_launch_shape");
+    });
     return {resident, slices};
 }
 
@@ -173,7 +210,7 @@ TORCH_LIBRARY(tcsparse_kernels, m) {
         "Tensor block_cols, Tensor block_bitmap, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, "
         "int num_cols, int chunk) -> Tensor");
     // No tensor argument to dispatch on: a catch-all kernel, run on the current CUDA device.
-    m.def("launch_shape(int window, int n, bool balanced, bool exact) -> int[]", &launch_shape);
+    m.def("launch_shape(int window, int num_windows, int n, bool balanced, bool exact, ScalarType dtype) -> int[]", &launch_shape);
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {

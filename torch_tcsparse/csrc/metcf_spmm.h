@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace tcsparse {
@@ -34,31 +36,47 @@ struct MetcfArrays {
     int chunk;        // TC blocks per balanced chunk
 };
 
+// The kernels are templates over T, the element type of X and Y: float (TF32 Tensor Cores),
+// __half or __nv_bfloat16 (16-bit Tensor Cores); the A values are always fp32 and every product
+// is accumulated in fp32. kernels_<type>.cu instantiate them.
+
 // Y[num_rows, n] = A @ X[num_cols, n]; X and Y row-major with leading dimension n.
-// base: one warp per (row window, slice of 32 or 64 columns), each row written once.
-cudaError_t metcf_spmm_base_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
-                                Precision precision, cudaStream_t stream);
+// base: one warp per (row window, slice of columns), each row written once.
+template <typename T>
+cudaError_t metcf_spmm_base(const MetcfArrays& a, const float* values, const T* x, T* y, int64_t n,
+                            Precision precision, cudaStream_t stream);
 
 // balanced: a persistent grid in which every warp takes the same number of chunks (of
 // `chunk` TC blocks each, never straddling windows). Without a workspace, windows cut between
-// warps are combined with atomics into rows the same call zeroes first; with one
-// (deterministic), every chunk of a multi-chunk window writes its tile to the workspace and a
-// second kernel sums them in chunk order. metcf_balanced_workspace_floats gives the size needed.
-cudaError_t metcf_spmm_balanced_f32(const MetcfArrays& a, const float* values, const float* x, float* y, int64_t n,
-                                    Precision precision, float* workspace, cudaStream_t stream);
+// warps are combined with atomics in fp32: into `partial` (float [num_rows, n]; for float Y it
+// may be y itself), which the same call zeroes first and, when it is not y, rounds into y last.
+// With a workspace (deterministic), every chunk of a multi-chunk window writes its fp32 tile to
+// it and a second kernel sums them in chunk order; metcf_balanced_workspace_floats gives its size.
+template <typename T>
+cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const float* values, const T* x, T* y, int64_t n,
+                                Precision precision, float* partial, float* workspace, cudaStream_t stream);
 
-// Launch shape of the SpMM kernel that runs at this n (for the selector's scheduling model):
-// warps resident per SM, and warps per row window (or chunk) along n.
-cudaError_t metcf_spmm_launch_shape(int window, int64_t n, bool balanced, Precision precision, int* resident,
-                                    int64_t* slices);
+// Launch shape of the SpMM kernel that runs at this n on a matrix of num_windows row windows (for
+// the selector's scheduling model): warps resident per SM, and warps per window (or chunk) along n.
+template <typename T>
+cudaError_t metcf_spmm_launch_shape(int window, int64_t num_windows, int64_t n, bool balanced, Precision precision,
+                                    int* resident, int64_t* slices);
 
-// Floats of workspace the deterministic balanced kernel needs: an upper bound on the number of
-// chunks (every window adds at most one partial chunk) times window * n.
-int64_t metcf_balanced_workspace_floats(const MetcfArrays& a, int64_t n);
+// Upper bound on the balanced chunks: every window adds at most one partial chunk (no host read
+// of chunk_offsets needed).
+inline int64_t metcf_chunk_bound(const MetcfArrays& a) {
+    return a.num_windows + a.num_blocks / (a.chunk > 1 ? a.chunk : 1) + 1;
+}
 
-// out[p] = <grad_y[row(p)], x[col(p)]> for every nonzero p in block order (the gradient of the
-// values of Y = A @ X).
-cudaError_t metcf_sddmm_f32(const MetcfArrays& a, const float* grad_y, const float* x, float* out, int64_t n,
-                            cudaStream_t stream);
+// Floats of workspace the deterministic balanced kernel needs: one window tile per chunk.
+inline int64_t metcf_balanced_workspace_floats(const MetcfArrays& a, int64_t n) {
+    return metcf_chunk_bound(a) * a.window * n;
+}
+
+// out[p] = <grad_y[row(p)], x[col(p)]> (fp32 sum) for every nonzero p in block order (the
+// gradient of the values of Y = A @ X).
+template <typename T>
+cudaError_t metcf_sddmm(const MetcfArrays& a, const T* grad_y, const T* x, float* out, int64_t n,
+                        cudaStream_t stream);
 
 }  // namespace tcsparse

@@ -1,4 +1,4 @@
-// PTX wrappers used by the SpMM/SDDMM kernels: TF32 mma.sync, cp.async, vector atomics.
+// PTX wrappers used by the SpMM/SDDMM kernels: TF32/FP16/BF16 mma.sync, cp.async, vector atomics.
 // Nothing here knows about sparse formats; kernels compose these.
 #pragma once
 
@@ -27,6 +27,27 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// D = A * B + D for one m16n8k8 tile of 16-bit operands (fp16 or bf16) with fp32 accumulation.
+// Fragment layout (PTX ISA, "mma.m16n8k8" for .f16/.bf16), g = lane / 4, t = lane % 4, the lower
+// 16 bits of a register holding the element of smaller column (A) or row (B) index:
+//   a0 = (g, 2t | 2t + 1), a1 = (g + 8, 2t | 2t + 1); b = (k = 2t | 2t + 1, n = g)
+//   d as for TF32: d0 (g, 2t), d1 (g, 2t + 1), d2 (g + 8, 2t), d3 (g + 8, 2t + 1)
+__device__ __forceinline__ void mma_m16n8k8_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+}
+
+__device__ __forceinline__ void mma_m16n8k8_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {

@@ -1,18 +1,22 @@
 // SDDMM on ME-TCF: the gradient of the values of Y = A @ X is, for each nonzero (r, c),
 // <dY[r], X[c]>. One warp per TC block: the block's window is found once by binary search, then
-// each of its nonzeros is a dot product over n with the lanes striding the columns.
+// each of its nonzeros is a dot product over n (summed in fp32) with the lanes striding the columns.
+#pragma once
+
+#include "elements.cuh"
 #include "metcf_spmm.h"
 
 namespace tcsparse {
-namespace {
+namespace sddmm_detail {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarpsPerBlock = 8;
 
-template <bool kVec4>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    metcf_sddmm_kernel(MetcfArrays a, const float* __restrict__ grad_y, const float* __restrict__ x,
-                       float* __restrict__ out, int64_t n) {
+    metcf_sddmm_kernel(MetcfArrays a, const T* __restrict__ grad_y, const T* __restrict__ x, float* __restrict__ out,
+                       int64_t n) {
+    constexpr int E = Element<T>::kPerCopy;
     const int lane = threadIdx.x & 31;
     const int64_t b = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
     if (b >= a.num_blocks) return;
@@ -29,16 +33,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         const int64_t col = a.block_cols[b * 8 + (id & 7)];
         float sum = 0.f;
         if (row >= 0 && col >= 0) {
-            const float* gy = grad_y + row * n;
-            const float* xr = x + col * n;
-            if constexpr (kVec4) {
-                for (int64_t c = 4 * lane; c < n; c += 128) {
-                    const float4 u = __ldg(reinterpret_cast<const float4*>(gy + c));
-                    const float4 v = __ldg(reinterpret_cast<const float4*>(xr + c));
-                    sum += u.x * v.x + u.y * v.y + u.z * v.z + u.w * v.w;
+            const T* gy = grad_y + row * n;
+            const T* xr = x + col * n;
+            if constexpr (kVec) {
+                for (int64_t c = E * lane; c < n; c += 32 * E) {
+                    sum += Element<T>::dot(__ldg(reinterpret_cast<const uint4*>(gy + c)),
+                                           __ldg(reinterpret_cast<const uint4*>(xr + c)));
                 }
             } else {
-                for (int64_t c = lane; c < n; c += 32) sum += __ldg(gy + c) * __ldg(xr + c);
+                for (int64_t c = lane; c < n; c += 32) sum += Element<T>::to_float(gy[c]) * Element<T>::to_float(xr[c]);
             }
         }
 #pragma unroll
@@ -47,20 +50,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
 }
 
-}  // namespace
+}  // namespace sddmm_detail
 
-cudaError_t metcf_sddmm_f32(const MetcfArrays& a, const float* grad_y, const float* x, float* out, int64_t n,
-                            cudaStream_t stream) {
+template <typename T>
+cudaError_t metcf_sddmm(const MetcfArrays& a, const T* grad_y, const T* x, float* out, int64_t n,
+                        cudaStream_t stream) {
+    using namespace sddmm_detail;
     if (a.num_blocks == 0) return cudaSuccess;
     const int64_t grid = (a.num_blocks + kWarpsPerBlock - 1) / kWarpsPerBlock;
     if (grid > 0x7fffffffll) return cudaErrorInvalidConfiguration;
-    const bool vec4 = n % 4 == 0 && (reinterpret_cast<uintptr_t>(grad_y) & 15) == 0 &&
-                      (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-    if (vec4) {
-        metcf_sddmm_kernel<true><<<static_cast<unsigned>(grid), kWarpsPerBlock * 32, 0, stream>>>(a, grad_y, x, out, n);
-    } else {
-        metcf_sddmm_kernel<false><<<static_cast<unsigned>(grid), kWarpsPerBlock * 32, 0, stream>>>(a, grad_y, x, out, n);
-    }
+    const bool vec = n % Element<T>::kPerCopy == 0 && (reinterpret_cast<uintptr_t>(grad_y) & 15) == 0 &&
+                     (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+    const auto kernel = vec ? metcf_sddmm_kernel<T, true> : metcf_sddmm_kernel<T, false>;
+    kernel<<<static_cast<unsigned>(grid), kWarpsPerBlock * 32, 0, stream>>>(a, grad_y, x, out, n);
     return cudaGetLastError();
 }
 

@@ -1,0 +1,50 @@
+"""Random inputs, float64 references and checks shared by the GPU kernel tests."""
+import os
+
+import torch
+
+# Under compute-sanitizer (TCSPARSE_SANITIZER_SUBSET=1) the tests run a representative subset.
+SUBSET = os.environ.get("TCSPARSE_SANITIZER_SUBSET") == "1"
+M_GRID = [17, 1000] if SUBSET else [1, 15, 16, 17, 1000, 65537]
+N_GRID = [7, 32, 160] if SUBSET else [1, 7, 8, 13, 32, 64, 96, 128, 160, 256, 512]
+KERNELS = ["base", "balanced"]
+HUB_NNZ = 30_000 if SUBSET else 150_000
+# Rows of a matrix whose windows of several balanced chunks outnumber the resident warps enough
+# that warp range boundaries cut some windows in one column slice and not in another.
+CUT_ROWS = 8000 if SUBSET else 20000
+CUT_N = [200] if SUBSET else [128, 200]
+
+
+def random_matrix(m, k, mean_degree, empty_fraction=0.1, hub_row=None, hub_nnz=0, seed=None):
+    """COO of an m x k matrix: random columns, randn values, some empty rows, optional hub row."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**31, (1,))))
+    nnz = m * mean_degree
+    row = torch.randint(0, m, (nnz,), device="cuda", generator=gen)
+    empty = torch.rand(m, device="cuda", generator=gen) < empty_fraction
+    row = row[~empty[row]]
+    col = torch.randint(0, k, (row.numel(),), device="cuda", generator=gen)
+    if hub_row is not None:
+        row = torch.cat([row, torch.full((hub_nnz,), hub_row, device="cuda")])
+        col = torch.cat([col, torch.randperm(k, device="cuda", generator=gen)[:hub_nnz]])
+    values = torch.randn(row.numel(), device="cuda", generator=gen)
+    return row, col, values
+
+
+def reference(row, col, values, x, m):
+    """float64 Y = A @ x from COO (duplicates add, as in the canonical CSR)."""
+    y = torch.zeros(m, x.shape[1], dtype=torch.float64, device="cuda")
+    y.index_add_(0, row, values.double()[:, None] * x.double()[col])
+    return y
+
+
+def poison(numel):
+    """Leave a NaN-filled block in the caching allocator, reused by the next allocation of that size."""
+    block = torch.full((numel,), float("nan"), device="cuda")
+    del block
+
+
+def relative_error(out, ref):
+    assert out.shape == ref.shape
+    assert bool(torch.isfinite(out).all()), "output has NaN/inf: an entry was not written"
+    return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
