@@ -8,7 +8,7 @@ fitted on an RTX 4090). We keep that rule, with the threshold calibrated per GPU
 a cost model in microseconds for every path so that the chosen Tensor-Core kernel is also ranked
 against ``"csr"`` (torch.sparse, cuSPARSE): ``A @ X`` should never be meaningfully slower than it.
 
-The launch shapes simulated are those of ``csrc/metcf_spmm.cu``, whose unit of work is a warp
+The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of work is a warp
 (the scheduling slots are ``SMs x resident warps per SM``):
 
 - base: one warp per (window, column slice), the slices of a window adjacent, issued in window
@@ -31,6 +31,9 @@ On a GPU, resident blocks per SM and column slices come from the compiled kernel
 explanations) from the documented defaults. Not modelled: the deterministic balanced variant
 (``torch.use_deterministic_algorithms``: a grid-stride loop and a workspace sum) and the cost of
 3xTF32 when TF32 is disallowed; the calibration is measured with TF32, as the SpMM benchmark.
+For float16/bfloat16 the launch shapes are those of the 16-bit kernels (wider column slices,
+which also depend on the window count) and the bytes moved count 2-byte elements, but the cost
+constants are still the float32 fit (no 16-bit calibration yet).
 
 Constants live in ``calibration/<family>.json`` (one per GPU family, ``default.json`` when the
 family has none), per N bucket; ``benchmarks/selector.py --calibrate`` fits them on measurements.
@@ -175,7 +178,7 @@ def _heavy_fluid_schedule(costs: np.ndarray, slots: int) -> float:
     return _batched_schedule(free, costs[costs.size - tail :])
 
 
-# The launch shapes of csrc/metcf_spmm.cu.
+# The launch shapes of csrc/metcf_spmm.cuh.
 
 
 def default_column_slices(n: int, dtype: torch.dtype = torch.float32) -> int:
