@@ -221,20 +221,6 @@ import torch
 from torch_tcsparse import _ext
 from torch_tcsparse.formats.csr import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
-
-from .kernel_data import (
-    CUT_N,
-    CUT_ROWS,
-    HUB_NNZ,
-    KERNELS,
-    M_GRID,
-    N_GRID,
-    SUBSET,
-    poison,
-    random_matrix,
-    reference,
-    relative_error,
-)
 from torch_tcsparse.kernels import _layout_args
 row = torch.arange(100, device="cuda")
 layout, values = build_metcf(from_coo(row, row, None, 100, 100))

@@ -595,3 +595,14 @@ cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const float* values, const
 }
 
 }  // namespace tcsparse
+
+// The explicit instantiations of the launch API for one element type (kernels_<type>.cu).
+#define TCSPARSE_INSTANTIATE_METCF_KERNELS(T)                                                                       \
+    namespace tcsparse {                                                                                             \
+    template cudaError_t metcf_spmm_base<T>(const MetcfArrays&, const float*, const T*, T*, int64_t, Precision,     \
+                                            cudaStream_t);                                                           \
+    template cudaError_t metcf_spmm_balanced<T>(const MetcfArrays&, const float*, const T*, T*, int64_t, Precision, \
+                                                float*, float*, cudaStream_t);                                       \
+    template cudaError_t metcf_spmm_launch_shape<T>(int, int64_t, int64_t, bool, Precision, int*, int64_t*);        \
+    template cudaError_t metcf_sddmm<T>(const MetcfArrays&, const T*, const T*, float*, int64_t, cudaStream_t);     \
+    }
