@@ -5,8 +5,10 @@
 # charts go into $OUT/results.tgz (the device returns at most 8 files).
 #
 #   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,suite,
-#                                   bench,reorder,selector,gcn (default: build through bench).
-#                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS pass options;
+#                                   bench,reorder,selector,gcn,host_overhead (default: build through
+#                                   bench).
+#                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS,
+#                                   HOST_OVERHEAD_ARGS pass options;
 #                                   STAGE_LIMIT caps each test or benchmark stage (seconds).
 #
 # Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry .devdata.
@@ -68,7 +70,7 @@ if stage bench; then
 fi
 
 # Each further benchmark writes into its own folder and leaves its table at the end of its log.
-for name in reorder selector gcn; do
+for name in reorder selector gcn host_overhead; do
   if stage $name; then
     start=$SECONDS
     args_var="${name^^}_ARGS"
@@ -82,7 +84,7 @@ echo
 printf '%s\n' "${summary[@]}"
 grep -q "FAILED\|Error" "$OUT/test.log" 2>/dev/null && grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -20
 grep -E "^(FAILED|ERROR)" "$OUT/suite.log" 2>/dev/null | head -20
-for name in reorder selector gcn; do
+for name in reorder selector gcn host_overhead; do
   if stage $name; then echo "== $name"; tail -40 "$OUT/$name.log"; fi
 done
 if stage bench; then sed -n '/^SpMM ms/,$p' "$OUT/bench.log"; fi

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import kernels
 from .formats.csr import torch_csr
 from .formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
 
@@ -50,15 +51,9 @@ def resolve_path(path: str, x: Tensor) -> str:
     return "reference"
 
 
-def _kernels_available() -> bool:
-    from . import kernels
-
-    return kernels.available()
-
-
 def kernels_apply(x: Tensor) -> bool:
     """Whether the Tensor-Core kernels can multiply this operand (device, dtype, built)."""
-    return x.is_cuda and x.dtype in KERNEL_DTYPES and _kernels_available()
+    return x.is_cuda and x.dtype in KERNEL_DTYPES and kernels.available()
 
 
 def _layout(tensors, window: int, num_rows: int, num_cols: int) -> MetcfLayout:
@@ -138,23 +133,19 @@ def spmm(
 
 def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str) -> Tensor:
     """The body of ``tcsparse::spmm`` without the op's dispatch, for eager calls that need no
-    autograd: on small graphs the custom-op machinery costs more than the kernel itself."""
-    # The engines choose their own precision (fp32 accumulation); autocast, which already
-    # picked the operands' dtype, must not recast their internal products.
-    with torch.autocast(x.device.type, enabled=False):
-        return _run_spmm(x, values, a, resolve_path(path, x))
-
-
-def _run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str) -> Tensor:
+    autograd: on small graphs the custom-op machinery costs more than the kernel itself.
+    ``values`` may be float32 whatever x's dtype (the kernels take fp32 values)."""
+    path = resolve_path(path, x)
     if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.num_rows, x.shape[1], dtype=x.dtype, device=x.device)
     if path in KERNEL_PATHS:
-        from . import kernels
-
         return kernels.spmm(x, values, a, path)
-    if path == "csr":
-        return csr_spmm(x.contiguous(), values, a)
-    return reference_spmm(x, values, a)
+    # The torch engines accumulate in their own precision; autocast, which already picked the
+    # operands' dtype, must not recast their internal products (the kernels ignore autocast).
+    with torch.autocast(x.device.type, enabled=False):
+        if path == "csr":
+            return csr_spmm(x.contiguous(), values.to(x.dtype), a)
+        return reference_spmm(x, values, a)
 
 
 @spmm.register_fake
@@ -167,8 +158,6 @@ def sddmm(grad_y: Tensor, x: Tensor, layout: list[Tensor], window: int, num_rows
     """For every nonzero (row, col) of the ME-TCF matrix, in block order: <grad_y[row], x[col]>."""
     a = _layout(layout, window, num_rows, num_cols)
     if a.nnz and kernels_apply(x):
-        from . import kernels
-
         return kernels.sddmm(grad_y, x, a)
     with torch.autocast(x.device.type, enabled=False):
         return reference_sddmm(grad_y, x, a)

@@ -373,19 +373,31 @@ class DeviceModel:
         of ``windows`` row windows (None: a large one)."""
         if self.cuda_index is None:
             return int(self.calibration.occupancy[path])
-        from . import kernels
-
-        with torch.cuda.device(self.cuda_index):
-            return int(kernels.occupancy(path, n, dtype, windows or kernels.MANY_WINDOWS))
+        return _launch_shape(self.cuda_index, path, n, dtype, windows, _tf32_allowed())[0]
 
     def slices(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None) -> int:
         """Warps per row window (or chunk) along N of ``path``'s kernel at N = ``n``."""
         if self.cuda_index is None:
             return default_column_slices(n, dtype)
-        from . import kernels
+        return _launch_shape(self.cuda_index, path, n, dtype, windows, _tf32_allowed())[1]
 
-        with torch.cuda.device(self.cuda_index):
-            return int(kernels.column_slices(path, n, dtype, windows or kernels.MANY_WINDOWS))
+
+def _tf32_allowed() -> bool:
+    from . import kernels
+
+    return kernels.tf32_allowed()
+
+
+@functools.lru_cache(maxsize=4096)
+def _launch_shape(cuda_index: int, path: str, n: int, dtype: torch.dtype, windows: int | None, tf32: bool):
+    """(resident warps per SM, column slices) of the compiled kernel, asked once per shape: the
+    query is an op call under a device guard, too slow to repeat for every candidate of every
+    choice. ``tf32`` is part of the key because the exact fp32 variant has its own shape."""
+    from . import kernels
+
+    windows = windows or kernels.MANY_WINDOWS
+    with torch.cuda.device(cuda_index):
+        return (int(kernels.occupancy(path, n, dtype, windows)), int(kernels.column_slices(path, n, dtype, windows)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -577,6 +589,7 @@ class SelectionCache:
     def __init__(self):
         self._shape: MatrixShape | None = None
         self._explanations: dict = {}
+        self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> path
 
     def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:
         device = torch.device(layout.device if device is None else device)
@@ -595,7 +608,13 @@ class SelectionCache:
         self._explanations[key] = _explain(self._shape, n, dtype, device)
 
     def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> str:
-        return self.explain(layout, n, dtype, device).choice
+        # Called on every product: one dict lookup on the caller's own arguments, no bucketing
+        # or device normalisation once an N has been seen.
+        key = (n, dtype, device)
+        choice = self._choices.get(key)
+        if choice is None:
+            choice = self._choices[key] = self.explain(layout, n, dtype, device).choice
+        return choice
 
     def __len__(self) -> int:
         return len(self._explanations)

@@ -81,6 +81,7 @@ class TCSparseTensor(torch.Tensor):
         out._casts = {}
         with torch.no_grad():
             out._block_values = values[structure.block_order]
+        out._kernel_values = None
         return out
 
     @classmethod
@@ -226,7 +227,9 @@ class TCSparseTensor(torch.Tensor):
     def matmul(self, other: torch.Tensor, path: str = "auto") -> torch.Tensor:
         """Y = A @ X for X of shape [K] or [K, N]; differentiable for X and the values. Under
         ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does."""
-        autocast_dtype = _autocast_dtype(self, other)
+        # The per-call path reads the plain tensors the subclass holds: attributes of the
+        # subclass itself (shape, device, dtype) go through __torch_function__ on every access.
+        autocast_dtype = _autocast_dtype(self._values, other)
         if autocast_dtype is not None:
             return self._in_dtype(autocast_dtype).matmul(other.to(autocast_dtype), path)
         x = _check_operand(self, other)
@@ -248,8 +251,15 @@ class TCSparseTensor(torch.Tensor):
             # order, so this costs what torch.sparse.mm costs (its autograd covers X).
             y = torch.sparse.mm(self._torch_csr(), x.contiguous())
         else:
-            y = ops.run_spmm(x, self._block_values, s.layout, path)
+            values = self._fp32_block_values() if path in ops.KERNEL_PATHS else self._block_values
+            y = ops.run_spmm(x, values, s.layout, path)
         return y.squeeze(1) if vector else y
+
+    def _fp32_block_values(self) -> torch.Tensor:
+        """Block-order values as the kernels read them (fp32), converted once, not per call."""
+        if self._kernel_values is None:
+            self._kernel_values = self._block_values.float()
+        return self._kernel_values
 
     def _in_dtype(self, dtype: torch.dtype) -> "TCSparseTensor":
         """This matrix with values in ``dtype``; kept while the values need no gradient, so a
@@ -341,22 +351,24 @@ def _check_operand(a: TCSparseTensor, x) -> torch.Tensor:
         raise TypeError(f"A @ X needs a dense X, got layout {x.layout}")
     if x.dim() not in (1, 2):
         raise ValueError(f"A @ X needs X of shape [K] or [K, N], got shape {tuple(x.shape)}")
-    if x.shape[0] != a.shape[1]:
+    values = a._values
+    if x.shape[0] != a._structure.num_cols:
         raise ValueError(f"shape mismatch: A is {tuple(a.shape)} but X has {x.shape[0]} rows (shape {tuple(x.shape)})")
-    if x.device != a.device:
-        raise ValueError(f"device mismatch: A is on {a.device} but X is on {x.device}")
-    if x.dtype != a.dtype:
-        raise TypeError(f"dtype mismatch: A is {a.dtype} but X is {x.dtype}; convert one with .to(dtype)")
+    if x.device != values.device:
+        raise ValueError(f"device mismatch: A is on {values.device} but X is on {x.device}")
+    if x.dtype != values.dtype:
+        raise TypeError(f"dtype mismatch: A is {values.dtype} but X is {x.dtype}; convert one with .to(dtype)")
     return x
 
 
-def _autocast_dtype(a: TCSparseTensor, x) -> torch.dtype | None:
-    """The dtype autocast asks for when it applies to A @ X: float32 operands on a device where
-    autocast is on are cast to its dtype; float64 is never cast (as in torch)."""
-    if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled(a.device.type):
+def _autocast_dtype(values: torch.Tensor, x) -> torch.dtype | None:
+    """The dtype autocast asks for when it applies to A @ X (A's ``values`` given): float32
+    operands on a device where autocast is on are cast to its dtype; float64 is never cast (as
+    in torch)."""
+    if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled(values.device.type):
         return None
-    dtype = torch.get_autocast_dtype(a.device.type)
-    operands = {a.dtype, x.dtype}
+    dtype = torch.get_autocast_dtype(values.device.type)
+    operands = {values.dtype, x.dtype}
     if torch.float32 not in operands or not operands <= {torch.float32, dtype}:
         return None
     return dtype

@@ -213,9 +213,9 @@ def test_rejects_bad_inputs(kernels):
         kernels.spmm(x, block_values, layout, "fastest")
 
 
-# The binding's own checks (TORCH_CHECK) for callers that skip the Python layer. Run in a child
-# process: on the device machine a C++ exception from the extension has crashed the interpreter
-# (segfault) instead of raising, and that must fail this test, not end the whole session.
+# The binding's own checks (TCS_CHECK in bindings.cpp) for callers that skip the Python layer.
+# Run in a child process: messages streamed through c10::str crashed the interpreter (SIGSEGV)
+# instead of raising, and a crash must fail this test, not end the whole session.
 BINDING_CHECK = """
 import torch
 from torch_tcsparse import _ext
@@ -226,11 +226,18 @@ row = torch.arange(100, device="cuda")
 layout, values = build_metcf(from_coo(row, row, None, 100, 100))
 x = torch.randn(100, 8, device="cuda")
 args = _layout_args(layout)
-try:
-    _ext.load().spmm(x[:50], values, *args, False, False, False)
-except RuntimeError as e:
-    assert "x must have 100 rows" in str(e), e
-    print("raised")
+calls = {
+    "x must have 100 rows, got 50": lambda: _ext.load().spmm(x[:50], values, *args, False, False, False),
+    "values must be 1-D with 100 entries, got shape [99]": lambda: _ext.load().spmm(x, values[:99], *args, False, False, False),
+    "window must be 8 or 16, got 3": lambda: _ext.load().launch_shape(3, 1, 8, False, False, torch.float32),
+    "the kernels take float32, float16 or bfloat16, got Double": lambda: _ext.load().launch_shape(16, 1, 8, False, False, torch.float64),
+}
+for expected, call in calls.items():
+    try:
+        call()
+    except RuntimeError as e:
+        assert expected in str(e), (expected, str(e))
+        print("raised:", expected)
 """
 
 
@@ -239,7 +246,7 @@ def test_binding_checks_raise(kernels):
     import sys
 
     done = subprocess.run([sys.executable, "-c", BINDING_CHECK], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0 and "raised" in done.stdout, (done.returncode, done.stderr[-2000:])
+    assert done.returncode == 0 and done.stdout.count("raised:") == 4, (done.returncode, done.stdout, done.stderr[-2000:])
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -1,15 +1,39 @@
-// Torch binding of the ME-TCF kernels: validation (TORCH_CHECK), allocation, stream, dispatch.
+// Torch binding of the ME-TCF kernels: validation (TCS_CHECK), allocation, stream, dispatch.
 // The kernels themselves live in the .cu files, which never include torch headers.
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <string>
 #include <type_traits>
 
 #include "metcf_spmm.h"
 
 namespace {
+
+// Error messages are joined as strings and handed to TORCH_CHECK whole, never streamed: with
+// torch's wheels (built with gcc-toolset, parts of libstdc++ linked in and exported) and an
+// extension built by the system g++, c10::str's `ostringstream << int64_t` in this library
+// crashed the process (SIGSEGV) instead of raising. A single std::string argument skips the
+// stream (c10::str passes it through).
+std::string text(const char* s) { return s; }
+std::string text(const std::string& s) { return s; }
+std::string text(int64_t v) { return std::to_string(v); }
+std::string text(at::ScalarType dtype) { return c10::toString(dtype); }
+std::string text(const at::Device& device) { return device.str(); }
+std::string text(at::IntArrayRef sizes) {
+    std::string out = "[";
+    for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+    return out + "]";
+}
+
+template <typename... Args>
+std::string message(const Args&... args) {
+    return (text(args) + ...);
+}
+
+#define TCS_CHECK(cond, ...) TORCH_CHECK(cond, message(__VA_ARGS__))
 
 // Calls f with a value of the CUDA element type matching `dtype` (float, __half, __nv_bfloat16).
 template <typename F>
@@ -22,7 +46,7 @@ auto with_element_type(at::ScalarType dtype, F&& f) {
         case at::kBFloat16:
             return f(__nv_bfloat16{});
         default:
-            TORCH_CHECK(false, "the kernels take float32, float16 or bfloat16, got ", dtype);
+            TCS_CHECK(false, "the kernels take float32, float16 or bfloat16, got ", dtype);
     }
 }
 
@@ -31,10 +55,10 @@ auto with_element_type(at::ScalarType dtype, F&& f) {
 constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 30;
 
 void check_index(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t numel, const at::Device& device) {
-    TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but the operands are on ", device);
-    TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
-    TORCH_CHECK(t.dim() == 1 && t.numel() == numel, name, " must be 1-D with ", numel, " entries, got shape ", t.sizes());
-    TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+    TCS_CHECK(t.device() == device, name, " is on ", t.device(), " but the operands are on ", device);
+    TCS_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
+    TCS_CHECK(t.dim() == 1 && t.numel() == numel, name, " must be 1-D with ", numel, " entries, got shape ", t.sizes());
+    TCS_CHECK(t.is_contiguous(), name, " must be contiguous");
 }
 
 // An aligned copy of `t` when its data does not start on an `alignment`-byte boundary.
@@ -51,11 +75,11 @@ Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_off
                    const at::Tensor& block_cols, const at::Tensor& block_bitmap, const at::Tensor& row_map,
                    const at::Tensor& chunk_offsets, int64_t window, int64_t num_rows, int64_t chunk,
                    const at::Device& device) {
-    TORCH_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
-    TORCH_CHECK(chunk >= 1, "chunk must be positive, got ", chunk);
-    TORCH_CHECK(num_rows >= 0, "num_rows must be non-negative, got ", num_rows);
+    TCS_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
+    TCS_CHECK(chunk >= 1, "chunk must be positive, got ", chunk);
+    TCS_CHECK(num_rows >= 0, "num_rows must be non-negative, got ", num_rows);
     const int64_t num_windows = (num_rows + window - 1) / window;
-    TORCH_CHECK(block_offsets.dim() == 1 && block_offsets.numel() >= 1, "block_offsets must be 1-D and non-empty");
+    TCS_CHECK(block_offsets.dim() == 1 && block_offsets.numel() >= 1, "block_offsets must be 1-D and non-empty");
     const int64_t num_blocks = block_offsets.numel() - 1;
     const int64_t nnz = local_ids.numel();
     check_index(window_offsets, "window_offsets", at::kInt, num_windows + 1, device);
@@ -83,25 +107,25 @@ Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_off
 }
 
 void check_dense(const at::Tensor& t, const char* name, int64_t rows, const at::Device& device) {
-    TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor, got device ", t.device());
-    TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but the values are on ", device);
+    TCS_CHECK(t.is_cuda(), name, " must be a CUDA tensor, got device ", t.device());
+    TCS_CHECK(t.device() == device, name, " is on ", t.device(), " but the values are on ", device);
     const auto dtype = t.scalar_type();
-    TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, name,
+    TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, name,
                 " must be float32, float16 or bfloat16, got ", dtype);
-    TORCH_CHECK(t.dim() == 2, name, " must be 2-D, got shape ", t.sizes());
-    TORCH_CHECK(t.size(0) == rows, name, " must have ", rows, " rows, got ", t.size(0));
+    TCS_CHECK(t.dim() == 2, name, " must be 2-D, got shape ", t.sizes());
+    TCS_CHECK(t.size(0) == rows, name, " must have ", rows, " rows, got ", t.size(0));
 }
 
 void check_values(const at::Tensor& values, int64_t nnz) {
-    TORCH_CHECK(values.is_cuda(), "values must be a CUDA tensor, got device ", values.device());
-    TORCH_CHECK(values.scalar_type() == at::kFloat, "values must be float32, got ", values.scalar_type());
-    TORCH_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
+    TCS_CHECK(values.is_cuda(), "values must be a CUDA tensor, got device ", values.device());
+    TCS_CHECK(values.scalar_type() == at::kFloat, "values must be float32, got ", values.scalar_type());
+    TCS_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
                 values.sizes());
-    TORCH_CHECK(values.is_contiguous(), "values must be contiguous");
+    TCS_CHECK(values.is_contiguous(), "values must be contiguous");
 }
 
 void check_launch(cudaError_t err, const char* what) {
-    TORCH_CHECK(err == cudaSuccess, what, " failed: ", cudaGetErrorString(err));
+    TCS_CHECK(err == cudaSuccess, what, " failed: ", cudaGetErrorString(err));
 }
 
 at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
@@ -117,7 +141,7 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
                                 chunk_offsets, window, num_rows, chunk, device);
     const at::Tensor xc = x.contiguous();
     const int64_t n = xc.size(1);
-    TORCH_CHECK(n <= 65535 * 32, "x has ", n, " columns; at most ", 65535 * 32, " are supported");
+    TCS_CHECK(n <= 65535 * 32, "x has ", n, " columns; at most ", 65535 * 32, " are supported");
     at::Tensor y = at::empty({num_rows, n}, xc.options());
     if (num_rows == 0 || n == 0) return y;
     const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
@@ -159,8 +183,8 @@ at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor
     const at::Device device = x.device();
     check_dense(x, "x", num_cols, device);
     check_dense(grad_y, "grad_y", num_rows, device);
-    TORCH_CHECK(grad_y.size(1) == x.size(1), "grad_y has ", grad_y.size(1), " columns but x has ", x.size(1));
-    TORCH_CHECK(grad_y.scalar_type() == x.scalar_type(), "grad_y is ", grad_y.scalar_type(), " but x is ",
+    TCS_CHECK(grad_y.size(1) == x.size(1), "grad_y has ", grad_y.size(1), " columns but x has ", x.size(1));
+    TCS_CHECK(grad_y.scalar_type() == x.scalar_type(), "grad_y is ", grad_y.scalar_type(), " but x is ",
                 x.scalar_type());
     const c10::cuda::CUDAGuard guard(device);
     Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
@@ -180,9 +204,9 @@ at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor
 
 std::vector<int64_t> launch_shape(int64_t window, int64_t num_windows, int64_t n, bool balanced, bool exact,
                                   at::ScalarType dtype) {
-    TORCH_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
-    TORCH_CHECK(n >= 1, "n must be positive, got ", n);
-    TORCH_CHECK(num_windows >= 0, "num_windows must be non-negative, got ", num_windows);
+    TCS_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
+    TCS_CHECK(n >= 1, "n must be positive, got ", n);
+    TCS_CHECK(num_windows >= 0, "num_windows must be non-negative, got ", num_windows);
     int resident = 0;
     int64_t slices = 0;
     const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
@@ -197,7 +221,7 @@ std::vector<int64_t> launch_shape(int64_t window, int64_t num_windows, int64_t n
 
 }  // namespace
 
-// Registered as torch operators (torch.ops.tcsparse_kernels.*): errors raised by TORCH_CHECK
+// Registered as torch operators (torch.ops.tcsparse_kernels.*): errors raised by TCS_CHECK
 // reach Python through the dispatcher as RuntimeError. The user-facing ops (autograd, fake
 // tensors) are defined in torch_tcsparse/ops.py on top of these.
 TORCH_LIBRARY(tcsparse_kernels, m) {

@@ -1,0 +1,115 @@
+"""Host-side cost per SpMM call on small graphs, layer by layer, and the cost of a selector choice.
+
+On graphs of a few thousand rows the kernel runs for a few microseconds and a call of ``A @ X``
+costs what Python, the op dispatcher and the launch cost. This times back-to-back calls (no
+synchronisation in between) of each layer, from the user's ``A @ X`` down to the compiled op
+with prepared arguments, so the difference between two rows is the cost of one layer; then the
+first (uncached) selector choice against one SpMM. A cProfile listing of ``A @ X`` goes to
+``$OUT/host_overhead_profile.txt``.
+
+    python benchmarks/host_overhead.py --graphs planetoid_cora,planetoid_citeseer --n 128
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import out_dir, time_cuda, time_per_call_us  # noqa: E402
+
+import torch_tcsparse  # noqa: E402
+from torch_tcsparse import _ext, kernels, ops, selector  # noqa: E402
+from torch_tcsparse.datasets import npz  # noqa: E402
+
+
+def load(name: str) -> torch_tcsparse.TCSparseTensor:
+    path = next((p for p in npz.list_graphs() if p.stem == name), None)
+    if path is None:
+        raise SystemExit(f"graph {name} not found in {npz.graph_dir()}")
+    coo = npz.load_adjacency(path).tocoo()
+    row = torch.from_numpy(coo.row.astype("int64")).cuda()
+    col = torch.from_numpy(coo.col.astype("int64")).cuda()
+    values = torch.rand(row.numel(), device="cuda") + 0.5
+    return torch_tcsparse.TCSparseTensor.from_coo(row, col, values, coo.shape)
+
+
+def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict:
+    """Callables of one X each, outermost first."""
+    a = a.to(dtype)
+    s = a._structure
+    path = s.selection.choose(s.layout, n, dtype, a.device)
+    kernel = path if path in kernels.KERNELS else "base"
+    block_values = a._block_values
+    module = _ext.load()
+    prepared = kernels._layout_args(s.layout)
+    fp32_values = block_values.float()
+    return {
+        f"A @ X (path {path})": lambda x: a @ x,
+        f"ops.run_spmm ({kernel})": lambda x: ops.run_spmm(x, block_values, s.layout, kernel),
+        f"kernels.spmm ({kernel})": lambda x: kernels.spmm(x, block_values, s.layout, kernel),
+        "compiled op, prepared args": lambda x: module.spmm(
+            x, fp32_values, *prepared, kernel == "balanced", False, False
+        ),
+        "torch.empty_like (one allocation)": lambda x: torch.empty_like(x),
+        "torch.sparse.mm (cuSPARSE)": lambda x, m=a._torch_csr(): torch.sparse.mm(m, x),
+    }
+
+
+def profile(fn, x, path: Path, calls: int = 2000) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn(x)
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    path.write_text(text.getvalue())
+
+
+def choice_cost(a: torch_tcsparse.TCSparseTensor, n: int) -> tuple[float, float]:
+    """(ms of a first choice on a fresh cache, ms of one SpMM with the chosen path)."""
+    s = a._structure
+    times = []
+    for _ in range(5):
+        s.selection = selector.SelectionCache()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        s.selection.choose(s.layout, n, a.dtype, a.device)
+        times.append((time.perf_counter() - start) * 1e3)
+    x = torch.randn(a.shape[1], n, device="cuda")
+    spmm_ms = time_cuda(lambda: a @ x, [()], warmup=5, reps=30)
+    return sorted(times)[len(times) // 2], spmm_ms
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", default="planetoid_cora,planetoid_citeseer,planetoid_pubmed")
+    parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--dtypes", default="float32,float16")
+    args = parser.parse_args(argv)
+    out = out_dir()
+    print(f"host us per call, N = {args.n}, {torch.cuda.get_device_name()}")
+    for name in args.graphs.split(","):
+        a = load(name)
+        for dtype_name in args.dtypes.split(","):
+            dtype = getattr(torch, dtype_name)
+            xs = [(torch.randn(a.shape[1], args.n, device="cuda").to(dtype),) for _ in range(4)]
+            print(f"{name} {dtype_name}")
+            for label, fn in layers(a, dtype, args.n).items():
+                print(f"  {label:<36}{time_per_call_us(fn, xs, calls=2000):8.1f}")
+            typed = a.to(dtype)
+            profile(lambda x: typed @ x, xs[0][0], out / f"host_overhead_profile_{name}_{dtype_name}.txt")
+        choice_ms, spmm_ms = choice_cost(a, args.n)
+        print(f"  first choice {choice_ms:.3f} ms, one SpMM {spmm_ms:.3f} ms: {choice_ms / spmm_ms:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
