@@ -29,21 +29,31 @@ def rotation_count(buffer_bytes: int, limit_bytes: int = 4 << 30) -> int:
     return int(max(1, min(wanted, 16, limit_bytes // buffer_bytes)))
 
 
-def time_cuda(fn, args_list, warmup: int = 5, reps: int = 20) -> float:
-    """Median milliseconds of fn(*args) over reps runs, cycling through args_list."""
+def time_cuda(fn, args_list, warmup: int = 5, reps: int = 20, batch: int = 1) -> float:
+    """Median milliseconds per call of fn(*args) over reps samples, cycling through args_list.
+    A sample times ``batch`` back-to-back calls between two events (see ``batch_for``)."""
     for i in range(warmup):
         fn(*args_list[i % len(args_list)])
     torch.cuda.synchronize()
-    times = []
-    for i in range(reps):
+    times, call = [], 0
+    for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        args = args_list[i % len(args_list)]
         start.record()
-        fn(*args)
+        for _ in range(batch):
+            fn(*args_list[call % len(args_list)])
+            call += 1
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / batch)
     return statistics.median(times)
+
+
+def batch_for(fn, args_list, sample_ms: float = 0.5, limit: int = 64) -> int:
+    """Calls per timed sample so that a sample lasts about ``sample_ms``: a single call of a few
+    tens of microseconds is mostly launch latency and host jitter, and comparing such samples
+    between paths compares noise; back-to-back calls time what a loop over small graphs sees."""
+    one = time_cuda(fn, args_list, warmup=3, reps=5)
+    return int(max(1, min(limit, round(sample_ms / max(one, 1e-3)))))
 
 
 def time_per_call_us(fn, args_list, calls: int = 200) -> float:

@@ -1,7 +1,8 @@
 """SpMM benchmark: our ME-TCF kernels against cuSPARSE (torch.sparse.mm on CSR) and PyG's
 message-passing aggregation, per graph, N and dtype, all in the dtype under test (float32 runs
 with TF32 allowed). Correctness first (against cuSPARSE's fp32 result), then CUDA-event medians
-with rotated X buffers. Rows of float16/bfloat16 also give the speedup over our own float32 (TF32)
+with rotated X buffers; a call shorter than about half a millisecond is timed over back-to-back
+calls per sample (``common.batch_for``), so small graphs compare throughput, not launch jitter. Rows of float16/bfloat16 also give the speedup over our own float32 (TF32)
 kernel on the same graph and N. Prints one table, writes spmm.csv and spmm_speedup.png into
 --out (default $OUT, else ./out).
 
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us  # noqa: E402
+from common import batch_for, copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us  # noqa: E402
 
 from torch_tcsparse import kernels, selector  # noqa: E402
 from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
@@ -105,22 +106,26 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             element = torch.finfo(dtype).bits // 8
             x_bytes = num_cols * n * element
             xs = [(torch.randn(num_cols, n, device="cuda").to(dtype),) for _ in range(rotation_count(x_bytes))]
-            typed_values, edge_values = block_values.to(dtype), csr.values.to(dtype)
+            # The kernels read fp32 values: those of the matrix rounded to the dtype under test
+            # (cuSPARSE's matrix), converted once as TCSparseTensor does.
+            kernel_values, edge_values = block_values.to(dtype).float(), csr.values.to(dtype)
             a_typed = torch.sparse_csr_tensor(csr.rowptr, csr.col, edge_values, (num_rows, num_cols))
             expected = torch.sparse.mm(a, xs[0][0].float())
+
+            def timed(fn):
+                return time_cuda(fn, xs, reps=args.reps, batch=batch_for(fn, xs))
+
             errors = {}
             times = {}
             for kernel in ("base", "balanced"):
-                got = kernels.spmm(xs[0][0], typed_values, layout, kernel).float()
+                got = kernels.spmm(xs[0][0], kernel_values, layout, kernel).float()
                 errors[kernel] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
-                times[kernel] = time_cuda(lambda x, k=kernel: kernels.spmm(x, typed_values, layout, k), xs,
-                                          reps=args.reps)
-            times["cusparse"] = time_cuda(lambda x: torch.sparse.mm(a_typed, x), xs, reps=args.reps)
+                times[kernel] = timed(lambda x, k=kernel: kernels.spmm(x, kernel_values, layout, k))
+            times["cusparse"] = timed(lambda x: torch.sparse.mm(a_typed, x))
             pyg_ms = float("nan")
             free, _ = torch.cuda.mem_get_info()
             if pyg is not None and 3 * nnz * n * element < 0.5 * free:
-                pyg_ms = time_cuda(lambda x: pyg(x, edge_index, edge_values, (num_cols, num_rows)), xs,
-                                   reps=args.reps)
+                pyg_ms = timed(lambda x: pyg(x, edge_index, edge_values, (num_cols, num_rows)))
             best = min(("base", "balanced"), key=times.get)
             choice = selector.choose(layout, n, dtype, "cuda")[0]
             chosen_ms = times["cusparse" if choice == "csr" else choice]
@@ -129,7 +134,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             floor_ms = ((num_rows + 1) * 4 + nnz * (4 + element) + x_bytes + num_rows * n * element) / bandwidth * 1e3
             per_call = {}
             if nnz < LARGE_NNZ:
-                per_call["ours"] = time_per_call_us(lambda x: kernels.spmm(x, typed_values, layout, best), xs)
+                per_call["ours"] = time_per_call_us(lambda x: kernels.spmm(x, kernel_values, layout, best), xs)
                 per_call["cusparse"] = time_per_call_us(lambda x: torch.sparse.mm(a_typed, x), xs)
             rows.append({
                 "graph": name, "rows": num_rows, "nnz": nnz, "N": n, "dtype": str(dtype).replace("torch.", ""),
