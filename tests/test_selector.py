@@ -409,7 +409,8 @@ def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
 
     bench.main(["--refit-from", str(tmp_path / "run"), "--calibrate", "--out", str(tmp_path / "out")])
     table = capsys.readouterr().out
-    assert "eval half" in table and table.rstrip().endswith("worst vs csr <= 1.10")
+    assert "held-out half" in table and "fitted on all" in table
+    assert table.rstrip().endswith("worst vs csr <= 1.10")
     fitted = Calibration.from_dict(json.loads((tmp_path / "out" / "madeup.json").read_text()), "fitted")
     assert set(fitted.buckets) == set(selector.BUCKETS)
     assert fitted.csr_margin >= 0.05
