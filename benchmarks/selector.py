@@ -55,6 +55,10 @@ SPLIT_UNITS_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 CSR_MARGINS = (0.05, 0.1, 0.15, 0.2, 0.3)
 # The margin is fitted to keep the fit half this close to csr, leaving room for unseen graphs.
 FIT_WORST_VS_CSR = 1.05
+# The device-time model is fitted on calls at least this much slower than the path's fastest
+# (host-bound) call, and on all calls when fewer than MIN_ABOVE_FLOOR are.
+FLOOR_MARGIN = 1.2
+MIN_ABOVE_FLOOR = 4
 
 
 # Graphs: the SpMM suite (benchmarks/spmm.py).
@@ -120,6 +124,7 @@ def device_info(n_values) -> dict:
         "name": model.name,
         "family": model.family,
         "sm_count": model.sm_count,
+        "l2_bytes": model.l2_bytes,
         "occupancy": {path: {str(n): model.resident(path, n) for n in n_values} for path in KERNEL_CHOICES},
         "slices": {path: {str(n): model.slices(path, n) for n in n_values} for path in KERNEL_CHOICES},
         "calibration_in_package": model.calibration.source,
@@ -132,7 +137,9 @@ def save(out: Path, records, shapes, info) -> None:
     arrays = {}
     for name, shape in shapes.items():
         arrays[f"{name}/window_blocks"] = shape.window_blocks
-        arrays[f"{name}/meta"] = np.array([shape.window, shape.rows, shape.nnz, shape.max_row_nnz], dtype=np.int64)
+        arrays[f"{name}/meta"] = np.array(
+            [shape.window, shape.rows, shape.nnz, shape.max_row_nnz, shape.num_cols], dtype=np.int64
+        )
     np.savez_compressed(out / "shapes.npz", **arrays)
 
 
@@ -143,8 +150,8 @@ def load_saved(folder: Path):
         for key in arrays.files:
             name, field = key.rsplit("/", 1)
             if field == "meta":
-                window, rows, nnz, max_row = (int(v) for v in arrays[key])
-                shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row)
+                window, rows, nnz, max_row, *cols = (int(v) for v in arrays[key])  # cols: since 2026-11-22
+                shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, *cols)
     return data["records"], shapes, data["device"]
 
 
@@ -160,7 +167,8 @@ def model_for(info: dict, calibration: Calibration) -> DeviceModel:
         def slices(self, path: str, n: int, dtype=None, windows=None) -> int:
             return int(info["slices"][path][str(n)])
 
-    return Measured(info["name"], info["family"], info["sm_count"], calibration, None)
+    l2_bytes = int(info.get("l2_bytes", selector.DEFAULT_L2_BYTES))
+    return Measured(info["name"], info["family"], info["sm_count"], calibration, None, l2_bytes)
 
 
 # Fitting.
@@ -175,19 +183,32 @@ def _nnls_relative(features: np.ndarray, times: np.ndarray) -> tuple[np.ndarray,
     return coefficients, float(residual @ residual)
 
 
-def fit_bucket(records, shapes, slices: dict, slots: dict, csr_defaults: dict) -> dict:
-    """Constants of every path for one N from the records of that N."""
-    times = {path: np.array([r["times_us"][path] for r in records]) for path in CHOICES}
+def fit_bucket(records, shapes, n: int, info: dict, slices: dict, slots: dict, csr_defaults: dict) -> dict:
+    """Constants of every path for one N from the records of that N: each path's host floor (its
+    fastest measured call), then the device-time model fitted on the calls clearly above it."""
+    l2_bytes = int(info.get("l2_bytes", selector.DEFAULT_L2_BYTES))
     graph_shapes = [shapes[r["graph"]] for r in records]
-    ones = np.ones(len(records))
+    misses = np.array([selector.l2_miss_fraction(s.num_cols, n, 4, l2_bytes) for s in graph_shapes])
+    floors = {path: min(r["times_us"][path] for r in records) for path in CHOICES}
+
+    def fit(path, features):
+        times = np.array([r["times_us"][path] for r in records])
+        above = times > FLOOR_MARGIN * floors[path]
+        if above.sum() < MIN_ABOVE_FLOOR:
+            above = np.ones_like(above)
+        coefficients, _ = _nnls_relative(features[above], times[above])
+        predicted = np.maximum(floors[path], features @ coefficients)
+        return coefficients, float(np.sum((predicted / times - 1.0) ** 2))
 
     best = None
     for block_units in BLOCK_UNITS_GRID:
         spans = [selector.base_makespan_units(s, slices["base"], slots["base"], block_units) for s in graph_shapes]
-        features = np.array([[1.0, work / slots["base"], max(0.0, span - work / slots["base"])] for span, work in spans])
-        (launch, unit, tail), error = _nnls_relative(features, times["base"])
+        even = np.array([work / slots["base"] for _, work in spans])
+        tail = np.array([max(0.0, span - work / slots["base"]) for span, work in spans])
+        (launch, unit, tail_us, miss_unit), error = fit("base", np.stack([np.ones_like(even), even, tail, even * misses], 1))
         if best is None or error < best[0]:
-            best = (error, {"launch_us": launch, "unit_us": unit, "tail_us": tail, "block_units": block_units})
+            best = (error, {"launch_us": launch, "unit_us": unit, "tail_us": tail_us, "miss_unit_us": miss_unit,
+                            "block_units": block_units, "floor_us": floors["base"]})
     base = best[1]
 
     best = None
@@ -197,21 +218,26 @@ def fit_bucket(records, shapes, slices: dict, slots: dict, csr_defaults: dict) -
                 selector.balanced_makespan_units(s, slices["balanced"], slots["balanced"], segment_units, split_units)
                 for s in graph_shapes
             ]
-            features = []
-            for launch, s in zip(launches, graph_shapes):
-                even = launch.work / slots["balanced"]
-                features.append([1.0, even, max(0.0, launch.makespan - even), launch.zeroed_windows * s.window])
-            (launch_us, unit, tail, zero), error = _nnls_relative(np.array(features), times["balanced"])
+            even = np.array([launch.work / slots["balanced"] for launch in launches])
+            tail = np.array([max(0.0, launch.makespan - launch.work / slots["balanced"]) for launch in launches])
+            zeroed = np.array([launch.zeroed_windows * s.window for launch, s in zip(launches, graph_shapes)], dtype=float)
+            features = np.stack([np.ones_like(even), even, tail, zeroed, even * misses], 1)
+            (launch_us, unit, tail_us, zero, miss_unit), error = fit("balanced", features)
             if best is None or error < best[0]:
-                best = (error, {"launch_us": launch_us, "unit_us": unit, "tail_us": tail, "segment_units": segment_units,
-                                "split_units": split_units, "zero_us": zero})
+                best = (error, {"launch_us": launch_us, "unit_us": unit, "tail_us": tail_us, "miss_unit_us": miss_unit,
+                                "segment_units": segment_units, "split_units": split_units, "zero_us": zero,
+                                "floor_us": floors["balanced"]})
     balanced = best[1]
 
-    csr_features = np.array([[1.0, s.nnz, s.rows, s.max_row_nnz] for s in graph_shapes])
-    coefficients, _ = _nnls_relative(csr_features, times["csr"])
-    csr = dict(zip(("launch_us", "nnz_us", "row_us", "max_row_us"), coefficients.tolist()))
+    nnz = np.array([s.nnz for s in graph_shapes], dtype=float)
+    csr_features = np.stack(
+        [np.ones_like(nnz), nnz, [s.rows for s in graph_shapes], [s.max_row_nnz for s in graph_shapes], nnz * misses], 1
+    ).astype(float)
+    coefficients, _ = fit("csr", csr_features)
+    csr = dict(zip(("launch_us", "nnz_us", "row_us", "max_row_us", "miss_nnz_us"), coefficients.tolist()))
     if not any(csr.values()):
         csr = dict(csr_defaults)
+    csr["floor_us"] = floors["csr"]
     return {"base": _rounded(base), "balanced": _rounded(balanced), "csr": _rounded(csr)}
 
 
@@ -242,7 +268,7 @@ def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
         at_n = [r for r in records if r["n"] == n]
         slots = {path: info["sm_count"] * int(info["occupancy"][path][str(n)]) for path in KERNEL_CHOICES}
         slices = {path: int(info["slices"][path][str(n)]) for path in KERNEL_CHOICES}
-        buckets[str(n)] = fit_bucket(at_n, shapes, slices, slots, defaults.constants("csr", n))
+        buckets[str(n)] = fit_bucket(at_n, shapes, n, info, slices, slots, defaults.constants("csr", n))
     for n in selector.BUCKETS:  # keep every bucket present: unmeasured ones from the defaults
         buckets.setdefault(str(n), {path: defaults.constants(path, n) for path in CHOICES})
     data = {

@@ -22,11 +22,15 @@ from torch_tcsparse.selector import (
 )
 
 
+# Terms of the shipped calibration that the simulation tests leave out (set them per test).
+NO_FLOOR_NO_MISS = {"floor_us": 0.0, "miss_unit_us": 0.0, "miss_nnz_us": 0.0}
+
+
 def model(sm_count=2, resident=2, threshold=1.2, **overrides) -> DeviceModel:
-    """A device of ``sm_count x resident`` slots with the default constants (N=32 bucket
-    overridable per path)."""
+    """A device of ``sm_count x resident`` slots with the default constants (every bucket's
+    constants overridable per path), without host floors and L2-miss terms unless given."""
     data = Calibration.load("default")
-    buckets = {n: {path: dict(c) for path, c in paths.items()} for n, paths in data.buckets.items()}
+    buckets = {n: {path: {**c, **NO_FLOOR_NO_MISS} for path, c in paths.items()} for n, paths in data.buckets.items()}
     for path, constants in overrides.items():
         for paths in buckets.values():
             paths[path].update(constants)
@@ -179,6 +183,32 @@ def test_predicted_kernel_times_of_uniform_windows():
     base = m.calibration.constants("base", 32)
     # 3 waves of (block_units + 4) units, perfectly even: no tail.
     assert explanation.costs_us["base"] == pytest.approx(base["launch_us"] + base["unit_us"] * 3 * (base["block_units"] + 4))
+
+
+def test_floor_is_the_least_a_call_costs():
+    s = shape([4] * 12)
+    unfloored = rank(s, 32, model()).costs_us
+    floored = rank(s, 32, model(base={"floor_us": 1e4}, csr={"floor_us": 1.0})).costs_us
+    assert floored["base"] == 1e4
+    assert floored["csr"] == unfloored["csr"] and floored["balanced"] == unfloored["balanced"]
+
+
+def test_l2_miss_fraction():
+    l2 = 50 << 20
+    assert selector.l2_miss_fraction(1000, 128, 4, l2) == 0.0  # 512 KB of X: all in L2
+    assert selector.l2_miss_fraction(4 * l2 // 512, 128, 4, l2) == pytest.approx(0.75)
+    assert selector.l2_miss_fraction(0, 128, 4, l2) == 0.0
+
+
+def test_miss_terms_price_x_beyond_l2():
+    m = model(csr={"miss_nnz_us": 1e-3}, base={"miss_unit_us": 1.0})
+    blocks = [4] * 12
+    fits = MatrixShape(16, np.asarray(blocks), rows=192, nnz=384, max_row_nnz=1, cols=1000)
+    beyond = dataclasses.replace(fits, cols=1 << 22)  # 2 GB of X at N = 128
+    near, far = rank(fits, 128, m), rank(beyond, 128, m)
+    assert far.features["x_share_beyond_l2"] > 0.95 and near.features["x_share_beyond_l2"] == 0.0
+    assert far.costs_us["csr"] - near.costs_us["csr"] == pytest.approx(1e-3 * 384 * far.features["x_share_beyond_l2"])
+    assert far.costs_us["base"] > near.costs_us["base"]
 
 
 def test_chunks_of_a_layout():

@@ -21,10 +21,15 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
   blocks, and ``split_units`` per segment whose window crosses its range boundary (the atomic
   adds). All warps are co-resident, so the makespan is exact. A small kernel first zeroes the
   rows of empty and cut windows (``zero_us`` per row);
-- a kernel's time is ``launch_us + unit_us * work / slots + tail_us * (makespan - work / slots)``
-  (``kernel_time_us``): the evenly spread work, then the imbalance tail;
-- csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row`` (the gather of X
-  per nonzero, the write of Y per row, the row-split imbalance of the longest row).
+- a kernel's time is ``launch_us + (unit_us + miss_unit_us * miss) * work / slots + tail_us *
+  (makespan - work / slots)`` (``kernel_time_us``): the evenly spread work, then the imbalance
+  tail; ``miss`` is the share of X beyond L2 (``l2_miss_fraction``), which prices gathers that go
+  to memory (uniform 1M: X is 10x L2) against those served by L2 (the small real graphs);
+- csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row + miss_nnz_us * nnz
+  * miss`` (the gather of X per nonzero, the write of Y per row, the row-split imbalance of the
+  longest row);
+- every path costs at least its ``floor_us``: the host-side cost of one call (Python, dispatch,
+  launch), which is what a call on a small graph costs when calls run back to back.
 
 On a GPU, resident blocks per SM and column slices come from the compiled kernels
 (``kernels.occupancy(path, n)``, ``kernels.column_slices(path, n)``); without one (tests, CPU
@@ -208,6 +213,7 @@ class MatrixShape:
     rows: int
     nnz: int
     max_row_nnz: int
+    cols: int | None = None  # columns of A (rows of X); None: as many as rows
 
     @classmethod
     def of(cls, layout: MetcfLayout) -> "MatrixShape":
@@ -215,7 +221,11 @@ class MatrixShape:
         counts = (offsets[1:] - offsets[:-1]).long()
         max_row = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
         host = torch.cat([counts, max_row]).cpu().numpy()  # one read-back from the device
-        return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]))
+        return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]), layout.num_cols)
+
+    @property
+    def num_cols(self) -> int:
+        return self.rows if self.cols is None else self.cols
 
     @functools.cached_property
     def tc_blocks(self) -> int:
@@ -293,19 +303,30 @@ def balanced_makespan_units(
     return BalancedLaunch(float(costs.max()), float(costs.sum()), shape.empty_windows + int(ends_inside.sum()))
 
 
-def kernel_time_us(constants: dict, makespan: float, work: float, slots: int) -> float:
-    """Launch, the work spread evenly over all slots at ``unit_us`` per unit, and the imbalance
-    tail (makespan beyond that) at ``tail_us``: blocks that run alone at the end of a launch share
-    their SM with fewer others, so a unit of tail may cost less than a unit of full occupancy."""
+def kernel_time_us(constants: dict, makespan: float, work: float, slots: int, miss: float = 0.0) -> float:
+    """Launch, the work spread evenly over all slots at ``unit_us`` per unit (plus ``miss_unit_us``
+    per unit times the fraction of X gathers that miss L2), and the imbalance tail (makespan beyond
+    that) at ``tail_us``: blocks that run alone at the end of a launch share their SM with fewer
+    others, so a unit of tail may cost less than a unit of full occupancy."""
     even = work / slots
-    return constants["launch_us"] + constants["unit_us"] * even + constants["tail_us"] * max(0.0, makespan - even)
+    unit = constants["unit_us"] + constants.get("miss_unit_us", 0.0) * miss
+    return constants["launch_us"] + unit * even + constants["tail_us"] * max(0.0, makespan - even)
+
+
+def l2_miss_fraction(cols: int, n: int, value_bytes: int, l2_bytes: int) -> float:
+    """The share of X that does not fit in L2: about the fraction of gathers of rows of X that go
+    to memory when the column ids are spread (uniform or shuffled graphs; power-law hubs hit more
+    often, which the fitted constants average over)."""
+    x_bytes = cols * n * value_bytes
+    return max(0.0, 1.0 - l2_bytes / x_bytes) if x_bytes else 0.0
 
 
 # Calibration and the device.
 
 # Constants that are per column of X (the rest are per warp or per launch): the kernels'
 # per-job constants do not scale since wider N means more slices, already simulated.
-SCALE_WITH_N = ("nnz_us", "row_us", "max_row_us", "zero_us")
+SCALE_WITH_N = ("nnz_us", "row_us", "max_row_us", "zero_us", "miss_nnz_us")
+DEFAULT_L2_BYTES = 50 << 20
 
 
 @dataclass(frozen=True)
@@ -318,6 +339,7 @@ class Calibration:
     sm_count: int  # used only without a CUDA device
     occupancy: dict  # path -> resident warps per SM, used only without a CUDA device
     csr_margin: float = 0.0  # a kernel is chosen only when predicted this fraction faster than csr
+    l2_bytes: int = DEFAULT_L2_BYTES  # used only without a CUDA device
 
     @classmethod
     def load(cls, family: str) -> "Calibration":
@@ -336,6 +358,7 @@ class Calibration:
             int(data["sm_count"]),
             dict(data["occupancy"]),
             float(data.get("csr_margin", 0.0)),
+            int(data.get("l2_bytes", DEFAULT_L2_BYTES)),
         )
 
     def constants(self, path: str, n: int) -> dict:
@@ -367,6 +390,7 @@ class DeviceModel:
     sm_count: int
     calibration: Calibration
     cuda_index: int | None  # None: no CUDA device, occupancy from the calibration's defaults
+    l2_bytes: int = DEFAULT_L2_BYTES
 
     def resident(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None) -> int:
         """Warps of ``path``'s kernel resident per SM at N = ``n`` for X of ``dtype`` on a matrix
@@ -406,9 +430,12 @@ def _device_model(device: torch.device) -> DeviceModel:
         index = torch.cuda.current_device() if device.index is None else device.index
         props = torch.cuda.get_device_properties(index)
         family = gpu_family(props.name, (props.major, props.minor))
-        return DeviceModel(props.name, family, props.multi_processor_count, Calibration.load(family), index)
+        l2_bytes = int(getattr(props, "L2_cache_size", 0)) or DEFAULT_L2_BYTES
+        return DeviceModel(props.name, family, props.multi_processor_count, Calibration.load(family), index, l2_bytes)
     calibration = Calibration.load("default")
-    return DeviceModel("no CUDA device (documented defaults)", "default", calibration.sm_count, calibration, None)
+    return DeviceModel(
+        "no CUDA device (documented defaults)", "default", calibration.sm_count, calibration, None, calibration.l2_bytes
+    )
 
 
 def device_model(device=None) -> DeviceModel:
@@ -489,24 +516,30 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     ar = base_units / balanced_same_cost if balanced_same_cost > 0 else 1.0
 
     zeroed_rows = launch.zeroed_windows * shape.window
-    base_us = kernel_time_us(base, base_units, base_work, slots["base"])
-    balanced_us = kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"])
+    value_bytes = torch.finfo(dtype).bits // 8
+    miss = l2_miss_fraction(shape.num_cols, n, value_bytes, model.l2_bytes)
+    base_us = kernel_time_us(base, base_units, base_work, slots["base"], miss)
+    balanced_us = kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"], miss)
     makespans = {
         "base": base_us - base["launch_us"],
         "balanced": balanced_us - balanced["launch_us"],
         "base_perfect_balance": base["unit_us"] * base_work / slots["base"],
     }
-    costs = {
+    device_us = {
         "base": base_us,
         "balanced": balanced_us + balanced["zero_us"] * zeroed_rows,
         "csr": csr["launch_us"]
         + csr["nnz_us"] * shape.nnz
         + csr["row_us"] * shape.rows
-        + csr["max_row_us"] * shape.max_row_nnz,
+        + csr["max_row_us"] * shape.max_row_nnz
+        + csr.get("miss_nnz_us", 0.0) * shape.nnz * miss,
     }
+    # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
+    # that small graphs cost: back-to-back calls then run at the rate the host issues them.
+    constants = {"base": base, "balanced": balanced, "csr": csr}
+    costs = {path: max(constants[path].get("floor_us", 0.0), us) for path, us in device_us.items()}
 
     blocks = shape.tc_blocks
-    value_bytes = torch.finfo(dtype).bits // 8
     # Each column slice reads the sparse data again (fp32 values; per block its columns and bitmap).
     gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * 4 + blocks * (8 * 4 + 16))
     write = windows * shape.window * n * value_bytes
@@ -527,6 +560,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "balanced_zeroed_windows": launch.zeroed_windows,
         "max_row_nnz": shape.max_row_nnz,
         "column_slices": slices["base"],
+        "x_share_beyond_l2": miss,
     }
 
     explanation = dict(
