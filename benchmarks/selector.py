@@ -92,30 +92,44 @@ def load_graph(name: str) -> TCSparseTensor:
 # Measurements.
 
 
-def measure(names, n_values, repeat: int, out: Path, info: dict):
-    """Times of every path, the selector's own cost, and the shapes, for each graph; saved after
-    each graph, so a run cut short can still be refitted offline."""
+def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
+    """Times of every path, the selector's own cost, the kernels' launch shapes, and the matrix
+    shapes, for each graph, N and dtype; saved after each graph, so a run cut short can still be
+    refitted offline."""
     records, shapes = [], {}
+    model = selector.device_model(torch.device("cuda"))
     for name in names:
-        a = load_graph(name)
-        layout = a._structure.layout
+        a32 = load_graph(name)
+        layout = a32._structure.layout
         shapes[name] = MatrixShape.of(layout)
-        for n in n_values:
-            xs = [(torch.randn(a.shape[1], n, device="cuda"),) for _ in range(rotation_count(a.shape[1] * n * 4))]
-            times = {}
-            for path in CHOICES:
-                call = lambda x, p=path: a.matmul(x, path=p)  # noqa: E731
-                times[path] = 1e3 * time_cuda(call, xs, reps=repeat, batch=batch_for(call, xs))
-            start = time.perf_counter()
-            selector.explain(layout, n, torch.float32, a.device)  # uncached: block counts read again
-            choice_us = (time.perf_counter() - start) * 1e6
-            records.append({"graph": name, "n": n, "times_us": times, "choice_us": choice_us})
-            print(f"{name:>24} N={n:<4} " + " ".join(f"{p}={t:9.1f}" for p, t in times.items())
-                  + f"  choice cost {choice_us:7.0f} us", flush=True)
-        del a
+        windows = layout.num_windows
+        for dtype in dtypes:
+            a = a32 if dtype == torch.float32 else a32.to(dtype)
+            for n in n_values:
+                xs = [(torch.randn(a.shape[1], n, device="cuda", dtype=dtype),)
+                      for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
+                times = {}
+                for path in CHOICES:
+                    call = lambda x, p=path: a.matmul(x, path=p)  # noqa: E731
+                    times[path] = 1e3 * time_cuda(call, xs, reps=repeat, batch=batch_for(call, xs))
+                start = time.perf_counter()
+                selector.explain(layout, n, dtype, a.device)  # uncached: block counts read again
+                choice_us = (time.perf_counter() - start) * 1e6
+                launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
+                          for path in KERNEL_CHOICES}
+                records.append({"graph": name, "n": n, "dtype": selector.dtype_name(dtype), "times_us": times,
+                                "choice_us": choice_us, "launch": launch})
+                print(f"{name:>24} N={n:<4} {selector.dtype_name(dtype):<9}"
+                      + " ".join(f"{p}={t:9.1f}" for p, t in times.items())
+                      + f"  choice cost {choice_us:7.0f} us", flush=True)
+        del a, a32
         torch.cuda.empty_cache()
         save(out, records, shapes, info)
     return records, shapes
+
+
+def record_dtype(record: dict) -> torch.dtype:
+    return getattr(torch, record.get("dtype", "float32"))  # runs before 2026-11-22 measured float32
 
 
 def device_info(n_values) -> dict:
@@ -158,17 +172,38 @@ def load_saved(folder: Path):
 # Models of a device (the measured one, from the saved SM count and occupancy).
 
 
-def model_for(info: dict, calibration: Calibration) -> DeviceModel:
+def launch_of(info: dict, record: dict) -> tuple[dict, dict]:
+    """(column slices, slots) of each kernel path for one record: its own launch shapes (queried
+    per matrix and dtype), or for older runs the float32 shapes per N."""
+    if "launch" in record:
+        shapes = {path: record["launch"][path] for path in KERNEL_CHOICES}
+    else:
+        shapes = {path: [info["occupancy"][path][str(record["n"])], info["slices"][path][str(record["n"])]]
+                  for path in KERNEL_CHOICES}
+    slices = {path: int(shape[1]) for path, shape in shapes.items()}
+    slots = {path: info["sm_count"] * int(shape[0]) for path, shape in shapes.items()}
+    return slices, slots
+
+
+def model_for(info: dict, calibration: Calibration, record: dict) -> DeviceModel:
+    """The measured device with the launch shapes of ``record``'s matrix, N and dtype."""
+    slices, slots = launch_of(info, record)
+
     class Measured(DeviceModel):
-        # Measurements are float32: the launch shapes of the float32 kernels.
         def resident(self, path: str, n: int, dtype=None, windows=None) -> int:
-            return int(info["occupancy"][path][str(n)])
+            return slots[path] // info["sm_count"]
 
         def slices(self, path: str, n: int, dtype=None, windows=None) -> int:
-            return int(info["slices"][path][str(n)])
+            return slices[path]
 
     l2_bytes = int(info.get("l2_bytes", selector.DEFAULT_L2_BYTES))
     return Measured(info["name"], info["family"], info["sm_count"], calibration, None, l2_bytes)
+
+
+def choose(info: dict, calibration: Calibration, shapes: dict, record: dict):
+    """The selector's explanation for one record, as the package would give it on that device."""
+    model = model_for(info, calibration, record)
+    return selector.rank(shapes[record["graph"]], record["n"], model, dtype=record_dtype(record))
 
 
 # Fitting.
@@ -183,12 +218,15 @@ def _nnls_relative(features: np.ndarray, times: np.ndarray) -> tuple[np.ndarray,
     return coefficients, float(residual @ residual)
 
 
-def fit_bucket(records, shapes, n: int, info: dict, slices: dict, slots: dict, csr_defaults: dict) -> dict:
-    """Constants of every path for one N from the records of that N: each path's host floor (its
-    fastest measured call), then the device-time model fitted on the calls clearly above it."""
+def fit_bucket(records, shapes, n: int, info: dict, csr_defaults: dict) -> dict:
+    """Constants of every path for one N and dtype from the records of that N and dtype: each
+    path's host floor (its fastest measured call), then the device-time model fitted on the calls
+    clearly above it."""
     l2_bytes = int(info.get("l2_bytes", selector.DEFAULT_L2_BYTES))
     graph_shapes = [shapes[r["graph"]] for r in records]
-    misses = np.array([selector.l2_miss_fraction(s.num_cols, n, 4, l2_bytes) for s in graph_shapes])
+    launches = [launch_of(info, r) for r in records]
+    misses = np.array([selector.l2_miss_fraction(s.num_cols, n, record_dtype(r).itemsize, l2_bytes)
+                       for s, r in zip(graph_shapes, records)])
     floors = {path: min(r["times_us"][path] for r in records) for path in CHOICES}
 
     def fit(path, features):
@@ -202,9 +240,10 @@ def fit_bucket(records, shapes, n: int, info: dict, slices: dict, slots: dict, c
 
     best = None
     for block_units in BLOCK_UNITS_GRID:
-        spans = [selector.base_makespan_units(s, slices["base"], slots["base"], block_units) for s in graph_shapes]
-        even = np.array([work / slots["base"] for _, work in spans])
-        tail = np.array([max(0.0, span - work / slots["base"]) for span, work in spans])
+        spans = [selector.base_makespan_units(s, slices["base"], slots["base"], block_units) + (slots["base"],)
+                 for s, (slices, slots) in zip(graph_shapes, launches)]
+        even = np.array([work / slots for _, work, slots in spans])
+        tail = np.array([max(0.0, span - work / slots) for span, work, slots in spans])
         (launch, unit, tail_us, miss_unit), error = fit("base", np.stack([np.ones_like(even), even, tail, even * misses], 1))
         if best is None or error < best[0]:
             best = (error, {"launch_us": launch, "unit_us": unit, "tail_us": tail_us, "miss_unit_us": miss_unit,
@@ -214,13 +253,14 @@ def fit_bucket(records, shapes, n: int, info: dict, slices: dict, slots: dict, c
     best = None
     for segment_units in BLOCK_UNITS_GRID:
         for split_units in SPLIT_UNITS_GRID:
-            launches = [
-                selector.balanced_makespan_units(s, slices["balanced"], slots["balanced"], segment_units, split_units)
-                for s in graph_shapes
+            runs = [
+                (selector.balanced_makespan_units(s, slices["balanced"], slots["balanced"], segment_units, split_units),
+                 slots["balanced"])
+                for s, (slices, slots) in zip(graph_shapes, launches)
             ]
-            even = np.array([launch.work / slots["balanced"] for launch in launches])
-            tail = np.array([max(0.0, launch.makespan - launch.work / slots["balanced"]) for launch in launches])
-            zeroed = np.array([launch.zeroed_windows * s.window for launch, s in zip(launches, graph_shapes)], dtype=float)
+            even = np.array([run.work / slots for run, slots in runs])
+            tail = np.array([max(0.0, run.makespan - run.work / slots) for run, slots in runs])
+            zeroed = np.array([run.zeroed_windows * s.window for (run, _), s in zip(runs, graph_shapes)], dtype=float)
             features = np.stack([np.ones_like(even), even, tail, zeroed, even * misses], 1)
             (launch_us, unit, tail_us, zero, miss_unit), error = fit("balanced", features)
             if best is None or error < best[0]:
@@ -247,10 +287,9 @@ def _rounded(constants: dict) -> dict:
 
 def fit_threshold(records, shapes, info, calibration: Calibration) -> float:
     """The AR threshold that loses least (geomean of the chosen kernel against the better one)."""
-    model = model_for(info, calibration)
     points = []
     for r in records:
-        ar = selector.rank(shapes[r["graph"]], r["n"], model).ar
+        ar = choose(info, calibration, shapes, r).ar
         base, balanced = r["times_us"]["base"], r["times_us"]["balanced"]
         points.append((ar, math.log(base / min(base, balanced)), math.log(balanced / min(base, balanced))))
     ars = sorted({p[0] for p in points})
@@ -262,15 +301,26 @@ def fit_threshold(records, shapes, info, calibration: Calibration) -> float:
     return round(min(candidates, key=lambda t: (round(loss(t), 9), abs(t - 1.2))), 4)
 
 
-def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
+def fit_buckets(records, shapes, info, defaults: Calibration, dtype: torch.dtype) -> dict:
+    """Constants per N bucket for X of ``dtype`` from its records (buckets it lacks: the defaults)."""
     buckets = {}
     for n in sorted({r["n"] for r in records}):
         at_n = [r for r in records if r["n"] == n]
-        slots = {path: info["sm_count"] * int(info["occupancy"][path][str(n)]) for path in KERNEL_CHOICES}
-        slices = {path: int(info["slices"][path][str(n)]) for path in KERNEL_CHOICES}
-        buckets[str(n)] = fit_bucket(at_n, shapes, n, info, slices, slots, defaults.constants("csr", n))
+        buckets[str(n)] = fit_bucket(at_n, shapes, n, info, defaults.constants("csr", n, dtype))
     for n in selector.BUCKETS:  # keep every bucket present: unmeasured ones from the defaults
-        buckets.setdefault(str(n), {path: defaults.constants(path, n) for path in CHOICES})
+        buckets.setdefault(str(n), {path: defaults.constants(path, n, dtype) for path in CHOICES})
+    return buckets
+
+
+def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
+    """Buckets per dtype measured (float32's are the ``buckets``, the others ``dtype_buckets``),
+    then the AR threshold and the csr margin on all records."""
+    by_dtype = {}
+    for r in records:
+        by_dtype.setdefault(r.get("dtype", "float32"), []).append(r)
+    fitted = {name: fit_buckets(rs, shapes, info, defaults, getattr(torch, name)) for name, rs in by_dtype.items()}
+    buckets = fitted.pop("float32", None) or {str(n): {path: defaults.constants(path, n) for path in CHOICES}
+                                              for n in selector.BUCKETS}
     data = {
         "family": info["family"],
         "about": f"Fitted by benchmarks/selector.py --calibrate on {info['name']}.",
@@ -279,7 +329,9 @@ def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
         "occupancy": {path: int(values[max(values, key=int)]) for path, values in info["occupancy"].items()},
         "ar_threshold": defaults.ar_threshold,
         "csr_margin": defaults.csr_margin,
+        "l2_bytes": int(info.get("l2_bytes", selector.DEFAULT_L2_BYTES)),
         "buckets": buckets,
+        "dtype_buckets": fitted,
     }
     data["ar_threshold"] = fit_threshold(records, shapes, info, Calibration.from_dict(data, "fit"))
     data["csr_margin"] = fit_csr_margin(records, shapes, info, data)
@@ -300,11 +352,10 @@ def fit_csr_margin(records, shapes, info, data: dict) -> float:
 
 
 def score(records, shapes, info, calibration: Calibration) -> dict:
-    model = model_for(info, calibration)
     ratios_oracle, ratios_csr, rows = [], [], []
     for r in records:
         times = r["times_us"]
-        choice = selector.rank(shapes[r["graph"]], r["n"], model).choice
+        choice = choose(info, calibration, shapes, r).choice
         oracle = min(times, key=times.get)
         ratios_oracle.append(times[choice] / times[oracle])
         ratios_csr.append(times[choice] / times["csr"])
@@ -346,20 +397,26 @@ def report(records, shapes, info, fits: dict) -> str:
     for i, r in enumerate(records):
         picks = " / ".join(f"{rows[i][2]} x{rows[i][4]:.2f}" for rows in choices.values())
         times = " ".join(f"{p}={t:.1f}" for p, t in r["times_us"].items())
-        lines.append(f"{r['graph']:>24} N={r['n']:<4} {times:<48} oracle={choices[next(iter(choices))][i][3]:<9} {picks}")
-    choice_cost = [r["choice_us"] / r["times_us"]["base"] for r in records if r["n"] == 128 and "choice_us" in r]
+        lines.append(f"{r['graph']:>24} N={r['n']:<4} {r.get('dtype', 'float32'):<9} {times:<48} "
+                     f"oracle={choices[next(iter(choices))][i][3]:<9} {picks}")
+    choice_cost = [r["choice_us"] / r["times_us"]["base"] for r in records
+                   if r["n"] == 128 and "choice_us" in r and r.get("dtype", "float32") == "float32"]
     if choice_cost:
         lines.append(f"selector cost / base SpMM at N=128: median {np.median(choice_cost):.2f}, max {max(choice_cost):.2f}")
     lines += ["", f"device: {info['name']} (family {info['family']}, {info['sm_count']} SMs), occupancy {info['occupancy']}"]
     for label, fit in fits.items():
         lines.append(f"fit on {label}: AR threshold {fit['ar_threshold']}, csr margin {fit['csr_margin']}"
                      + (f" (graphs {', '.join(fit_names)})" if label == "half" else ""))
-    lines.append(f"{'calibration':<28} {'set':<14} {'pairs':>5} {'hit<=5%':>8} {'geo loss':>9} {'worst/csr':>10}")
+    dtypes = sorted({r.get("dtype", "float32") for r in records})
+    lines.append(f"{'calibration':<28} {'set':<14} {'dtype':<9} {'pairs':>5} {'hit<=5%':>8} {'geo loss':>9} "
+                 f"{'worst/csr':>10}")
     for label, (calibration, sets) in calibrations.items():
         for set_name, subset in sets.items():
-            s = score(subset, shapes, info, calibration)
-            lines.append(f"{label:<28} {set_name:<14} {s['pairs']:>5} {s['hit_rate']:>8.1%} "
-                         f"{s['geomean_loss']:>9.2%} {s['worst_vs_csr']:>10.3f}")
+            for dtype in dtypes + (["all"] if len(dtypes) > 1 else []):
+                part = [r for r in subset if dtype in ("all", r.get("dtype", "float32"))]
+                s = score(part, shapes, info, calibration)
+                lines.append(f"{label:<28} {set_name:<14} {dtype:<9} {s['pairs']:>5} {s['hit_rate']:>8.1%} "
+                             f"{s['geomean_loss']:>9.2%} {s['worst_vs_csr']:>10.3f}")
     lines.append("targets: hit rate >= 90%, geomean loss <= 3%, worst vs csr <= 1.10")
     return "\n".join(lines)
 
@@ -368,6 +425,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graphs", help="comma-separated substrings of graph names (default: the whole SpMM suite)")
     parser.add_argument("--n", default=",".join(map(str, N_VALUES)), help="comma-separated N values")
+    parser.add_argument("--dtypes", default="float32", help="comma-separated dtypes of X (float32, float16, bfloat16)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per measurement (median)")
     parser.add_argument("--calibrate", action="store_true",
                         help="fit on half the graphs (held-out estimate) and on all (<family>.json)")
@@ -393,7 +451,8 @@ def main(argv=None) -> None:
         if any(n != selector.n_bucket(n) for n in n_values):
             raise SystemExit(f"N values must be N buckets (powers of two from 32), got {n_values}")
         info = device_info(n_values)
-        records, shapes = measure(names, n_values, args.repeat, out, info)
+        dtypes = [getattr(torch, name) for name in args.dtypes.split(",")]
+        records, shapes = measure(names, n_values, dtypes, args.repeat, out, info)
 
     fits = {}
     if args.calibrate:

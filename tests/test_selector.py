@@ -426,15 +426,17 @@ def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
     for paths in truth.buckets.values():
         paths["balanced"]["split_units"] = 6.0
         paths["base"]["tail_us"] *= 0.5
-    model_truth = bench.model_for(info, truth)
     rng = np.random.default_rng(0)
     shapes, records = {}, []
     for i in range(8):
         blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 500 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
         shapes[f"g{i}"] = MatrixShape(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i), int(blocks.max()) * 2)
-        for n in selector.BUCKETS:
-            costs = rank(shapes[f"g{i}"], n, model_truth).costs_us
-            records.append({"graph": f"g{i}", "n": n, "times_us": costs, "choice_us": 100.0})
+        for dtype in (torch.float32, torch.float16):
+            for n in selector.BUCKETS:
+                record = {"graph": f"g{i}", "n": n, "dtype": selector.dtype_name(dtype), "choice_us": 100.0,
+                          "launch": {p: [4, selector.default_column_slices(n, dtype)] for p in selector.KERNEL_CHOICES}}
+                costs = rank(shapes[f"g{i}"], n, bench.model_for(info, truth, record), dtype=dtype).costs_us
+                records.append({**record, "times_us": costs})
     bench.save(tmp_path / "run", records, shapes, info)
 
     bench.main(["--refit-from", str(tmp_path / "run"), "--calibrate", "--out", str(tmp_path / "out")])
@@ -443,6 +445,7 @@ def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
     assert table.rstrip().endswith("worst vs csr <= 1.10")
     fitted = Calibration.from_dict(json.loads((tmp_path / "out" / "madeup.json").read_text()), "fitted")
     assert set(fitted.buckets) == set(selector.BUCKETS)
+    assert set(fitted.dtype_buckets) == {"float16"} and set(fitted.dtype_buckets["float16"]) == set(selector.BUCKETS)
     assert fitted.csr_margin >= 0.05
     scored = bench.score(records, shapes, info, fitted)
     assert scored["hit_rate"] >= 0.9

@@ -37,8 +37,8 @@ explanations) from the documented defaults. Not modelled: the deterministic bala
 (``torch.use_deterministic_algorithms``: a grid-stride loop and a workspace sum) and the cost of
 3xTF32 when TF32 is disallowed; the calibration is measured with TF32, as the SpMM benchmark.
 For float16/bfloat16 the launch shapes are those of the 16-bit kernels (wider column slices,
-which also depend on the window count) and the bytes moved count 2-byte elements, but the cost
-constants are still the float32 fit (no 16-bit calibration yet).
+which also depend on the window count), the bytes moved count 2-byte elements, and the constants
+are the dtype's own buckets where the calibration has them (``dtype_buckets``), else float32's.
 
 Constants live in ``calibration/<family>.json`` (one per GPU family, ``default.json`` when the
 family has none), per N bucket; ``benchmarks/selector.py --calibrate`` fits them on measurements.
@@ -335,11 +335,12 @@ class Calibration:
 
     source: str
     ar_threshold: float
-    buckets: dict  # N bucket -> path -> constants
+    buckets: dict  # N bucket -> path -> constants, for float32 (TF32) and any dtype not listed below
     sm_count: int  # used only without a CUDA device
     occupancy: dict  # path -> resident warps per SM, used only without a CUDA device
     csr_margin: float = 0.0  # a kernel is chosen only when predicted this fraction faster than csr
     l2_bytes: int = DEFAULT_L2_BYTES  # used only without a CUDA device
+    dtype_buckets: dict = field(default_factory=dict)  # "float16" / "bfloat16" -> buckets of their own
 
     @classmethod
     def load(cls, family: str) -> "Calibration":
@@ -350,27 +351,36 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: dict, source: str) -> "Calibration":
-        buckets = {int(n): constants for n, constants in data["buckets"].items()}
+        def buckets(table: dict) -> dict:
+            return {int(n): constants for n, constants in table.items()}
+
         return cls(
             source,
             float(data["ar_threshold"]),
-            buckets,
+            buckets(data["buckets"]),
             int(data["sm_count"]),
             dict(data["occupancy"]),
             float(data.get("csr_margin", 0.0)),
             int(data.get("l2_bytes", DEFAULT_L2_BYTES)),
+            {name: buckets(table) for name, table in data.get("dtype_buckets", {}).items()},
         )
 
-    def constants(self, path: str, n: int) -> dict:
-        """The constants of ``path`` for N = ``n``: those of the nearest bucket at or below, the
-        per-column ones scaled by n / bucket."""
-        known = sorted(self.buckets)
+    def constants(self, path: str, n: int, dtype: torch.dtype = torch.float32) -> dict:
+        """The constants of ``path`` for N = ``n`` and X of ``dtype`` (its own buckets if it has
+        some, else float32's): those of the nearest bucket at or below, the per-column ones
+        scaled by n / bucket."""
+        table = self.dtype_buckets.get(dtype_name(dtype), self.buckets)
+        known = sorted(table)
         bucket = max([b for b in known if b <= n], default=known[0])
-        constants = dict(self.buckets[bucket][path])
+        constants = dict(table[bucket][path])
         for key in SCALE_WITH_N:
             if key in constants:
                 constants[key] *= n / bucket
         return constants
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def gpu_family(name: str, capability: tuple[int, int]) -> str:
@@ -498,7 +508,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     the choice is DTC-SpMM's kernel (by AR) unless ``"csr"`` is predicted faster, restricted to
     ``candidates``."""
     calibration = model.calibration
-    base, balanced, csr = (calibration.constants(path, n) for path in CHOICES)
+    base, balanced, csr = (calibration.constants(path, n, dtype) for path in CHOICES)
     kernel_dtype = dtype if dtype in KERNEL_DTYPES else torch.float32
     windows = shape.window_blocks.size
     slices = {path: max(1, model.slices(path, n, kernel_dtype, windows)) for path in KERNEL_CHOICES}
