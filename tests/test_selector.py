@@ -136,7 +136,7 @@ def test_uniform_windows_exact_makespans_and_ar_one():
     assert (launch.makespan, launch.work, launch.zeroed_windows) == (3 * (block_units + 4), work, 0)
     explanation = rank(s, 32, m)
     assert explanation.ar == pytest.approx(1.0)
-    assert explanation.kernel == "base"
+    assert explanation.ar_kernel == "base"
 
 
 def test_slices_multiply_the_jobs():
@@ -159,7 +159,7 @@ def test_hub_window_exact_makespans_and_large_ar():
     assert (launch.makespan, launch.work) == reference_balanced(blocks, 1, 8, 1.0, 2.0)
     explanation = rank(s, 32, model(sm_count=4, resident=2))
     assert explanation.ar > 3.0
-    assert explanation.kernel == "balanced"
+    assert explanation.ar_kernel == "balanced"
     assert explanation.choice in ("balanced", "csr")
 
 
@@ -294,9 +294,11 @@ def test_constants_scale_per_column_beyond_the_last_bucket():
 def test_default_calibration_is_documented_and_complete():
     calibration = Calibration.load("no-such-family")
     assert calibration.source == "default.json"
-    assert calibration.ar_threshold == 1.2
-    for bucket in selector.BUCKETS:
-        assert set(calibration.buckets[bucket]) == set(selector.CHOICES)
+    assert calibration.kernel_rule in ("ar", "cost") and calibration.ar_threshold >= 1.0
+    for table in [calibration.buckets, *calibration.dtype_buckets.values()]:
+        for bucket in selector.BUCKETS:
+            assert set(table[bucket]) == set(selector.CHOICES)
+    assert set(calibration.dtype_buckets) == {"float16", "bfloat16"}
 
 
 @pytest.mark.parametrize(

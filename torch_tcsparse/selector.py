@@ -56,9 +56,11 @@ simulated exactly from that state. The fluid misplaces work by less than one lig
 slot). A whole choice for a graph of 130k windows costs a few ms of host time, once per matrix
 and N bucket (``SelectionCache``).
 
-Choice: DTC-SpMM's rule picks the kernel (balanced when AR > ``ar_threshold``); it runs unless
-``"csr"`` is predicted faster, or the kernel is predicted less than ``csr_margin`` faster (a
-calibrated safety margin: a wrong kernel must not cost more than cuSPARSE).
+Choice: the calibration's ``kernel_rule`` picks the kernel, either DTC-SpMM's (balanced when AR >
+``ar_threshold``) or the kernel with the lower predicted time (the rule that fitted the measured
+oracle better on that GPU); it runs unless ``"csr"`` is predicted faster, or the kernel is
+predicted less than ``csr_margin`` faster (a calibrated safety margin: a wrong kernel must not
+cost more than cuSPARSE).
 """
 from __future__ import annotations
 
@@ -341,6 +343,7 @@ class Calibration:
     csr_margin: float = 0.0  # a kernel is chosen only when predicted this fraction faster than csr
     l2_bytes: int = DEFAULT_L2_BYTES  # used only without a CUDA device
     dtype_buckets: dict = field(default_factory=dict)  # "float16" / "bfloat16" -> buckets of their own
+    kernel_rule: str = "ar"  # between the kernels: "ar" (DTC-SpMM's threshold) or "cost" (predicted time)
 
     @classmethod
     def load(cls, family: str) -> "Calibration":
@@ -363,6 +366,7 @@ class Calibration:
             float(data.get("csr_margin", 0.0)),
             int(data.get("l2_bytes", DEFAULT_L2_BYTES)),
             {name: buckets(table) for name, table in data.get("dtype_buckets", {}).items()},
+            str(data.get("kernel_rule", "ar")),
         )
 
     def constants(self, path: str, n: int, dtype: torch.dtype = torch.float32) -> dict:
@@ -476,7 +480,7 @@ class Explanation:
     candidates: tuple = field(default=CHOICES)
 
     @property
-    def kernel(self) -> str:
+    def ar_kernel(self) -> str:
         """DTC-SpMM's choice between the Tensor-Core kernels: balanced when AR > threshold."""
         return "balanced" if self.ar > self.ar_threshold else "base"
 
@@ -491,7 +495,7 @@ class Explanation:
                 f"features: {row(self.features, _number)}",
                 f"slots (SMs x resident blocks): {row(self.slots, str)}",
                 f"simulated makespan (us): {row(self.makespans_us, lambda v: f'{v:.1f}')}",
-                f"approximation ratio AR = {self.ar:.3f} (threshold {self.ar_threshold:.3f}) -> {self.kernel}",
+                f"approximation ratio AR = {self.ar:.3f} (threshold {self.ar_threshold:.3f}) -> {self.ar_kernel}",
                 f"predicted time (us): {row(self.costs_us, lambda v: f'{v:.1f}')}",
                 f"bytes moved (MB): {row(self.bytes_moved, lambda v: f'{v / 1e6:.2f}')}",
                 f"candidates: {', '.join(self.candidates)}",
@@ -578,25 +582,30 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         makespans_us=makespans, ar=ar, ar_threshold=calibration.ar_threshold, costs_us=costs,
         bytes_moved=bytes_moved, candidates=tuple(candidates),
     )
-    choice, reason = _decide(explanation, blocks, calibration.csr_margin)
+    choice, reason = _decide(explanation, blocks, calibration)
     return Explanation(choice=choice, reason=reason, **explanation)
 
 
-def _decide(explanation: dict, blocks: int, csr_margin: float) -> tuple[str, str]:
+def _decide(explanation: dict, blocks: int, calibration: Calibration) -> tuple[str, str]:
     candidates, costs = explanation["candidates"], explanation["costs_us"]
     ar, threshold = explanation["ar"], explanation["ar_threshold"]
-    kernel = "balanced" if ar > threshold else "base"
+    if calibration.kernel_rule == "cost":
+        kernel = min(KERNEL_CHOICES, key=costs.get)
+        rule_reason = f"{kernel} predicted faster of the kernels (AR {ar:.2f})"
+    else:
+        kernel = "balanced" if ar > threshold else "base"
+        rule_reason = f"AR {ar:.2f} {'>' if kernel == 'balanced' else '<='} {threshold:.2f}"
     if blocks == 0:
         return "csr", "the matrix has no TC blocks"
     if kernel not in candidates:
         return "csr", "the Tensor-Core kernels cannot run on this device and dtype"
-    ar_reason = f"AR {ar:.2f} {'>' if kernel == 'balanced' else '<='} {threshold:.2f}"
-    if "csr" in candidates and costs[kernel] > (1.0 - csr_margin) * costs["csr"]:
+    margin = calibration.csr_margin
+    if "csr" in candidates and costs[kernel] > (1.0 - margin) * costs["csr"]:
         return "csr", (
-            f"{ar_reason} picks {kernel}, but csr is predicted faster or too close "
-            f"({costs['csr']:.1f} vs {costs[kernel]:.1f} us, margin {csr_margin:.0%})"
+            f"{rule_reason} picks {kernel}, but csr is predicted faster or too close "
+            f"({costs['csr']:.1f} vs {costs[kernel]:.1f} us, margin {margin:.0%})"
         )
-    return kernel, f"{ar_reason}; predicted {costs[kernel]:.1f} us vs csr {costs['csr']:.1f} us"
+    return kernel, f"{rule_reason}; predicted {costs[kernel]:.1f} us vs csr {costs['csr']:.1f} us"
 
 
 def _kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:

@@ -43,13 +43,15 @@ def test_auto_reorders_shuffled_communities():
     assert predicted <= (1 - report["min_gain"]) * min(report["predicted_us_none"].values())
 
 
-def test_auto_keeps_the_order_when_no_kernel_pays(planted):
-    # Small and sparse: tca regroups the communities (far fewer blocks), yet cuSPARSE stays
-    # predicted faster than any kernel, so a permutation would buy nothing.
-    _, shuffled = planted
+def test_auto_keeps_the_order_when_no_kernel_pays():
+    # Small and sparse: tca regroups the communities (far fewer blocks), yet a call costs its
+    # host-side floor either way (the device work is a few microseconds), so no permutation is
+    # predicted to make A @ X faster by the required gain.
+    shuffled = sbm(1024, 32, 0.3, 4.0, seed=torch.initial_seed() % 2**31, shuffle=True)
     method, perm, report = choose(shuffled)
     assert report["methods"]["tca"]["blocks"] < 0.75 * report["blocks_none"]
-    assert report["methods"]["tca"]["predicted_us"] > 0.95 * report["predicted_us_none"]["csr"]
+    best_none = min(report["predicted_us_none"].values())
+    assert report["methods"]["tca"]["predicted_us"] > (1 - report["min_gain"]) * best_none
     assert method == "none" and torch.equal(perm, torch.arange(shuffled.num_rows))
 
 
