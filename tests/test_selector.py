@@ -216,7 +216,18 @@ def test_chunks_of_a_layout():
     sizes, first = s.chunks
     assert sizes.tolist() == [32, 32, 6, 32, 32, 1]
     assert first.tolist() == [True, False, False, True, True, False]
-    assert s.empty_windows == 1
+    assert s.empty_windows == 1 and s.nonempty_windows == 3
+
+
+@pytest.mark.parametrize("blocks", [[70, 0, 32, 33], [0, 0, 5, 0, 64, 1, 0], [1] * 9, [100]])
+def test_before_chunks_agrees_with_the_chunks(blocks):
+    s = shape(blocks)
+    sizes, first = s.chunks
+    c = np.arange(s.num_chunks + 1)
+    before_blocks, before_firsts, is_first = s.before_chunks(c)
+    assert before_blocks.tolist() == np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    assert before_firsts.tolist() == np.concatenate([[0], np.cumsum(first)]).tolist()
+    assert is_first.tolist() == first.tolist() + [False]
 
 
 # Ranking against csr.

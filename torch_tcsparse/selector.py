@@ -219,10 +219,11 @@ class MatrixShape:
 
     @classmethod
     def of(cls, layout: MetcfLayout) -> "MatrixShape":
-        offsets, rowptr = layout.window_offsets, layout.csr_rowptr.long()
-        counts = (offsets[1:] - offsets[:-1]).long()
+        offsets, rowptr = layout.window_offsets, layout.csr_rowptr
+        counts = offsets[1:] - offsets[:-1]
         max_row = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
-        host = torch.cat([counts, max_row]).cpu().numpy()  # one read-back from the device
+        # One read-back from the device, in the layout's int32 (half the bytes of int64).
+        host = torch.cat([counts, max_row.to(counts.dtype)]).cpu().numpy().astype(np.int64)
         return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]), layout.num_cols)
 
     @property
@@ -248,14 +249,38 @@ class MatrixShape:
         return sizes, first
 
     @functools.cached_property
-    def chunk_prefixes(self) -> tuple[np.ndarray, np.ndarray]:
-        """TC blocks, and first chunks of a window, before each chunk (length chunks + 1)."""
-        sizes, first = self.chunks
-        return np.concatenate([[0], np.cumsum(sizes)]), np.concatenate([[0], np.cumsum(first)])
+    def _chunk_prefixes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per window (length windows + 1): chunks, TC blocks and non-empty windows before it."""
+        per_window = -(-self.window_blocks // BALANCE_CHUNK)
+        zero = np.zeros(1, dtype=np.int64)
+        return (
+            np.concatenate([zero, np.cumsum(per_window)]),
+            np.concatenate([zero, np.cumsum(self.window_blocks)]),
+            np.concatenate([zero, np.cumsum(per_window > 0)]),
+        )
+
+    @property
+    def num_chunks(self) -> int:
+        return int(self._chunk_prefixes[0][-1])
+
+    def before_chunks(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For chunk indices ``c`` in [0, num_chunks]: the TC blocks of the chunks before c, the
+        first chunks of a window among them, and whether c is the first chunk of its window.
+        From per-window prefix sums, so the cost is that of the queries, not of all the chunks
+        (a few thousand warp boundaries against 10^5..10^6 chunks)."""
+        chunk_start, block_start, nonempty_before = self._chunk_prefixes
+        w = np.searchsorted(chunk_start, c, side="right") - 1  # c's window (non-empty), or the end
+        inside = c - chunk_start[w]  # chunks of w before c, all full
+        first = (inside == 0) & (c < chunk_start[-1])
+        return block_start[w] + inside * BALANCE_CHUNK, nonempty_before[w] + (inside > 0), first
 
     @functools.cached_property
     def empty_windows(self) -> int:
         return int((self.window_blocks == 0).sum())
+
+    @property
+    def nonempty_windows(self) -> int:
+        return int(self._chunk_prefixes[2][-1])
 
 
 def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units: float) -> tuple[float, float]:
@@ -282,8 +307,7 @@ def balanced_makespan_units(
     segment (``segment_units`` for its pipeline start and store); a segment whose window crosses
     the range boundary adds atomically (``split_units``). All warps are co-resident, so the
     makespan is the largest warp."""
-    sizes, first = shape.chunks
-    chunks = sizes.size
+    chunks = shape.num_chunks
     items = chunks * slices
     if items == 0:
         return BalancedLaunch(0.0, 0.0, shape.empty_windows)
@@ -292,14 +316,17 @@ def balanced_makespan_units(
     starts = np.arange(0, items, per)
     ends = np.minimum(starts + per, items)
 
-    def before(prefix: np.ndarray, item: np.ndarray) -> np.ndarray:  # sum over items < item
-        return (item // chunks) * prefix[-1] + prefix[item % chunks]
+    def before(item: np.ndarray):  # TC blocks and first chunks over the items < item; is item a first chunk
+        blocks, firsts, first = shape.before_chunks(item % chunks)
+        laps = item // chunks  # whole slices before item
+        return laps * shape.tc_blocks + blocks, laps * shape.nonempty_windows + firsts, first
 
-    block_prefix, first_prefix = shape.chunk_prefixes
-    blocks = before(block_prefix, ends) - before(block_prefix, starts)
-    starts_inside = ~first[starts % chunks]  # the range begins in the middle of a window
-    ends_inside = (ends < items) & ~first[ends % chunks]  # the next item continues the last window
-    segments = before(first_prefix, ends) - before(first_prefix, starts) + starts_inside
+    start_blocks, start_firsts, start_first = before(starts)
+    end_blocks, end_firsts, end_first = before(ends)
+    blocks = end_blocks - start_blocks
+    starts_inside = ~start_first  # the range begins in the middle of a window
+    ends_inside = (ends < items) & ~end_first  # the next item continues the last window
+    segments = end_firsts - start_firsts + starts_inside
     cut = np.where(segments == 1, starts_inside | ends_inside, starts_inside.astype(np.int64) + ends_inside)
     costs = segment_units * segments + blocks + split_units * cut
     return BalancedLaunch(float(costs.max()), float(costs.sum()), shape.empty_windows + int(ends_inside.sum()))
