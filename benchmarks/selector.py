@@ -47,6 +47,7 @@ from torch_tcsparse import TCSparseTensor, selector  # noqa: E402
 from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape  # noqa: E402
 
 N_VALUES = (32, 64, 128, 256)
+LARGE_NNZ = 1_000_000
 HIT_TOLERANCE = 1.05
 BLOCK_UNITS_GRID = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
 SPLIT_UNITS_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -115,16 +116,19 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                 for path in CHOICES:
                     call = lambda x, p=path: a.matmul(x, path=p)  # noqa: E731
                     times[path] = 1e3 * time_cuda(call, xs, reps=repeat, batch=batch_for(call, xs))
+                # A first choice, uncached: the block counts read back, then the simulation.
                 start = time.perf_counter()
-                selector.explain(layout, n, dtype, a.device)  # uncached: block counts read again
-                choice_us = (time.perf_counter() - start) * 1e6
+                shape = MatrixShape.of(layout)
+                read_back = time.perf_counter()
+                selector.explain_shape(shape, n, dtype, a.device)
+                choice_us, shape_us = (time.perf_counter() - start) * 1e6, (read_back - start) * 1e6
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
                 records.append({"graph": name, "n": n, "dtype": selector.dtype_name(dtype), "times_us": times,
-                                "choice_us": choice_us, "launch": launch})
+                                "choice_us": choice_us, "shape_us": shape_us, "launch": launch})
                 print(f"{name:>24} N={n:<4} {selector.dtype_name(dtype):<9}"
                       + " ".join(f"{p}={t:9.1f}" for p, t in times.items())
-                      + f"  choice cost {choice_us:7.0f} us", flush=True)
+                      + f"  choice cost {choice_us:7.0f} us (read-back {shape_us:6.0f})", flush=True)
         del a, a32
         torch.cuda.empty_cache()
         save(out, records, shapes, info)
@@ -406,10 +410,13 @@ def report(records, shapes, info, fits: dict) -> str:
         times = " ".join(f"{p}={t:.1f}" for p, t in r["times_us"].items())
         lines.append(f"{r['graph']:>24} N={r['n']:<4} {r.get('dtype', 'float32'):<9} {times:<48} "
                      f"oracle={choices[next(iter(choices))][i][3]:<9} {picks}")
-    choice_cost = [r["choice_us"] / r["times_us"]["base"] for r in records
-                   if r["n"] == 128 and "choice_us" in r and r.get("dtype", "float32") == "float32"]
-    if choice_cost:
-        lines.append(f"selector cost / base SpMM at N=128: median {np.median(choice_cost):.2f}, max {max(choice_cost):.2f}")
+    at_128 = [r for r in records if r["n"] == 128 and "choice_us" in r and r.get("dtype", "float32") == "float32"]
+    if at_128:
+        cost = {r["graph"]: r["choice_us"] / min(r["times_us"].values()) for r in at_128}
+        large = [ratio for graph, ratio in cost.items() if shapes[graph].nnz >= LARGE_NNZ]
+        lines.append(f"first choice / fastest SpMM at N=128 (float32): median {np.median(list(cost.values())):.2f}, "
+                     f"max {max(cost.values()):.2f}; graphs of 1M+ nonzeros: median "
+                     f"{np.median(large) if large else float('nan'):.2f}, max {max(large, default=float('nan')):.2f}")
     lines += ["", f"device: {info['name']} (family {info['family']}, {info['sm_count']} SMs), occupancy {info['occupancy']}"]
     for label, fit in fits.items():
         lines.append(f"fit on {label}: kernel rule {fit['kernel_rule']}, AR threshold {fit['ar_threshold']}, "

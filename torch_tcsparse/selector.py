@@ -646,10 +646,11 @@ def _kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:
 def explain(layout: MetcfLayout, n: int, dtype: torch.dtype = torch.float32, device=None) -> Explanation:
     """Features, simulated makespans, predicted costs and the choice for ``layout`` at N = ``n``
     (computed at ``n_bucket(n)``, the N the choice is cached for)."""
-    return _explain(MatrixShape.of(layout), n, dtype, torch.device(layout.device if device is None else device))
+    return explain_shape(MatrixShape.of(layout), n, dtype, torch.device(layout.device if device is None else device))
 
 
-def _explain(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> Explanation:
+def explain_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> Explanation:
+    """``explain`` from a shape already read back from the device (what a cached choice reuses)."""
     candidates = CHOICES if _kernels_usable(dtype, device) else ("csr",)
     return rank(shape, n_bucket(n), device_model(device), candidates, dtype)
 
@@ -685,7 +686,7 @@ class SelectionCache:
         if self._shape is None:
             self._shape = MatrixShape.of(layout)
         n, dtype, device = key
-        self._explanations[key] = _explain(self._shape, n, dtype, device)
+        self._explanations[key] = explain_shape(self._shape, n, dtype, device)
 
     def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> str:
         # Called on every product: one dict lookup on the caller's own arguments, no bucketing
