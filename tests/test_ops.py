@@ -72,6 +72,20 @@ def test_gradients_equal_dense_autograd():
     torch.testing.assert_close(values.grad, dense_a.grad[row, col])
 
 
+def test_eager_gradient_for_x_skips_the_custom_op():
+    # Values without gradient, eager: the light autograd Function, same gradient as the op's.
+    a, dense = matrix(reorder=random_permutation(23, seed=5), symmetric=False)
+    x = torch.randn(14, 3, dtype=torch.float64, requires_grad=True)
+    y = a.matmul(x, path="reference")
+    assert type(y.grad_fn).__name__ == "SpMMGradXBackward"
+    grad_y = torch.randn(23, 3, dtype=torch.float64)
+    y.backward(grad_y)
+    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    values = a.csr.values.clone().requires_grad_()
+    through_op = a.with_values(values).matmul(x, path="reference")
+    assert "SpMMGradX" not in type(through_op.grad_fn).__name__
+
+
 def test_no_graph_without_requires_grad():
     a, _ = matrix()
     assert not (a @ torch.randn(14, 2, dtype=torch.float64)).requires_grad

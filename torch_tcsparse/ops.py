@@ -148,6 +148,26 @@ def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str) -> Tensor:
         return reference_spmm(x, values, a)
 
 
+class SpMMGradX(torch.autograd.Function):
+    """Y = A @ X differentiable for X only (A's values need no gradient), in eager mode: the math
+    of ``tcsparse::spmm``'s backward for dX (the product with the transpose) in a plain autograd
+    Function. The custom op's dispatch costs tens of microseconds per call, more than the whole
+    product on a small graph; torch.compile and gradients for the values still go through the op.
+
+    ``values_t`` are the transpose's values in its block order (``values[a_t.transpose_gather]``)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, values: Tensor, values_t: Tensor, a: MetcfLayout, a_t: MetcfLayout, path: str):
+        ctx.save_for_backward(values_t)
+        ctx.a_t, ctx.path = a_t, path
+        return run_spmm(x, values, a, path)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        (values_t,) = ctx.saved_tensors
+        return run_spmm(grad_y, values_t, ctx.a_t, ctx.path), None, None, None, None, None
+
+
 @spmm.register_fake
 def _(x, values, layout, layout_t, window, num_rows, num_cols, path):
     return x.new_empty(num_rows, x.shape[1])

@@ -81,7 +81,7 @@ class TCSparseTensor(torch.Tensor):
         out._casts = {}
         with torch.no_grad():
             out._block_values = values[structure.block_order]
-        out._kernel_values = None
+        out._operands = {}  # see _operand_values
         return out
 
     @classmethod
@@ -242,7 +242,7 @@ class TCSparseTensor(torch.Tensor):
         path = ops.resolve_path(path, x)
         values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
         x_needs_grad = torch.is_grad_enabled() and x.requires_grad
-        if torch.compiler.is_compiling() or values_need_grad or (x_needs_grad and path != "csr"):
+        if torch.compiler.is_compiling() or values_need_grad:
             values = self._values[s.block_order] if values_need_grad else self._block_values
             layout_t = s.transposed()[0].layout.tensors() if x_needs_grad else []
             y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
@@ -250,16 +250,24 @@ class TCSparseTensor(torch.Tensor):
             # torch.sparse on the CSR-order values the tensor holds: no per-call gather into CSR
             # order, so this costs what torch.sparse.mm costs (its autograd covers X).
             y = torch.sparse.mm(self._torch_csr(), x.contiguous())
+        elif x_needs_grad:
+            layout_t = s.transposed()[0].layout
+            values, values_t = self._operand_values(path, transpose=True)
+            y = ops.SpMMGradX.apply(x, values, values_t, s.layout, layout_t, path)
         else:
-            values = self._fp32_block_values() if path in ops.KERNEL_PATHS else self._block_values
-            y = ops.run_spmm(x, values, s.layout, path)
+            y = ops.run_spmm(x, self._operand_values(path)[0], s.layout, path)
         return y.squeeze(1) if vector else y
 
-    def _fp32_block_values(self) -> torch.Tensor:
-        """Block-order values as the kernels read them (fp32), converted once, not per call."""
-        if self._kernel_values is None:
-            self._kernel_values = self._block_values.float()
-        return self._kernel_values
+    def _operand_values(self, path: str, transpose: bool = False):
+        """Block-order values for ``path`` (fp32 for the kernels, converted once, not per call)
+        and, with ``transpose``, the transpose's in its block order; both kept while the values
+        need no gradient."""
+        key = (path in ops.KERNEL_PATHS, transpose)
+        if key not in self._operands:
+            values = self._block_values.float() if key[0] else self._block_values
+            values_t = values[self._structure.transposed()[0].layout.transpose_gather] if transpose else None
+            self._operands[key] = (values, values_t)
+        return self._operands[key]
 
     def _in_dtype(self, dtype: torch.dtype) -> "TCSparseTensor":
         """This matrix with values in ``dtype``; kept while the values need no gradient, so a
