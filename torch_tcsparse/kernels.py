@@ -92,11 +92,18 @@ def spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, kernel: str
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     _check_values(layout, values)
     _check_dense(layout, x=(x, layout.num_cols))
+    return launch_spmm(x, values, layout, kernel == "balanced")
+
+
+def launch_spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, balanced: bool) -> torch.Tensor:
+    """``spmm`` for operands a TCSparseTensor has already validated (its own layout and values,
+    an X it checked): the Python checks are skipped on this per-call path, the binding's checks
+    (cheap, in C++) still run."""
     return _ext.load().spmm(
         x,
         values.float(),
         *_layout_args(layout),
-        kernel == "balanced",
+        balanced,
         torch.are_deterministic_algorithms_enabled(),
         not tf32_allowed(),
     )

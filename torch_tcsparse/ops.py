@@ -131,14 +131,17 @@ def spmm(
     return run_spmm(x, values, _layout(layout, window, num_rows, num_cols), path)
 
 
-def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str) -> Tensor:
+def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bool = False) -> Tensor:
     """The body of ``tcsparse::spmm`` without the op's dispatch, for eager calls that need no
     autograd: on small graphs the custom-op machinery costs more than the kernel itself.
-    ``values`` may be float32 whatever x's dtype (the kernels take fp32 values)."""
+    ``values`` may be float32 whatever x's dtype (the kernels take fp32 values). ``validated``:
+    the operands come from a TCSparseTensor that checked them (kernels.launch_spmm)."""
     path = resolve_path(path, x)
     if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.num_rows, x.shape[1], dtype=x.dtype, device=x.device)
     if path in KERNEL_PATHS:
+        if validated:
+            return kernels.launch_spmm(x, values, a, path == "balanced")
         return kernels.spmm(x, values, a, path)
     # The torch engines accumulate in their own precision; autocast, which already picked the
     # operands' dtype, must not recast their internal products (the kernels ignore autocast).
@@ -149,7 +152,8 @@ def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str) -> Tensor:
 
 
 class SpMMGradX(torch.autograd.Function):
-    """Y = A @ X differentiable for X only (A's values need no gradient), in eager mode: the math
+    """Y = A @ X differentiable for X only (A's values need no gradient), in eager mode, for the
+    operands of a TCSparseTensor (validated by it; grad_y has Y's shape and dtype): the math
     of ``tcsparse::spmm``'s backward for dX (the product with the transpose) in a plain autograd
     Function. The custom op's dispatch costs tens of microseconds per call, more than the whole
     product on a small graph; torch.compile and gradients for the values still go through the op.
@@ -160,12 +164,12 @@ class SpMMGradX(torch.autograd.Function):
     def forward(ctx, x: Tensor, values: Tensor, values_t: Tensor, a: MetcfLayout, a_t: MetcfLayout, path: str):
         ctx.save_for_backward(values_t)
         ctx.a_t, ctx.path = a_t, path
-        return run_spmm(x, values, a, path)
+        return run_spmm(x, values, a, path, validated=True)
 
     @staticmethod
     def backward(ctx, grad_y):
         (values_t,) = ctx.saved_tensors
-        return run_spmm(grad_y, values_t, ctx.a_t, ctx.path), None, None, None, None, None
+        return run_spmm(grad_y, values_t, ctx.a_t, ctx.path, validated=True), None, None, None, None, None
 
 
 @spmm.register_fake

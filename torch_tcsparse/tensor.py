@@ -255,7 +255,7 @@ class TCSparseTensor(torch.Tensor):
             values, values_t = self._operand_values(path, transpose=True)
             y = ops.SpMMGradX.apply(x, values, values_t, s.layout, layout_t, path)
         else:
-            y = ops.run_spmm(x, self._operand_values(path)[0], s.layout, path)
+            y = ops.run_spmm(x, self._operand_values(path)[0], s.layout, path, validated=True)
         return y.squeeze(1) if vector else y
 
     def _operand_values(self, path: str, transpose: bool = False):
