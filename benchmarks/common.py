@@ -29,12 +29,16 @@ def rotation_count(buffer_bytes: int, limit_bytes: int = 4 << 30) -> int:
     return int(max(1, min(wanted, 16, limit_bytes // buffer_bytes)))
 
 
-def time_cuda(fn, args_list, warmup: int = 5, reps: int = 20, batch: int = 1) -> float:
+def time_cuda(fn, args_list, warmup: int = 5, reps: int = 20, batch: int = 1, warmup_ms: float = 25.0) -> float:
     """Median milliseconds per call of fn(*args) over reps samples, cycling through args_list.
-    A sample times ``batch`` back-to-back calls between two events (see ``batch_for``)."""
-    for i in range(warmup):
+    A sample times ``batch`` back-to-back calls between two events (see ``batch_for``). Warm-up:
+    at least ``warmup`` calls and ``warmup_ms`` of calls, each waited for (a few calls of a small
+    graph leave the GPU idle between graphs, and the first samples then ran up to 1.5x slow)."""
+    start, i = time.perf_counter(), 0
+    while i < warmup or (time.perf_counter() - start) * 1e3 < warmup_ms:
         fn(*args_list[i % len(args_list)])
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        i += 1
     times, call = [], 0
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
