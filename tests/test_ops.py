@@ -86,6 +86,41 @@ def test_eager_gradient_for_x_skips_the_custom_op():
     assert "SpMMGradX" not in type(through_op.grad_fn).__name__
 
 
+def symmetric_pattern(n=40, seed=3) -> torch.Tensor:
+    """An undirected graph's pattern with different values on (i, j) and (j, i)."""
+    pattern = random_dense(n, n, 0.15, seed, torch.float64, dense_row=5) != 0
+    pattern = pattern | pattern.t()
+    return torch.where(pattern, torch.rand(n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) + 0.5, 0.0)
+
+
+@pytest.mark.parametrize("reorder", ["none", "permutation"])
+def test_transpose_of_a_symmetric_pattern_shares_the_index_arrays(reorder):
+    dense = symmetric_pattern()
+    options = {} if reorder == "none" else {"reorder": random_permutation(40, seed=2), "symmetric": True}
+    a = TCSparseTensor.from_dense(dense, **options)
+    at = a.t()
+    assert at._structure.layout.block_cols is a._structure.layout.block_cols
+    x = torch.randn(40, 3, dtype=torch.float64)
+    torch.testing.assert_close(at.matmul(x, path="reference"), dense.t() @ x)
+    x.requires_grad_()
+    grad_y = torch.randn(40, 3, dtype=torch.float64)
+    a.matmul(x, path="reference").backward(grad_y)
+    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    # A copy to a device (here the same one) keeps one set of index arrays for both.
+    moved = a._structure.to("cpu")
+    assert moved._transpose.layout.block_cols is moved.layout.block_cols
+    torch.testing.assert_close(TCSparseTensor(moved, a._values).t().matmul(x.detach(), path="reference"), dense.t() @ x.detach())
+
+
+def test_transpose_after_a_row_only_reordering_is_built_anew():
+    dense = symmetric_pattern()
+    a = TCSparseTensor.from_dense(dense, reorder=random_permutation(40, seed=2), symmetric=False)
+    at = a.t()
+    assert at._structure.layout.block_cols is not a._structure.layout.block_cols
+    x = torch.randn(40, 3, dtype=torch.float64)
+    torch.testing.assert_close(at.matmul(x, path="reference"), dense.t() @ x)
+
+
 def test_no_graph_without_requires_grad():
     a, _ = matrix()
     assert not (a @ torch.randn(14, 2, dtype=torch.float64)).requires_grad

@@ -50,7 +50,10 @@ class Structure:
         if self._transpose is None:
             placeholder = torch.empty(self.nnz, device=self.device)
             csr_t, order = transpose(self.csr(placeholder))
-            t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
+            if self._pattern_is_symmetric(csr_t):
+                t = self._sharing_indices()
+            else:
+                t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
             # Entry p of the transpose's CSR is our CSR entry order[p]: link the block orders.
             ours_in_blocks = self.layout.csr_gather[order]
             theirs_in_blocks = t.layout.csr_gather
@@ -65,11 +68,36 @@ class Structure:
             self._transpose, self._transpose_order = t, order
         return self._transpose, self._transpose_order
 
+    def _pattern_is_symmetric(self, csr_t: CSR) -> bool:
+        """Whether the transpose has our sparsity pattern and our permutations, so that its
+        layout is ours entry for entry (graph adjacencies of undirected graphs: GCN's)."""
+        if self.num_rows != self.num_cols:
+            return False
+        if (self.row_perm is None) != (self.col_perm is None):
+            return False
+        if self.row_perm is not None and not torch.equal(self.row_perm, self.col_perm):
+            return False
+        return torch.equal(csr_t.rowptr, self.rowptr) and torch.equal(csr_t.col, self.col)
+
+    def _sharing_indices(self) -> "Structure":
+        """The transpose of a pattern-symmetric matrix: a Structure over the same index arrays
+        (CSR, layout, block order), so A^T costs no second conversion and no second copy; only
+        the values' order differs, which ``transposed`` links as for any transpose."""
+        shared = object.__new__(Structure)
+        shared.__dict__.update(self.__dict__)  # the selection cache too: same blocks, same choices
+        shared._transpose = shared._transpose_order = None
+        return shared
+
     def to(self, device) -> "Structure":
         """A copy on ``device``; a transpose already built moves along, still linked."""
         moved = self._moved(device)
         if self._transpose is not None:
-            moved_t = self._transpose._moved(device)
+            t = self._transpose
+            if t.layout.block_cols is self.layout.block_cols:  # shared index arrays stay shared
+                moved_t = moved._sharing_indices()
+                moved_t.layout = moved.layout.with_transpose_gather(t.layout.transpose_gather.to(device))
+            else:
+                moved_t = t._moved(device)
             moved._transpose, moved._transpose_order = moved_t, self._transpose_order.to(device)
             moved_t._transpose, moved_t._transpose_order = moved, self._transpose._transpose_order.to(device)
         return moved

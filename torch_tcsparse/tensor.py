@@ -266,6 +266,8 @@ class TCSparseTensor(torch.Tensor):
         if key not in self._operands:
             values = self._block_values.float() if key[0] else self._block_values
             values_t = values[self._structure.transposed()[0].layout.transpose_gather] if transpose else None
+            if values_t is not None and torch.equal(values_t, values):
+                values_t = values  # a symmetric matrix (GCN's normalized adjacency): one copy
             self._operands[key] = (values, values_t)
         return self._operands[key]
 
