@@ -11,7 +11,8 @@
 #                                   HOST_OVERHEAD_ARGS pass options;
 #                                   STAGE_LIMIT caps each test or benchmark stage (seconds).
 #
-# Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry .devdata.
+# Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry it; the
+# ogb wheels (and its needs) in .devdata/whl and .devdata/whl-extra make the whole suite runnable.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL_OUT=${OUT:-out}
@@ -36,6 +37,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 git log -1 --format='commit %h %cs' 2>/dev/null || true
 
 $PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+# The device has torch and PyG but not ogb and its needs: carried wheels go to a side path.
+wheels=$(ls .devdata/whl/*.whl .devdata/whl-extra/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
+    >>"$OUT/install.log" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 
 start=$SECONDS
 if ! $PY -m torch_tcsparse._ext >"$OUT/build.log" 2>&1; then

@@ -106,6 +106,7 @@ def test_transpose_of_a_symmetric_pattern_shares_the_index_arrays(reorder):
     grad_y = torch.randn(40, 3, dtype=torch.float64)
     a.matmul(x, path="reference").backward(grad_y)
     torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    torch.testing.assert_close(at.t().matmul(x.detach(), path="reference"), dense @ x.detach())
     # A copy to a device (here the same one) keeps one set of index arrays for both.
     moved = a._structure.to("cpu")
     assert moved._transpose.layout.block_cols is moved.layout.block_cols

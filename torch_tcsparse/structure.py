@@ -50,21 +50,29 @@ class Structure:
         if self._transpose is None:
             placeholder = torch.empty(self.nnz, device=self.device)
             csr_t, order = transpose(self.csr(placeholder))
-            if self._pattern_is_symmetric(csr_t):
+            shared = self._pattern_is_symmetric(csr_t)
+            if shared:
                 t = self._sharing_indices()
             else:
                 t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
+            del csr_t
             # Entry p of the transpose's CSR is our CSR entry order[p]: link the block orders.
             ours_in_blocks = self.layout.csr_gather[order]
             theirs_in_blocks = t.layout.csr_gather
-            gather_t = torch.empty_like(ours_in_blocks)
-            gather_t[theirs_in_blocks] = ours_in_blocks
             gather = torch.empty_like(theirs_in_blocks)
             gather[ours_in_blocks] = theirs_in_blocks
+            order = order.to(ours_in_blocks.dtype)
+            if shared:
+                # Entry (i, j) <-> (j, i) is an involution, and so are order and the gathers:
+                # each is its own inverse, one copy serves both directions.
+                gather_t, order_t = gather, order
+            else:
+                gather_t = torch.empty_like(ours_in_blocks)
+                gather_t[theirs_in_blocks] = ours_in_blocks
+                order_t = inverse_permutation(order)
             t.layout = t.layout.with_transpose_gather(gather_t)
             self.layout = self.layout.with_transpose_gather(gather)
-            order = order.to(ours_in_blocks.dtype)
-            t._transpose, t._transpose_order = self, inverse_permutation(order)
+            t._transpose, t._transpose_order = self, order_t
             self._transpose, self._transpose_order = t, order
         return self._transpose, self._transpose_order
 
