@@ -237,7 +237,9 @@ class MatrixShape:
     @functools.cached_property
     def chunks(self) -> tuple[np.ndarray, np.ndarray]:
         """TC blocks of every balanced chunk (``BALANCE_CHUNK`` blocks, the last of a window
-        shorter) in chunk order, and whether it is the first chunk of its window."""
+        shorter) in chunk order, and whether it is the first chunk of its window: the chunks
+        spelled out, which ``before_chunks`` answers for without building them (the tests check
+        one against the other)."""
         per_window = -(-self.window_blocks // BALANCE_CHUNK)
         total = int(per_window.sum())
         sizes = np.full(total, BALANCE_CHUNK, dtype=np.int64)
