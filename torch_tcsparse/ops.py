@@ -135,8 +135,10 @@ def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bo
     """The body of ``tcsparse::spmm`` without the op's dispatch, for eager calls that need no
     autograd: on small graphs the custom-op machinery costs more than the kernel itself.
     ``values`` may be float32 whatever x's dtype (the kernels take fp32 values). ``validated``:
-    the operands come from a TCSparseTensor that checked them (kernels.launch_spmm)."""
-    path = resolve_path(path, x)
+    the operands and the path come from a TCSparseTensor that checked and resolved them, so
+    neither is checked again (the kernels go through kernels.launch_spmm)."""
+    if not validated:
+        path = resolve_path(path, x)
     if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.num_rows, x.shape[1], dtype=x.dtype, device=x.device)
     if path in KERNEL_PATHS:

@@ -101,13 +101,14 @@ class Structure:
         moved = self._moved(device)
         if self._transpose is not None:
             t = self._transpose
-            if t.layout.block_cols is self.layout.block_cols:  # shared index arrays stay shared
-                moved_t = moved._sharing_indices()
-                moved_t.layout = moved.layout.with_transpose_gather(t.layout.transpose_gather.to(device))
+            moved_order = self._transpose_order.to(device)
+            if t.layout.block_cols is self.layout.block_cols:
+                # Shared index arrays stay shared; the gather and the order are their own inverses.
+                moved_t, moved_order_t = moved._sharing_indices(), moved_order
             else:
-                moved_t = t._moved(device)
-            moved._transpose, moved._transpose_order = moved_t, self._transpose_order.to(device)
-            moved_t._transpose, moved_t._transpose_order = moved, self._transpose._transpose_order.to(device)
+                moved_t, moved_order_t = t._moved(device), t._transpose_order.to(device)
+            moved._transpose, moved._transpose_order = moved_t, moved_order
+            moved_t._transpose, moved_t._transpose_order = moved, moved_order_t
         return moved
 
     def _moved(self, device) -> "Structure":

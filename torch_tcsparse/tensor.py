@@ -251,24 +251,25 @@ class TCSparseTensor(torch.Tensor):
             # order, so this costs what torch.sparse.mm costs (its autograd covers X).
             y = torch.sparse.mm(self._torch_csr(), x.contiguous())
         elif x_needs_grad:
-            layout_t = s.transposed()[0].layout
-            values, values_t = self._operand_values(path, transpose=True)
-            y = ops.SpMMGradX.apply(x, values, values_t, s.layout, layout_t, path)
+            values, values_t = self._operand_values(path), self._operand_values(path, transpose=True)
+            y = ops.SpMMGradX.apply(x, values, values_t, s.layout, s.transposed()[0].layout, path)
         else:
-            y = ops.run_spmm(x, self._operand_values(path)[0], s.layout, path, validated=True)
+            y = ops.run_spmm(x, self._operand_values(path), s.layout, path, validated=True)
         return y.squeeze(1) if vector else y
 
-    def _operand_values(self, path: str, transpose: bool = False):
-        """Block-order values for ``path`` (fp32 for the kernels, converted once, not per call)
-        and, with ``transpose``, the transpose's in its block order; both kept while the values
-        need no gradient."""
+    def _operand_values(self, path: str, transpose: bool = False) -> torch.Tensor:
+        """Block-order values for ``path`` (fp32 for the kernels, converted once, not per call),
+        or with ``transpose`` the transpose's in its block order, gathered from those; kept while
+        the values need no gradient."""
         key = (path in ops.KERNEL_PATHS, transpose)
         if key not in self._operands:
-            values = self._block_values.float() if key[0] else self._block_values
-            values_t = values[self._structure.transposed()[0].layout.transpose_gather] if transpose else None
-            if values_t is not None and torch.equal(values_t, values):
-                values_t = values  # a symmetric matrix (GCN's normalized adjacency): one copy
-            self._operands[key] = (values, values_t)
+            if transpose:
+                values = self._operand_values(path)
+                values_t = values[self._structure.transposed()[0].layout.transpose_gather]
+                # A symmetric matrix (GCN's normalized adjacency) is its own transpose: one copy.
+                self._operands[key] = values if torch.equal(values_t, values) else values_t
+            else:
+                self._operands[key] = self._block_values.float() if key[0] else self._block_values
         return self._operands[key]
 
     def _in_dtype(self, dtype: torch.dtype) -> "TCSparseTensor":
