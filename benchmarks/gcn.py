@@ -19,7 +19,10 @@ mode's graph, model and training (features and labels, shared by all modes, incl
 flag sets torch's dense matmuls alike for all modes; our CUDA SpMM kernel is TF32 by design.
 
 Accuracy: examples/gcn/train.py with each backend over ``--seeds`` seeds: Cora and CiteSeer
-(test accuracy at the last epoch, Kipf & Welling's setup), ogbl-ddi (Hits@20, OGB's setup).
+(test accuracy at the last epoch, Kipf & Welling's setup), ogbl-ddi (Hits@20, OGB's setup), read
+from ``--data-root``. ``--parallel P`` trains each dataset, backend and seed in a process of its
+own, P at once (a run of ogbl-ddi is host-bound: 20 in a row take over an hour); epoch times then
+come from runs sharing the device and host, marked by the ``concurrent_runs`` column.
 Results: a table on stdout, CSV and PNG files in $OUT (default ./out).
 """
 from __future__ import annotations
@@ -27,9 +30,14 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -46,6 +54,7 @@ from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
 MODES = ("tcsparse", "pyg_edge_index", "pyg_csr")
 IN_CHANNELS, HIDDEN, CLASSES = 100, 256, 47  # ogbn-products
 SHARED_DATA = REPO.parent / "shared" / "data"
+TRAIN = REPO / "examples" / "gcn" / "train.py"
 
 
 def parse_args(argv=None):
@@ -66,12 +75,18 @@ def parse_args(argv=None):
                         help="seeds run are first-seed .. first-seed + seeds - 1 (split long runs over commands)")
     parser.add_argument("--backends", default="tcsparse,pyg", help="backends of the accuracy runs")
     parser.add_argument("--accuracy-datasets", default="Cora,CiteSeer,ogbl-ddi")
+    parser.add_argument("--data-root", default=str(SHARED_DATA),
+                        help="folder holding ogb/ogbl_ddi and planetoid/<name> (the device copy: .devdata)")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="accuracy runs at once, one process per dataset, backend and seed (1: in this process)")
     args = parser.parse_args(argv)
     quick = args.quick
     args.scale = args.scale if args.scale is not None else (12 if quick else 21)
     args.warmup = args.warmup if args.warmup is not None else (1 if quick else 3)
     args.epochs = args.epochs if args.epochs is not None else (2 if quick else 10)
     args.seeds = args.seeds if args.seeds is not None else (2 if quick else 10)
+    if args.parallel < 1 or args.seeds < 1:
+        raise SystemExit(f"--parallel and --seeds must be at least 1, got {args.parallel} and {args.seeds}")
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     args.modes = args.modes.split(",")
@@ -231,41 +246,91 @@ def speedups(rows):
 
 # Accuracy.
 
+def accuracy_options(args):
+    """(dataset, train.py options short of backend and seeds) for every dataset found under
+    --data-root; a dataset not found is skipped with a line saying so."""
+    root = Path(args.data_root).resolve()
+    for dataset in args.accuracy_datasets.split(","):
+        options = ["--dataset", dataset, "--device", args.device, "--quiet"]
+        family = "ogb" if dataset == "ogbl-ddi" else "planetoid"
+        folder = root / family / ("ogbl_ddi" if dataset == "ogbl-ddi" else dataset)
+        if not folder.is_dir():
+            print(f"skipping {dataset}: not found under {root / family}")
+            continue
+        options += ["--root", str(root / family)]
+        if args.quick and family == "ogb":
+            options += ["--epochs", "1", "--hidden", "8", "--batch-size", "2000000"]
+        elif args.quick:
+            options += ["--epochs", "20"]
+        yield dataset, options
+
+
 def run_accuracy(args):
     """Summary rows (mean and std per dataset and backend) and one row per run, to merge runs
     split over several commands with --first-seed."""
     import train
 
+    datasets = dict(accuracy_options(args))
+    backends = args.backends.split(",")
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    concurrency = min(args.parallel, len(datasets) * len(backends) * len(seeds))
+    if concurrency > 1:
+        finished = runs_in_subprocesses(datasets, backends, seeds, args.parallel)
     rows, run_rows = [], []
-    for dataset in args.accuracy_datasets.split(","):
-        options = ["--dataset", dataset, "--runs", str(args.seeds), "--seed", str(args.first_seed),
-                   "--device", args.device, "--quiet"]
-        if dataset == "ogbl-ddi":
-            if not (SHARED_DATA / "ogb" / "ogbl_ddi").is_dir():
-                print(f"skipping ogbl-ddi: not found under {SHARED_DATA / 'ogb'}")
-                continue
-            options += ["--root", str(SHARED_DATA / "ogb")]
-            if args.quick:
-                options += ["--epochs", "1", "--hidden", "8", "--batch-size", "2000000"]
-        else:
-            if not (SHARED_DATA / "planetoid" / dataset).is_dir():
-                print(f"skipping {dataset}: not found under {SHARED_DATA / 'planetoid'}")
-                continue
-            options += ["--root", str(SHARED_DATA / "planetoid")]
-            if args.quick:
-                options += ["--epochs", "20"]
-        for backend in args.backends.split(","):
-            summary = train.run(options + ["--backend", backend])
-            run_rows += [{"dataset": dataset, "backend": backend, "metric": summary["metric"],
-                          "seed": args.first_seed + i, "test": r["test"], "valid": r["valid"], "epoch": r["epoch"]}
-                         for i, r in enumerate(summary["runs"])]
+    for dataset, options in datasets.items():
+        for backend in backends:
+            if concurrency > 1:
+                runs = [finished[dataset, backend, seed] for seed in seeds]
+            else:
+                runs = train.run(options + ["--backend", backend, "--runs", str(args.seeds),
+                                            "--seed", str(args.first_seed)])["runs"]
+            summary = train.summarize(runs)
+            run_rows += [{"dataset": dataset, "backend": backend, "metric": summary["metric"], "seed": seed,
+                          "test": r["test"], "valid": r["valid"], "epoch": r["epoch"]} for seed, r in zip(seeds, runs)]
             row = {"dataset": dataset, "backend": backend, "metric": summary["metric"], "seeds": args.seeds,
                    "test_mean": summary["test_mean"], "test_std": summary["test_std"],
-                   "epoch_ms_median": summary["epoch_ms_median"], "preprocess_ms": 1000 * summary["preprocess_s"]}
+                   "epoch_ms_median": summary["epoch_ms_median"], "preprocess_ms": 1000 * summary["preprocess_s"],
+                   "concurrent_runs": concurrency}
             rows.append(row)
             print(f"| {dataset} | {backend} | {row['metric']} | {100 * row['test_mean']:.2f} ± "
-                  f"{100 * row['test_std']:.2f} | {row['seeds']} | {row['epoch_ms_median']:.2f} |", flush=True)
+                  f"{100 * row['test_std']:.2f} | {row['seeds']} | {row['epoch_ms_median']:.2f} | {concurrency} |",
+                  flush=True)
+    if concurrency > 1:
+        print(f"epoch ms of {concurrency} concurrent runs sharing the device and host: not comparable to runs alone")
     return rows, run_rows
+
+
+def runs_in_subprocesses(datasets, backends, seeds, parallel: int) -> dict:
+    """{(dataset, backend, seed): that run's result}, each run train.py in a process of its own,
+    at most ``parallel`` at once: a run of ogbl-ddi is bound by its host thread, so runs alone
+    leave the device idle. Every failed run is reported with the end of its stderr."""
+    import train
+
+    for options in datasets.values():
+        # ogb and PyG write a dataset's processed/ folder on first load: once here, not racing.
+        train.load_task(train.parse_args(options))
+    jobs = [(dataset, backend, seed) for dataset in datasets for backend in backends for seed in seeds]
+    threads = max(1, len(os.sched_getaffinity(0)) // min(parallel, len(jobs)))
+    env = os.environ | {"OMP_NUM_THREADS": str(threads)}  # the host's cores shared, not oversubscribed
+    with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(parallel) as pool:
+        futures = {job: pool.submit(run_one, datasets[job[0]], *job[1:], Path(folder) / f"{i}.json", env)
+                   for i, job in enumerate(jobs)}
+    failures = [f"{'/'.join(map(str, job))}: {future.exception()}" for job, future in futures.items()
+                if future.exception() is not None]
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {len(jobs)} accuracy runs failed:\n" + "\n".join(failures))
+    return {job: future.result() for job, future in futures.items()}
+
+
+def run_one(options, backend: str, seed: int, path: Path, env) -> dict:
+    """One seed of train.py in a subprocess: its result; a failure raises with its stderr's end."""
+    command = [sys.executable, str(TRAIN), *options, "--backend", backend, "--seed", str(seed), "--runs", "1",
+               "--json", str(path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.splitlines()[-20:])
+        raise RuntimeError(f"exit status {done.returncode}\n{tail}")
+    return json.loads(path.read_text())["runs"][0]
 
 
 # Output.
@@ -320,8 +385,8 @@ def main(argv=None) -> None:
         if rows:
             plot_timing(folder / "gcn_timing.png", rows)
     if "accuracy" in parts:
-        print("| dataset | backend | metric | test (mean ± std, %) | seeds | epoch ms |")
-        print("|---|---|---|---|---|---|")
+        print("| dataset | backend | metric | test (mean ± std, %) | seeds | epoch ms | concurrent runs |")
+        print("|---|---|---|---|---|---|---|")
         rows, run_rows = run_accuracy(args)
         suffix = f"_seed{args.first_seed}" if args.first_seed else ""
         write_csv(folder / f"gcn_accuracy{suffix}.csv", rows)

@@ -5,14 +5,16 @@
 # charts go into $OUT/results.tgz (the device returns at most 8 files).
 #
 #   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,suite,
-#                                   bench,reorder,selector,gcn,host_overhead (default: build through
-#                                   bench).
+#                                   bench,reorder,selector,gcn,host_overhead,accuracy (default: build
+#                                   through bench).
 #                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS,
-#                                   HOST_OVERHEAD_ARGS pass options;
+#                                   HOST_OVERHEAD_ARGS, ACCURACY_ARGS pass options;
 #                                   STAGE_LIMIT caps each test or benchmark stage (seconds).
 #
 # Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry it; the
 # ogb wheels (and its needs) in .devdata/whl and .devdata/whl-extra make the whole suite runnable.
+# The accuracy stage (ogbl-ddi Hits@20, 10 seeds x both backends, 20 runs at once) reads
+# .devdata/ogb/ogbl_ddi (a copy of ../shared/data/ogb/ogbl_ddi) and needs the ogb wheels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL_OUT=${OUT:-out}
@@ -87,11 +89,20 @@ for name in reorder selector gcn host_overhead; do
   fi
 done
 
+# ogbl-ddi's runs are bound by their host thread: one process per backend and seed, all at once.
+if stage accuracy; then
+  start=$SECONDS
+  mkdir -p "$OUT/accuracy"
+  OUT="$OUT/accuracy" timeout "$STAGE_LIMIT" $PY benchmarks/gcn.py --parts accuracy --data-root .devdata \
+    --accuracy-datasets ogbl-ddi --parallel 20 ${ACCURACY_ARGS:-} >"$OUT/accuracy.log" 2>&1
+  record accuracy "rc=$? ($((SECONDS - start)) s)"
+fi
+
 echo
 printf '%s\n' "${summary[@]}"
 grep -q "FAILED\|Error" "$OUT/test.log" 2>/dev/null && grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -20
 grep -E "^(FAILED|ERROR)" "$OUT/suite.log" 2>/dev/null | head -20
-for name in reorder selector gcn host_overhead; do
+for name in reorder selector gcn host_overhead accuracy; do
   if stage $name; then echo "== $name"; tail -40 "$OUT/$name.log"; fi
 done
 if stage bench; then sed -n '/^SpMM ms/,$p' "$OUT/bench.log"; fi

@@ -6,6 +6,7 @@
     python examples/gcn/train.py --dataset ogbl-ddi --root ../shared/data/ogb
     python examples/gcn/train.py --dataset Cora --root ../shared/data/planetoid
     python examples/gcn/train.py --dataset path/to/folder          # written by ogb_format.write_node_dataset
+    python examples/gcn/train.py --seed 3 --json run.json          # the summary as JSON too (benchmarks/gcn.py)
 
 The default dataset is a planted-partition graph (4,000 nodes, 8 classes) generated into the cache
 folder in OGB's on-disk format and read back through ogb's PygNodePropPredDataset and Evaluator,
@@ -16,6 +17,7 @@ TCSparseTensor) is timed apart from the epochs; an epoch is forward, backward an
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -66,6 +68,7 @@ def parse_args(argv=None):
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
                             help="overrides the preset")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--json", default=None, help="also write the summary, per-run results included, to this file")
     return parser.parse_args(argv)
 
 
@@ -265,16 +268,21 @@ def run(argv=None) -> dict:
         if not args.quiet:
             print(f"run {run_index + 1}/{args.runs} (seed {seed}): test {result['metric']} {100 * result['test']:.2f}% "
                   f"(valid {100 * result['valid']:.2f}%, epoch {result['epoch']})")
+    return {"dataset": args.dataset, "backend": args.backend, "device": str(device), **summarize(runs),
+            "load_s": load_s, "runs": runs, "config": config}
+
+
+def summarize(runs) -> dict:
+    """Statistics over runs; a function of its own so runs trained in separate processes (one seed
+    each, benchmarks/gcn.py --parallel) merge into the same numbers as one process's runs."""
     tests = [r["test"] for r in runs]
-    epoch_times = [t for r in runs for t in r["epoch_times"]]
-    summary = {
-        "dataset": args.dataset, "backend": args.backend, "device": str(device), "metric": runs[0]["metric"],
+    return {
+        "metric": runs[0]["metric"],
         "test_mean": statistics.mean(tests), "test_std": statistics.stdev(tests) if len(tests) > 1 else 0.0,
         "valid_mean": statistics.mean(r["valid"] for r in runs),
-        "load_s": load_s, "preprocess_s": statistics.mean(r["preprocess_s"] for r in runs),
-        "epoch_ms_median": 1000 * statistics.median(epoch_times), "runs": runs, "config": config,
+        "preprocess_s": statistics.mean(r["preprocess_s"] for r in runs),
+        "epoch_ms_median": 1000 * statistics.median(t for r in runs for t in r["epoch_times"]),
     }
-    return summary
 
 
 def report(summary: dict) -> str:
@@ -291,7 +299,11 @@ def report(summary: dict) -> str:
 
 
 def main(argv=None) -> None:
-    print(report(run(argv)))
+    summary = run(argv)
+    path = parse_args(argv).json
+    if path:
+        Path(path).write_text(json.dumps(summary))
+    print(report(summary))
 
 
 if __name__ == "__main__":

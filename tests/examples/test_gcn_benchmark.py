@@ -42,3 +42,49 @@ def test_quick_accuracy_rows_per_run(tmp_path, monkeypatch):
         summary = {row["backend"]: float(row["test_mean"]) for row in csv.DictReader(handle)}
     # Same seeds give both backends the same initial weights, so the same accuracy up to rounding.
     assert abs(summary["tcsparse"] - summary["pyg"]) < 0.02
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "planetoid" / "Cora" / "raw").is_dir(),
+                    reason=f"Planetoid raw files not found under {SHARED_DATA / 'planetoid'}")
+def test_quick_accuracy_parallel_matches_in_process(tmp_path, monkeypatch, capsys):
+    """Runs in subprocesses, two at once, give the per-run rows of the same seeds in one process."""
+    monkeypatch.setenv("TCSPARSE_CACHE", str(tmp_path / "cache"))
+    tests = {}
+    for parallel in ("1", "2"):
+        monkeypatch.setenv("OUT", str(tmp_path / parallel))
+        gcn_benchmark.main(["--quick", "--parts", "accuracy", "--accuracy-datasets", "Cora", "--seeds", "2",
+                            "--device", "cpu", "--parallel", parallel, "--data-root", str(SHARED_DATA)])
+        with (tmp_path / parallel / "gcn_accuracy_runs.csv").open() as handle:
+            tests[parallel] = {(r["backend"], r["seed"]): float(r["test"]) for r in csv.DictReader(handle)}
+        with (tmp_path / parallel / "gcn_accuracy.csv").open() as handle:
+            assert [r["concurrent_runs"] for r in csv.DictReader(handle)] == [parallel, parallel]
+    assert list(tests["2"]) == [("tcsparse", "0"), ("tcsparse", "1"), ("pyg", "0"), ("pyg", "1")]
+    # Thread counts differ (a process's share of the cores), so summation order may too.
+    assert tests["2"] == pytest.approx(tests["1"], abs=0.01)
+    assert "2 concurrent runs sharing the device and host" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "ogb" / "ogbl_ddi" / "raw").is_dir(),
+                    reason=f"ogbl-ddi not found under {SHARED_DATA / 'ogb'}")
+def test_quick_accuracy_in_parallel_subprocesses(tmp_path, monkeypatch):
+    """ogbl-ddi, the dataset --parallel is for (read-only root, ogb's loader): one epoch per run."""
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setenv("TCSPARSE_CACHE", str(tmp_path / "cache"))
+    gcn_benchmark.main(["--quick", "--parts", "accuracy", "--accuracy-datasets", "ogbl-ddi", "--seeds", "2",
+                        "--first-seed", "3", "--device", "cpu", "--parallel", "2", "--data-root", str(SHARED_DATA)])
+    with (tmp_path / "gcn_accuracy_runs_seed3.csv").open() as handle:
+        runs = list(csv.DictReader(handle))
+    assert [(r["backend"], r["seed"]) for r in runs] == [("tcsparse", "3"), ("tcsparse", "4"), ("pyg", "3"), ("pyg", "4")]
+    assert all(r["metric"] == "hits@20" and 0 <= float(r["test"]) <= 1 for r in runs)
+    with (tmp_path / "gcn_accuracy_seed3.csv").open() as handle:
+        summary = list(csv.DictReader(handle))
+    assert [(r["backend"], r["seeds"], r["concurrent_runs"]) for r in summary] == [("tcsparse", "2", "2"), ("pyg", "2", "2")]
+    assert all(float(r["epoch_ms_median"]) > 0 for r in summary)
+
+
+def test_failed_parallel_run_fails_the_stage(tmp_path, monkeypatch):
+    """A run that exits non-zero is reported with its stderr, never dropped from the means."""
+    monkeypatch.setattr("train.load_task", lambda args: None)  # no dataset: the runs themselves fail
+    monkeypatch.setattr(gcn_benchmark, "TRAIN", tmp_path / "missing_train.py")
+    with pytest.raises(RuntimeError, match="(?s)2 of 2 accuracy runs failed.*exit status 2.*missing_train.py"):
+        gcn_benchmark.runs_in_subprocesses({"none": []}, ["tcsparse"], [0, 1], parallel=2)
