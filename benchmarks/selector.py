@@ -2,7 +2,7 @@
 
 For each graph of the SpMM suite (``benchmarks/spmm.py``) and N in {32, 64, 128, 256}: time
 ``A.matmul(X, path=p)`` for p in base, balanced, csr (TF32, X rotated out of L2, as the SpMM
-benchmark times them); the oracle is the fastest. The selector's choice is scored by hit rate (within 5% of the
+benchmark times them, in interleaved rounds); the oracle is the fastest. The selector's choice is scored by hit rate (within 5% of the
 oracle), geomean loss against the oracle and worst ratio against csr (cuSPARSE). With
 ``--calibrate`` the constants of ``torch_tcsparse/calibration/<family>.json`` are fitted twice:
 on half of the graphs (alternate ones, by nonzeros), scored on both halves, which estimates how
@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,7 @@ from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, Device
 N_VALUES = (32, 64, 128, 256)
 LARGE_NNZ = 1_000_000
 HIT_TOLERANCE = 1.05
+ROUNDS = 4  # interleaved timing rounds per (graph, N, dtype)
 BLOCK_UNITS_GRID = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
 SPLIT_UNITS_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 # Rules between the kernels, the one with the lower loss on the fit records is kept; "ar" first
@@ -112,15 +114,13 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
             for n in n_values:
                 xs = [(torch.randn(a.shape[1], n, device="cuda", dtype=dtype),)
                       for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
-                times = {}
-                for path in CHOICES:
-                    call = lambda x, p=path: a.matmul(x, path=p)  # noqa: E731
-                    times[path] = 1e3 * time_cuda(call, xs, reps=repeat, batch=batch_for(call, xs))
-                # A first choice, uncached: the block counts read back, then the simulation.
+                times = measure_paths(a, xs, repeat)
+                # A first choice as a product makes it: the shape from the conversion's host
+                # copies, then the simulation (no explanation built).
                 start = time.perf_counter()
                 shape = MatrixShape.of(layout)
                 read_back = time.perf_counter()
-                selector.explain_shape(shape, n, dtype, a.device)
+                selector.select(shape, selector.n_bucket(n), model, selector.CHOICES, dtype)
                 choice_us, shape_us = (time.perf_counter() - start) * 1e6, (read_back - start) * 1e6
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
@@ -133,6 +133,21 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
         torch.cuda.empty_cache()
         save(out, records, shapes, info)
     return records, shapes
+
+
+def measure_paths(a: TCSparseTensor, xs, repeat: int, rounds: int = ROUNDS) -> dict:
+    """Microseconds per call of every path: the median of ``rounds`` interleaved rounds, each
+    the median of ``repeat / rounds`` samples, so that a drift of the machine (clocks, host
+    load) falls on all paths alike instead of on whichever was timed during it."""
+    calls = {path: (lambda x, p=path: a.matmul(x, path=p)) for path in CHOICES}
+    batches = {path: batch_for(call, xs) for path, call in calls.items()}
+    per_round = max(5, repeat // rounds)
+    samples = {path: [] for path in CHOICES}
+    for round_index in range(rounds):
+        warmup_ms = 25.0 if round_index == 0 else 5.0  # later rounds follow a warm GPU
+        for path, call in calls.items():
+            samples[path].append(1e3 * time_cuda(call, xs, reps=per_round, batch=batches[path], warmup_ms=warmup_ms))
+    return {path: statistics.median(values) for path, values in samples.items()}
 
 
 def record_dtype(record: dict) -> torch.dtype:

@@ -91,9 +91,9 @@ def reference_balanced(window_blocks, slices, slots, segment_units, split_units)
 @pytest.mark.parametrize("kind", ["uniform", "power_law", "hubs", "lognormal"])
 @pytest.mark.parametrize("slots, jobs_per_slot", [(64, 20), (264, 30), (128, 80)])
 def test_fast_schedule_close_to_exact(kind, slots, jobs_per_slot):
-    """Beyond EXACT_JOBS_PER_SLOT the heavy/fluid simulation is approximate: within 3% of heapq
-    list scheduling on these random cases (observed worst about 2.3%, on hub cases of ~20 jobs per
-    slot; below 0.5% at 100+ jobs per slot)."""
+    """Beyond EXACT_JOBS_PER_SLOT the fluid estimate is approximate: within 5% of heapq list
+    scheduling on these random cases (observed worst about 4%, power-law costs at 30 jobs per
+    slot; below 1% for bounded uniform costs)."""
     rng = np.random.default_rng([len(kind), slots, jobs_per_slot])
     jobs = slots * jobs_per_slot
     assert jobs > selector.EXACT_JOBS_PER_SLOT * slots
@@ -109,7 +109,17 @@ def test_fast_schedule_close_to_exact(kind, slots, jobs_per_slot):
             costs = rng.lognormal(1, 1.2, jobs).round() + 1
         costs += 2.5  # a thread block's fixed cost
         exact = list_schedule_exact(costs, slots)
-        assert abs(list_schedule_makespan(costs, slots) - exact) <= 0.03 * exact
+        assert abs(list_schedule_makespan(costs, slots) - exact) <= 0.05 * exact
+
+
+@pytest.mark.parametrize("jobs_per_slot", [5, 8, 20])
+def test_fluid_schedule_of_equal_jobs_is_at_most_half_a_job_high(jobs_per_slot):
+    # Equal jobs run in lockstep waves; the estimate assumes half a job still running per slot.
+    slots, cost = 64, 4.0
+    exact = list_schedule_exact(np.full(slots * jobs_per_slot, cost), slots)
+    assert exact == jobs_per_slot * cost
+    estimate = list_schedule_makespan(np.full(slots * jobs_per_slot, cost), slots)
+    assert exact <= estimate <= exact + cost / 2
 
 
 def test_fast_schedule_is_fast_on_a_million_jobs():
@@ -168,6 +178,15 @@ def test_balanced_matches_item_by_item_reference(slices, slots):
     blocks = [70, 0, 5, 33, 1, 100, 2, 0, 64, 31, 32]
     launch = balanced_makespan_units(shape(blocks), slices, slots, 1.5, 2.0)
     assert (launch.makespan, launch.work) == pytest.approx(reference_balanced(blocks, slices, slots, 1.5, 2.0))
+
+
+def test_balanced_one_chunk_per_warp_zeroes_empty_and_continued_windows():
+    # 16 chunks x 2 slices <= 1000 slots: one chunk per warp. Windows of 70, 33, 100 and 64 blocks
+    # split into 3 + 2 + 4 + 2 chunks: per slice 11 - 4 = 7 warps end inside a window; 2 empty.
+    blocks = [70, 0, 5, 33, 1, 100, 2, 0, 64, 31, 32]
+    launch = balanced_makespan_units(shape(blocks), 2, 1000, 1.5, 2.0)
+    assert launch.zeroed_windows == 2 + 2 * 7
+    assert launch.makespan == 1.5 + 32 + 2.0
 
 def test_kernel_time_splits_even_work_and_tail():
     constants = {"launch_us": 5.0, "unit_us": 2.0, "tail_us": 0.5}
@@ -346,6 +365,34 @@ def test_matrix_shape_of_layout():
     assert s.window_blocks.size == layout.num_windows
     assert s.max_row_nnz == int((layout.csr_rowptr[1:] - layout.csr_rowptr[:-1]).max())
     assert s.nnz == layout.nnz
+
+
+def test_conversion_host_copies_match_the_device_layout():
+    layout = small_layout()
+    counts = layout.host_counts
+    assert counts.window_offsets.tolist() == layout.window_offsets.tolist()
+    assert counts.chunk_offsets.tolist() == layout.chunk_offsets.tolist()
+    assert counts.max_row_nnz == int((layout.csr_rowptr[1:] - layout.csr_rowptr[:-1]).max())
+    # The shape built from them equals the one read back from the tensors alone.
+    from_host = MatrixShape.of(layout)
+    rebuilt = type(layout).from_tensors(layout.tensors(), layout.window, layout.num_rows, layout.num_cols)
+    assert rebuilt.host_counts is None
+    read_back = MatrixShape.of(rebuilt)
+    assert from_host.window_blocks.tolist() == read_back.window_blocks.tolist()
+    assert from_host.max_row_nnz == read_back.max_row_nnz
+    for given, computed in zip(from_host._chunk_prefixes, read_back._chunk_prefixes):
+        assert given.tolist() == computed.tolist()
+    assert from_host.summary == read_back.summary
+    assert rank(from_host, 64, model()).costs_us == rank(read_back, 64, model()).costs_us
+
+
+def test_select_agrees_with_rank():
+    layout = small_layout()
+    s = MatrixShape.of(layout)
+    for n in (32, 128):
+        for sm_count, resident in ((1, 1), (2, 4), (64, 16)):
+            m = model(sm_count=sm_count, resident=resident)
+            assert selector.select(s, n, m) == rank(s, n, m).choice
 
 
 def test_cache_computes_once_per_bucket_dtype_device(monkeypatch):

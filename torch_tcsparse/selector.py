@@ -43,18 +43,16 @@ are the dtype's own buckets where the calibration has them (``dtype_buckets``), 
 Constants live in ``calibration/<family>.json`` (one per GPU family, ``default.json`` when the
 family has none), per N bucket; ``benchmarks/selector.py --calibrate`` fits them on measurements.
 
-Simulation cost. Exact list scheduling with a heap is O(jobs log slots) Python steps, too slow for
-graphs of 100k+ windows (the choice must cost at most half an SpMM). ``list_schedule_makespan``
-is exact (vectorized in batches of up to one job per slot) when there are at most
-``EXACT_JOBS_PER_SLOT`` jobs per slot. Beyond that, jobs are in launch order and the makespan is
-governed by the long jobs and the last wave: all but the last ``TAIL_JOBS_PER_SLOT * slots`` jobs
-are simulated with the ``MAX_HEAVY`` longest jobs (above ``HEAVY_FACTOR`` x the mean) exact and the
-others as a fluid poured evenly into the slots that free first (water filling); the tail is then
-simulated exactly from that state. The fluid misplaces work by less than one light job per slot;
-``tests/test_selector.py`` checks the error against heapq list scheduling on random cases (within
-3%; observed at most 2.3%, on hub cases of ~20 jobs per slot, under 0.5% beyond 100 jobs per
-slot). A whole choice for a graph of 130k windows costs a few ms of host time, once per matrix
-and N bucket (``SelectionCache``).
+Simulation cost (a choice must cost at most half an SpMM). The conversion leaves the per-window
+prefix sums on the host (``MetcfLayout.host_counts``), so nothing is read from the device and no
+O(windows) prefix is recomputed here. A launch that fits in one wave (every warp resident at
+once, the small graphs) has a closed form, exact: base's makespan is its largest window, the
+balanced grid gives each warp one chunk. Beyond one wave, ``list_schedule_makespan`` is exact
+(vectorized in batches of up to one job per slot) up to ``EXACT_JOBS_PER_SLOT`` jobs per slot,
+and a fluid estimate beyond, in a few O(windows) numpy passes (``_fluid_schedule``: within 5% of
+heapq list scheduling on random costs, half a job high on equal ones); the balanced grid is
+exact, from the prefix sums at its warp boundaries. ``select`` (what a product pays on its first
+call at an N bucket) builds no explanation; ``rank`` and ``explain`` do.
 
 Choice: the calibration's ``kernel_rule`` picks the kernel, either DTC-SpMM's (balanced when AR >
 ``ar_threshold``) or the kernel with the lower predicted time (the rule that fitted the measured
@@ -67,7 +65,6 @@ from __future__ import annotations
 import functools
 import heapq
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,10 +80,7 @@ CHOICES = ("base", "balanced", "csr")
 KERNEL_CHOICES = ("base", "balanced")
 BUCKETS = (32, 64, 128, 256)
 
-EXACT_JOBS_PER_SLOT = 16
-TAIL_JOBS_PER_SLOT = 4
-MAX_HEAVY = 256
-HEAVY_FACTOR = 4.0
+EXACT_JOBS_PER_SLOT = 4
 
 CALIBRATION_DIR = Path(__file__).parent / "calibration"
 
@@ -114,7 +108,7 @@ def list_schedule_makespan(costs, slots: int) -> float:
         return float(costs.max())
     if costs.size <= EXACT_JOBS_PER_SLOT * slots:
         return _batched_schedule(np.zeros(slots), costs)
-    return _heavy_fluid_schedule(costs, slots)
+    return _fluid_schedule(costs, slots)
 
 
 def _batched_schedule(free: np.ndarray, costs: np.ndarray) -> float:
@@ -136,53 +130,25 @@ def _batched_schedule(free: np.ndarray, costs: np.ndarray) -> float:
     return float(free[-1])
 
 
-def _heavy_fluid_schedule(costs: np.ndarray, slots: int) -> float:
-    """Heavy jobs exact, light jobs as a fluid, the last waves exact (see the module docstring)."""
-    tail = TAIL_JOBS_PER_SLOT * slots
-    head = costs[: costs.size - tail]
-    heavy = np.flatnonzero(head > HEAVY_FACTOR * head.mean())
-    if heavy.size > MAX_HEAVY:
-        heavy = np.sort(heavy[np.argpartition(head[heavy], -MAX_HEAVY)[-MAX_HEAVY:]])
-    # Sums of the runs of light jobs between heavy ones (reduceat over run starts: no O(jobs) copy).
-    starts = np.unique(np.concatenate([[0], heavy, heavy + 1]))
-    starts = starts[starts < head.size]
-    sums = np.add.reduceat(head, starts)
-    pours, pour_index = [0.0] * (heavy.size + 1), 0
-    heavy_set = set(heavy.tolist())
-    for start, total in zip(starts.tolist(), sums.tolist()):
-        if start in heavy_set:
-            pour_index += 1
-        else:
-            pours[pour_index] += total
+def _fluid_schedule(costs: np.ndarray, slots: int, copies: int = 1, before: np.ndarray | None = None) -> float:
+    """Many jobs per slot: each job's start estimated in O(1), the whole in a few numpy passes;
+    every cost stands for ``copies`` consecutive jobs (a window's column slices).
 
-    level, fluid_slots, busy = 0.0, slots, []  # busy: end times of heavy jobs past the level
-
-    def pour(work: float) -> None:
-        nonlocal level, fluid_slots
-        while work > 0.0:
-            if fluid_slots == 0:
-                level, fluid_slots = heapq.heappop(busy), 1
-                continue
-            room = fluid_slots * (busy[0] - level) if busy else math.inf
-            if work <= room:
-                level += work / fluid_slots
-                return
-            work -= room
-            level = heapq.heappop(busy)
-            fluid_slots += 1
-
-    for work, cost in zip(pours, head[heavy].tolist()):
-        pour(work)
-        if fluid_slots:
-            fluid_slots -= 1
-            heapq.heappush(busy, level + cost)
-        else:
-            start = heapq.heappop(busy)
-            level = max(level, start)
-            heapq.heappush(busy, start + cost)
-    pour(pours[-1])
-    free = np.concatenate([np.full(fluid_slots, level), np.asarray(busy, dtype=np.float64)])
-    return _batched_schedule(free, costs[costs.size - tail :])
+    The first ``slots`` jobs start at once. A later job starts when a slot frees: by then the
+    work before it, ``P``, is done except what the running jobs have left, about half a job each
+    (the mean residual of desynchronized jobs), so it starts near ``P / slots - mean / 2``; the
+    makespan is the latest end (of each cost's last copy), at least the work spread evenly.
+    Against exact list scheduling (``tests/test_selector.py``): within 5% on random costs beyond
+    ``EXACT_JOBS_PER_SLOT`` jobs per slot. Equal costs keep the slots in lockstep, with nothing
+    left running when a wave ends: the estimate is then up to half a job high (10% at 5 jobs per
+    slot, 2.5% at 20). ``before``: the exclusive prefix sums of ``costs``, when known."""
+    if before is None:
+        before = np.cumsum(costs) - costs
+    total = (float(before[-1]) + float(costs[-1])) * copies
+    last_copy_before = before * copies + costs * (copies - 1)
+    start = np.maximum(0.0, last_copy_before / slots - float(costs.mean()) / 2)
+    start[: -(-slots // copies)] = 0.0  # the costs whose copies all fit in the first wave
+    return max(float((start + costs).max()), total / slots)
 
 
 # The launch shapes of csrc/metcf_spmm.cuh.
@@ -216,30 +182,84 @@ class MatrixShape:
     nnz: int
     max_row_nnz: int
     cols: int | None = None  # columns of A (rows of X); None: as many as rows
+    # (chunks, TC blocks, non-empty windows) before each window, when already known (the
+    # conversion's host copies); else computed on first need.
+    prefixes: tuple | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, layout: MetcfLayout) -> "MatrixShape":
+        """From the host copies the conversion made; a layout without them (rebuilt from its
+        tensors) is read back from the device once."""
+        counts = layout.host_counts
+        if counts is not None:
+            offsets = counts.window_offsets
+            return cls(layout.window, np.diff(offsets), layout.num_rows, layout.nnz, counts.max_row_nnz,
+                       layout.num_cols, (counts.chunk_offsets, offsets, counts.nonempty_before))
         offsets, rowptr = layout.window_offsets, layout.csr_rowptr
-        counts = offsets[1:] - offsets[:-1]
-        max_row = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
-        # One read-back from the device, in the layout's int32 (half the bytes of int64).
-        host = torch.cat([counts, max_row.to(counts.dtype)]).cpu().numpy().astype(np.int64)
+        blocks = offsets[1:] - offsets[:-1]
+        longest = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
+        host = torch.cat([blocks, longest.to(blocks.dtype)]).cpu().numpy().astype(np.int64)
         return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]), layout.num_cols)
 
     @property
     def num_cols(self) -> int:
         return self.rows if self.cols is None else self.cols
 
+    @property
+    def num_windows(self) -> int:
+        return self.window_blocks.size
+
     @functools.cached_property
+    def summary(self) -> "ShapeSummary":
+        """The scalars that decide a launch of one wave (every warp resident at once)."""
+        blocks = self.window_blocks
+        if blocks.size == 0:
+            return ShapeSummary(0, 0, 0, 0, 0, 0, 0)
+        split = blocks > BALANCE_CHUNK
+        if self.prefixes is not None:
+            chunks, empty = int(self.prefixes[0][-1]), blocks.size - int(self.prefixes[2][-1])
+        else:
+            chunks = int(((blocks + BALANCE_CHUNK - 1) // BALANCE_CHUNK).sum())
+            empty = int(np.count_nonzero(blocks == 0))
+        split_windows = int(np.count_nonzero(split))
+        single_chunk = blocks.size - empty - split_windows
+        return ShapeSummary(
+            tc_blocks=int(blocks.sum()),
+            max_blocks=int(blocks.max()),
+            max_single_chunk_blocks=int(np.where(split, 0, blocks).max()),
+            empty_windows=empty,
+            chunks=chunks,
+            split_windows=split_windows,
+            chunks_of_split_windows=chunks - single_chunk,
+        )
+
+    @property
     def tc_blocks(self) -> int:
-        return int(self.window_blocks.sum())
+        return self.summary.tc_blocks
+
+    @property
+    def empty_windows(self) -> int:
+        return self.summary.empty_windows
+
+    @property
+    def nonempty_windows(self) -> int:
+        return self.num_windows - self.summary.empty_windows
+
+    @property
+    def block_prefix(self) -> np.ndarray:
+        """TC blocks before each window (length windows + 1)."""
+        return self._chunk_prefixes[1]
+
+    @property
+    def num_chunks(self) -> int:
+        return self.summary.chunks
 
     @functools.cached_property
     def chunks(self) -> tuple[np.ndarray, np.ndarray]:
         """TC blocks of every balanced chunk (``BALANCE_CHUNK`` blocks, the last of a window
         shorter) in chunk order, and whether it is the first chunk of its window: the chunks
-        spelled out, which ``before_chunks`` answers for without building them (the tests check
-        one against the other)."""
+        spelled out, which ``before_chunks`` answers for from prefix sums (the tests check one
+        against the other)."""
         per_window = -(-self.window_blocks // BALANCE_CHUNK)
         total = int(per_window.sum())
         sizes = np.full(total, BALANCE_CHUNK, dtype=np.int64)
@@ -253,17 +273,15 @@ class MatrixShape:
     @functools.cached_property
     def _chunk_prefixes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per window (length windows + 1): chunks, TC blocks and non-empty windows before it."""
-        per_window = -(-self.window_blocks // BALANCE_CHUNK)
+        if self.prefixes is not None:
+            return self.prefixes
+        per_window = (self.window_blocks + BALANCE_CHUNK - 1) // BALANCE_CHUNK
         zero = np.zeros(1, dtype=np.int64)
         return (
             np.concatenate([zero, np.cumsum(per_window)]),
             np.concatenate([zero, np.cumsum(self.window_blocks)]),
             np.concatenate([zero, np.cumsum(per_window > 0)]),
         )
-
-    @property
-    def num_chunks(self) -> int:
-        return int(self._chunk_prefixes[0][-1])
 
     def before_chunks(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For chunk indices ``c`` in [0, num_chunks]: the TC blocks of the chunks before c, the
@@ -276,20 +294,30 @@ class MatrixShape:
         first = (inside == 0) & (c < chunk_start[-1])
         return block_start[w] + inside * BALANCE_CHUNK, nonempty_before[w] + (inside > 0), first
 
-    @functools.cached_property
-    def empty_windows(self) -> int:
-        return int((self.window_blocks == 0).sum())
 
-    @property
-    def nonempty_windows(self) -> int:
-        return int(self._chunk_prefixes[2][-1])
+class ShapeSummary(NamedTuple):
+    tc_blocks: int
+    max_blocks: int  # of any window
+    max_single_chunk_blocks: int  # of the windows of one balanced chunk
+    empty_windows: int
+    chunks: int  # balanced chunks, all windows
+    split_windows: int  # windows of more than one chunk
+    chunks_of_split_windows: int
 
 
 def base_makespan_units(shape: MatrixShape, slices: int, slots: int, block_units: float) -> tuple[float, float]:
     """(makespan, total work) of the base kernel in TC-block units, list-scheduled on ``slots``."""
-    per_window = block_units + shape.window_blocks.astype(np.float64)
-    jobs = np.repeat(per_window, slices)
-    return list_schedule_makespan(jobs, slots), float(jobs.sum())
+    windows = shape.num_windows
+    work = slices * (windows * block_units + shape.tc_blocks)
+    if windows == 0:
+        return 0.0, 0.0
+    if windows * slices <= slots:  # one wave: every warp starts at once
+        return block_units + shape.summary.max_blocks, work
+    costs = block_units + shape.window_blocks
+    if windows * slices <= EXACT_JOBS_PER_SLOT * slots:
+        return _batched_schedule(np.zeros(slots), np.repeat(costs, slices)), work
+    before = block_units * np.arange(windows) + shape.block_prefix[:-1]
+    return _fluid_schedule(costs, slots, slices, before), work
 
 
 class BalancedLaunch(NamedTuple):
@@ -309,11 +337,14 @@ def balanced_makespan_units(
     segment (``segment_units`` for its pipeline start and store); a segment whose window crosses
     the range boundary adds atomically (``split_units``). All warps are co-resident, so the
     makespan is the largest warp."""
-    chunks = shape.num_chunks
+    summary = shape.summary
+    chunks = summary.chunks
     items = chunks * slices
     if items == 0:
-        return BalancedLaunch(0.0, 0.0, shape.empty_windows)
-    upper = (shape.window_blocks.size + shape.tc_blocks // BALANCE_CHUNK + 1) * slices
+        return BalancedLaunch(0.0, 0.0, summary.empty_windows)
+    if items <= slots:
+        return _balanced_one_item_per_warp(summary, slices, segment_units, split_units)
+    upper = (shape.num_windows + summary.tc_blocks // BALANCE_CHUNK + 1) * slices
     per = -(-items // min(upper, slots))
     starts = np.arange(0, items, per)
     ends = np.minimum(starts + per, items)
@@ -321,7 +352,7 @@ def balanced_makespan_units(
     def before(item: np.ndarray):  # TC blocks and first chunks over the items < item; is item a first chunk
         blocks, firsts, first = shape.before_chunks(item % chunks)
         laps = item // chunks  # whole slices before item
-        return laps * shape.tc_blocks + blocks, laps * shape.nonempty_windows + firsts, first
+        return laps * summary.tc_blocks + blocks, laps * shape.nonempty_windows + firsts, first
 
     start_blocks, start_firsts, start_first = before(starts)
     end_blocks, end_firsts, end_first = before(ends)
@@ -331,7 +362,18 @@ def balanced_makespan_units(
     segments = end_firsts - start_firsts + starts_inside
     cut = np.where(segments == 1, starts_inside | ends_inside, starts_inside.astype(np.int64) + ends_inside)
     costs = segment_units * segments + blocks + split_units * cut
-    return BalancedLaunch(float(costs.max()), float(costs.sum()), shape.empty_windows + int(ends_inside.sum()))
+    return BalancedLaunch(float(costs.max()), float(costs.sum()), summary.empty_windows + int(ends_inside.sum()))
+
+
+def _balanced_one_item_per_warp(summary: ShapeSummary, slices: int, segment_units: float, split_units: float):
+    """``balanced_makespan_units`` when every warp takes a single chunk (items <= slots, so
+    per = 1): each chunk is one segment, cut exactly when its window has several chunks."""
+    full_split = BALANCE_CHUNK + split_units if summary.split_windows else 0.0
+    makespan = segment_units + max(summary.max_single_chunk_blocks, full_split)
+    work = slices * (segment_units * summary.chunks + summary.tc_blocks + split_units * summary.chunks_of_split_windows)
+    # Every chunk of a split window but its last continues into the next warp's range.
+    continued = slices * (summary.chunks_of_split_windows - summary.split_windows)
+    return BalancedLaunch(makespan, work, summary.empty_windows + continued)
 
 
 def kernel_time_us(constants: dict, makespan: float, work: float, slots: int, miss: float = 0.0) -> float:
@@ -536,14 +578,27 @@ def _number(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32) -> Explanation:
-    """Simulate and cost every path for ``shape`` times an [K, n] operand on ``model``'s device;
-    the choice is DTC-SpMM's kernel (by AR) unless ``"csr"`` is predicted faster, restricted to
-    ``candidates``."""
+class Prediction(NamedTuple):
+    """The simulated launches and predicted time of every path for one (matrix, N, dtype)."""
+
+    slices: dict  # kernel path -> warps per window along N
+    slots: dict  # kernel path -> SMs x resident warps
+    base: tuple  # (makespan, work) in TC-block units
+    balanced: BalancedLaunch
+    miss: float  # share of X beyond L2
+    device_us: dict  # path -> predicted device time
+    costs_us: dict  # path -> predicted time of a call, at least its host floor
+    constants: dict  # path -> the calibration's constants used
+
+
+def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32) -> Prediction:
+    """Simulate both kernels' launches for ``shape`` times an [K, n] operand on ``model``'s device
+    and predict the time of every path (see the module docstring for the model)."""
     calibration = model.calibration
-    base, balanced, csr = (calibration.constants(path, n, dtype) for path in CHOICES)
+    constants = {path: calibration.constants(path, n, dtype) for path in CHOICES}
+    base, balanced, csr = constants["base"], constants["balanced"], constants["csr"]
     kernel_dtype = dtype if dtype in KERNEL_DTYPES else torch.float32
-    windows = shape.window_blocks.size
+    windows = shape.num_windows
     slices = {path: max(1, model.slices(path, n, kernel_dtype, windows)) for path in KERNEL_CHOICES}
     slots = {path: model.sm_count * max(1, model.resident(path, n, kernel_dtype, windows)) for path in KERNEL_CHOICES}
 
@@ -551,26 +606,11 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     launch = balanced_makespan_units(
         shape, slices["balanced"], slots["balanced"], balanced["segment_units"], balanced["split_units"]
     )
-    # AR: the same per-block costs for both, so it measures only what balancing does to the
-    # schedule (DTC-SpMM); the threshold accounts for the atomics and the extra zeroing pass.
-    balanced_same_cost = balanced_makespan_units(
-        shape, slices["balanced"], slots["balanced"], base["block_units"], 0.0
-    ).makespan
-    ar = base_units / balanced_same_cost if balanced_same_cost > 0 else 1.0
-
-    zeroed_rows = launch.zeroed_windows * shape.window
-    value_bytes = torch.finfo(dtype).bits // 8
-    miss = l2_miss_fraction(shape.num_cols, n, value_bytes, model.l2_bytes)
-    base_us = kernel_time_us(base, base_units, base_work, slots["base"], miss)
-    balanced_us = kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"], miss)
-    makespans = {
-        "base": base_us - base["launch_us"],
-        "balanced": balanced_us - balanced["launch_us"],
-        "base_perfect_balance": base["unit_us"] * base_work / slots["base"],
-    }
+    miss = l2_miss_fraction(shape.num_cols, n, torch.finfo(dtype).bits // 8, model.l2_bytes)
     device_us = {
-        "base": base_us,
-        "balanced": balanced_us + balanced["zero_us"] * zeroed_rows,
+        "base": kernel_time_us(base, base_units, base_work, slots["base"], miss),
+        "balanced": kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"], miss)
+        + balanced["zero_us"] * launch.zeroed_windows * shape.window,
         "csr": csr["launch_us"]
         + csr["nnz_us"] * shape.nnz
         + csr["row_us"] * shape.rows
@@ -579,10 +619,45 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     }
     # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
     # that small graphs cost: back-to-back calls then run at the rate the host issues them.
-    constants = {"base": base, "balanced": balanced, "csr": csr}
     costs = {path: max(constants[path].get("floor_us", 0.0), us) for path, us in device_us.items()}
+    return Prediction(slices, slots, (base_units, base_work), launch, miss, device_us, costs, constants)
 
-    blocks = shape.tc_blocks
+
+def approximation_ratio(shape: MatrixShape, prediction: Prediction) -> float:
+    """DTC-SpMM's AR: base's makespan over balanced's with the same per-block costs for both, so it
+    measures only what balancing does to the schedule; the threshold accounts for the atomics and
+    the extra zeroing pass."""
+    block_units = prediction.constants["base"]["block_units"]
+    slices, slots = prediction.slices["balanced"], prediction.slots["balanced"]
+    same_cost = balanced_makespan_units(shape, slices, slots, block_units, 0.0).makespan
+    return prediction.base[0] / same_cost if same_cost > 0 else 1.0
+
+
+def select(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32) -> str:
+    """The path ``rank`` would choose, without building its explanation (what a product pays for
+    on its first call at an N bucket)."""
+    prediction = predict(shape, n, model, dtype)
+    ar = approximation_ratio(shape, prediction) if model.calibration.kernel_rule == "ar" else None
+    return _decide(candidates, prediction.costs_us, ar, shape.tc_blocks, model.calibration)[0]
+
+
+def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32) -> Explanation:
+    """Simulate and cost every path for ``shape`` times an [K, n] operand on ``model``'s device,
+    restricted to ``candidates``, and explain the choice."""
+    prediction = predict(shape, n, model, dtype)
+    ar = approximation_ratio(shape, prediction)
+    base, slices, slots, launch = prediction.constants["base"], prediction.slices, prediction.slots, prediction.balanced
+    base_units, base_work = prediction.base
+    makespans = {
+        "base": prediction.device_us["base"] - base["launch_us"],
+        "balanced": kernel_time_us(prediction.constants["balanced"], launch.makespan, launch.work,
+                                   slots["balanced"], prediction.miss) - prediction.constants["balanced"]["launch_us"],
+        "base_perfect_balance": base["unit_us"] * base_work / slots["base"],
+    }
+
+    windows, blocks = shape.num_windows, shape.tc_blocks
+    value_bytes = torch.finfo(dtype).bits // 8
+    zeroed_rows = launch.zeroed_windows * shape.window
     # Each column slice reads the sparse data again (fp32 values; per block its columns and bitmap).
     gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * 4 + blocks * (8 * 4 + 16))
     write = windows * shape.window * n * value_bytes
@@ -598,30 +673,31 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "tc_blocks": blocks,
         "mean_nnz_per_tc_block": shape.nnz / blocks if blocks else 0.0,
         "blocks_per_window_mean": blocks / windows if windows else 0.0,
-        "blocks_per_window_max": int(shape.window_blocks.max()) if windows else 0,
-        "windows_over_32_blocks": int((shape.window_blocks > BALANCE_CHUNK).sum()),
+        "blocks_per_window_max": shape.summary.max_blocks,
+        "windows_over_32_blocks": shape.summary.split_windows,
         "balanced_zeroed_windows": launch.zeroed_windows,
         "max_row_nnz": shape.max_row_nnz,
         "column_slices": slices["base"],
-        "x_share_beyond_l2": miss,
+        "x_share_beyond_l2": prediction.miss,
     }
-
-    explanation = dict(
-        n=n, dtype=dtype, device=model.name, calibration=calibration.source, features=features, slots=slots,
-        makespans_us=makespans, ar=ar, ar_threshold=calibration.ar_threshold, costs_us=costs,
-        bytes_moved=bytes_moved, candidates=tuple(candidates),
+    calibration = model.calibration
+    choice, reason = _decide(candidates, prediction.costs_us, ar, blocks, calibration)
+    return Explanation(
+        choice=choice, reason=reason, n=n, dtype=dtype, device=model.name, calibration=calibration.source,
+        features=features, slots=slots, makespans_us=makespans, ar=ar, ar_threshold=calibration.ar_threshold,
+        costs_us=prediction.costs_us, bytes_moved=bytes_moved, candidates=tuple(candidates),
     )
-    choice, reason = _decide(explanation, blocks, calibration)
-    return Explanation(choice=choice, reason=reason, **explanation)
 
 
-def _decide(explanation: dict, blocks: int, calibration: Calibration) -> tuple[str, str]:
-    candidates, costs = explanation["candidates"], explanation["costs_us"]
-    ar, threshold = explanation["ar"], explanation["ar_threshold"]
+def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration) -> tuple[str, str]:
+    """The calibration's kernel rule between the kernels, then csr unless the kernel is predicted
+    at least ``csr_margin`` faster. ``ar`` may be None when the rule does not need it."""
+    ar_text = "" if ar is None else f" (AR {ar:.2f})"
     if calibration.kernel_rule == "cost":
         kernel = min(KERNEL_CHOICES, key=costs.get)
-        rule_reason = f"{kernel} predicted faster of the kernels (AR {ar:.2f})"
+        rule_reason = f"{kernel} predicted faster of the kernels{ar_text}"
     else:
+        threshold = calibration.ar_threshold
         kernel = "balanced" if ar > threshold else "base"
         rule_reason = f"AR {ar:.2f} {'>' if kernel == 'balanced' else '<='} {threshold:.2f}"
     if blocks == 0:
@@ -652,9 +728,12 @@ def explain(layout: MetcfLayout, n: int, dtype: torch.dtype = torch.float32, dev
 
 
 def explain_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> Explanation:
-    """``explain`` from a shape already read back from the device (what a cached choice reuses)."""
-    candidates = CHOICES if _kernels_usable(dtype, device) else ("csr",)
-    return rank(shape, n_bucket(n), device_model(device), candidates, dtype)
+    """``explain`` from a shape already on the host (what a cached choice reuses)."""
+    return rank(shape, n_bucket(n), device_model(device), _candidates(dtype, device), dtype)
+
+
+def _candidates(dtype: torch.dtype, device: torch.device) -> tuple:
+    return CHOICES if _kernels_usable(dtype, device) else ("csr",)
 
 
 def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str, Explanation]:
@@ -666,29 +745,27 @@ def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str
 
 
 class SelectionCache:
-    """Choices for one matrix, computed once per (N bucket, dtype, device). A ``Structure`` holds
-    one; the matrix's block counts are read from the device once, on the first choice."""
+    """Choices for one matrix, computed once per (N bucket, dtype, device); explanations built
+    only when asked for. A ``Structure`` holds one; the matrix's block counts come from the host
+    copies its conversion made."""
 
     def __init__(self):
         self._shape: MatrixShape | None = None
         self._explanations: dict = {}
+        self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path
         self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> path
+
+    def _shape_of(self, layout: MetcfLayout) -> MatrixShape:
+        if self._shape is None:
+            self._shape = MatrixShape.of(layout)
+        return self._shape
 
     def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:
         device = torch.device(layout.device if device is None else device)
         key = (n_bucket(n), dtype, device)
         if key not in self._explanations:
-            # The first choice reads block counts back to the host: outside any compiled graph
-            # (a cache hit is traceable). Decorating lazily keeps torch._dynamo out of the import.
-            compute = torch.compiler.disable(self._compute) if torch.compiler.is_compiling() else self._compute
-            compute(key, layout)
+            self._explanations[key] = self._outside_graphs(explain_shape, layout, n, dtype, device)
         return self._explanations[key]
-
-    def _compute(self, key, layout: MetcfLayout) -> None:
-        if self._shape is None:
-            self._shape = MatrixShape.of(layout)
-        n, dtype, device = key
-        self._explanations[key] = explain_shape(self._shape, n, dtype, device)
 
     def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> str:
         # Called on every product: one dict lookup on the caller's own arguments, no bucketing
@@ -696,8 +773,25 @@ class SelectionCache:
         key = (n, dtype, device)
         choice = self._choices.get(key)
         if choice is None:
-            choice = self._choices[key] = self.explain(layout, n, dtype, device).choice
+            normalized = torch.device(layout.device if device is None else device)
+            bucket = (n_bucket(n), dtype, normalized)
+            if bucket not in self._by_bucket:
+                self._by_bucket[bucket] = self._outside_graphs(_select_shape, layout, n, dtype, normalized)
+            choice = self._choices[key] = self._by_bucket[bucket]
         return choice
 
+    def _outside_graphs(self, compute, layout: MetcfLayout, n: int, dtype: torch.dtype, device: torch.device):
+        """``compute(shape, n, dtype, device)``; a layout without host copies is read back,
+        outside any compiled graph (a cache hit is traceable). Decorating lazily keeps
+        torch._dynamo out of the import."""
+        def run():
+            return compute(self._shape_of(layout), n, dtype, device)
+
+        return torch.compiler.disable(run)() if torch.compiler.is_compiling() else run()
+
     def __len__(self) -> int:
-        return len(self._explanations)
+        return len(self._by_bucket.keys() | self._explanations.keys())
+
+
+def _select_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> str:
+    return select(shape, n_bucket(n), device_model(device), _candidates(dtype, device), dtype)

@@ -31,6 +31,12 @@ csr_col        int32/64 [nnz]
 csr_gather     int32    [nnz]                  CSR-order values are ``values[csr_gather]``
 ============== ======== ====================== ============================================
 
+``host_counts`` (``HostCounts``): the window and chunk offsets, the non-empty windows before each
+window and the longest row, copied to the host by the conversion in the synchronization it needs
+anyway (the block count sizes the arrays), so the kernel selector neither reads the device again
+nor recomputes prefix sums. Layouts rebuilt from tensors alone (``from_tensors``) have none; the
+selector then reads them back once.
+
 Index arrays over the nonzeros (the gathers) are int32, int64 only past 2**31 - 1 nonzeros: on a
 graph of 63M nonzeros each int64 gather would cost 0.5 GB of GPU memory.
 
@@ -43,8 +49,9 @@ which rows of X neighbouring blocks touch.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .csr import CSR, index_dtype_for
@@ -76,6 +83,7 @@ class MetcfLayout:
     csr_rowptr: torch.Tensor
     csr_col: torch.Tensor
     csr_gather: torch.Tensor
+    host_counts: "HostCounts | None" = field(default=None, compare=False, repr=False)
 
     TENSOR_FIELDS = (
         "window_offsets",
@@ -161,6 +169,16 @@ class MetcfLayout:
         }
 
 
+@dataclass(frozen=True)
+class HostCounts:
+    """Host copies of per-window prefix sums (int64 numpy, length windows + 1) and the longest row."""
+
+    window_offsets: np.ndarray
+    chunk_offsets: np.ndarray
+    nonempty_before: np.ndarray  # windows with at least one block before each window
+    max_row_nnz: int
+
+
 def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
     """For offsets of segments, the segment id of each of the ``total`` items (int64)."""
     counts = (offsets[1:] - offsets[:-1]).long()
@@ -224,7 +242,9 @@ def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None
 
     blocks_per_window = (pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
     window_offsets = _exclusive_cumsum(blocks_per_window)
-    num_blocks = int(window_offsets[-1])
+    chunk_offsets = _exclusive_cumsum((blocks_per_window + BALANCE_CHUNK - 1) // BALANCE_CHUNK)
+    host_counts = _read_back_counts(window_offsets, chunk_offsets, blocks_per_window, csr.rowptr)
+    num_blocks = int(host_counts.window_offsets[-1])
     pair_block = window_offsets[pair_window] + pair_rank // BLOCK_WIDTH
     pair_lane = pair_rank % BLOCK_WIDTH
 
@@ -241,7 +261,6 @@ def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None
 
     row_map = torch.full((num_windows * window,), -1, dtype=torch.int32, device=device)
     row_map[:num_rows] = torch.arange(num_rows, device=device) if row_perm is None else row_perm
-    chunks_per_window = (blocks_per_window + BALANCE_CHUNK - 1) // BALANCE_CHUNK
 
     layout = MetcfLayout(
         window=window,
@@ -253,11 +272,24 @@ def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None
         block_cols=block_cols,
         block_bitmap=occupancy_bitmap(nnz_block, local, num_blocks),
         row_map=row_map,
-        chunk_offsets=_exclusive_cumsum(chunks_per_window).to(torch.int32),
+        chunk_offsets=chunk_offsets.to(torch.int32),
         transpose_gather=torch.empty(0, dtype=gather_dtype, device=device),
         csr_rowptr=csr.rowptr,
         csr_col=csr.col,
         csr_gather=csr_gather,
+        host_counts=host_counts,
     )
     return layout, csr.values[order]
 
+
+def _read_back_counts(window_offsets, chunk_offsets, blocks_per_window, rowptr) -> HostCounts:
+    """The host copies of ``HostCounts`` in one copy: the synchronization that sizing the block
+    arrays needs, carrying what the kernel selector will ask for (prefix sums are cheap here and
+    O(windows) passes on the host)."""
+    row_lengths = rowptr[1:] - rowptr[:-1]
+    longest = row_lengths.max().view(1) if row_lengths.numel() else rowptr.new_zeros(1)
+    nonempty_before = _exclusive_cumsum((blocks_per_window > 0).long())
+    parts = [window_offsets, chunk_offsets, nonempty_before, longest.long()]
+    host = torch.cat(parts).cpu().numpy()
+    offsets, chunks, nonempty, _ = np.split(host, np.cumsum([p.numel() for p in parts])[:-1])
+    return HostCounts(offsets, chunks, nonempty, int(host[-1]))

@@ -47,7 +47,7 @@ def _predictor(csr: CSR, window: int, n: int):
     def predict(perm) -> tuple[int, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
         shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row)
-        return int(per_window.sum()), dict(selector.rank(shape, n, model).costs_us)
+        return int(per_window.sum()), dict(selector.predict(shape, n, model).costs_us)
 
     return predict
 
