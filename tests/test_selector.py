@@ -252,6 +252,11 @@ def test_before_chunks_agrees_with_the_chunks(blocks):
 # Ranking against csr.
 
 
+def test_csr_margin_of_older_files_applies_to_both_kernels():
+    assert selector.csr_margins(0.15) == {"base": 0.15, "balanced": 0.15}
+    assert selector.csr_margins({"base": 0.0, "balanced": 0.1}) == {"base": 0.0, "balanced": 0.1}
+
+
 def test_csr_wins_when_predicted_cheaper():
     s = shape([4] * 12)
     cheap_csr = model(csr={"launch_us": 0.0, "nnz_us": 0.0, "row_us": 0.0, "max_row_us": 0.0})
@@ -268,8 +273,12 @@ def test_csr_margin_keeps_csr_when_a_kernel_is_barely_faster():
     csr_us = 1.05 * costs["base"] - costs["csr"] + m.calibration.constants("csr", 32)["launch_us"]
     without = model(csr={"launch_us": csr_us}, base={}, balanced={})
     assert rank(s, 32, without).choice == "base"
-    with_margin = DeviceModel("m", "m", 2, dataclasses.replace(without.calibration, csr_margin=0.1), None)
+    margins = {"base": 0.1, "balanced": 0.0}
+    with_margin = DeviceModel("m", "m", 2, dataclasses.replace(without.calibration, csr_margin=margins), None)
     assert rank(s, 32, with_margin).choice == "csr"
+    margins = {"base": 0.0, "balanced": 0.1}  # the margin of the kernel chosen applies
+    other_margin = DeviceModel("m", "m", 2, dataclasses.replace(without.calibration, csr_margin=margins), None)
+    assert rank(s, 32, other_margin).choice == "base"
     costly_csr = model(csr={"launch_us": 1e6})
     assert rank(s, 32, costly_csr).choice == "base"
 
@@ -506,7 +515,7 @@ def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
     fitted = Calibration.from_dict(json.loads((tmp_path / "out" / "madeup.json").read_text()), "fitted")
     assert set(fitted.buckets) == set(selector.BUCKETS)
     assert set(fitted.dtype_buckets) == {"float16"} and set(fitted.dtype_buckets["float16"]) == set(selector.BUCKETS)
-    assert fitted.csr_margin >= 0.05
+    assert set(fitted.csr_margin) == set(selector.KERNEL_CHOICES)
     scored = bench.score(records, shapes, info, fitted)
     assert scored["hit_rate"] >= 0.9
     assert scored["worst_vs_csr"] <= 1.10

@@ -57,8 +57,9 @@ call at an N bucket) builds no explanation; ``rank`` and ``explain`` do.
 Choice: the calibration's ``kernel_rule`` picks the kernel, either DTC-SpMM's (balanced when AR >
 ``ar_threshold``) or the kernel with the lower predicted time (the rule that fitted the measured
 oracle better on that GPU); it runs unless ``"csr"`` is predicted faster, or the kernel is
-predicted less than ``csr_margin`` faster (a calibrated safety margin: a wrong kernel must not
-cost more than cuSPARSE).
+predicted less than its ``csr_margin`` faster (a calibrated safety margin per kernel: a wrong
+kernel must not cost more than cuSPARSE; the balanced kernel's extra zeroing launch and atomics
+make its prediction the less certain on small graphs).
 """
 from __future__ import annotations
 
@@ -411,7 +412,8 @@ class Calibration:
     buckets: dict  # N bucket -> path -> constants, for float32 (TF32) and any dtype not listed below
     sm_count: int  # used only without a CUDA device
     occupancy: dict  # path -> resident warps per SM, used only without a CUDA device
-    csr_margin: float = 0.0  # a kernel is chosen only when predicted this fraction faster than csr
+    # kernel path -> a kernel is chosen only when predicted this fraction faster than csr
+    csr_margin: dict = field(default_factory=lambda: dict.fromkeys(KERNEL_CHOICES, 0.0))
     l2_bytes: int = DEFAULT_L2_BYTES  # used only without a CUDA device
     dtype_buckets: dict = field(default_factory=dict)  # "float16" / "bfloat16" -> buckets of their own
     kernel_rule: str = "ar"  # between the kernels: "ar" (DTC-SpMM's threshold) or "cost" (predicted time)
@@ -434,7 +436,7 @@ class Calibration:
             buckets(data["buckets"]),
             int(data["sm_count"]),
             dict(data["occupancy"]),
-            float(data.get("csr_margin", 0.0)),
+            csr_margins(data.get("csr_margin", 0.0)),
             int(data.get("l2_bytes", DEFAULT_L2_BYTES)),
             {name: buckets(table) for name, table in data.get("dtype_buckets", {}).items()},
             str(data.get("kernel_rule", "ar")),
@@ -452,6 +454,14 @@ class Calibration:
             if key in constants:
                 constants[key] *= n / bucket
         return constants
+
+
+def csr_margins(margin) -> dict:
+    """Per kernel margins from a calibration's ``csr_margin``: one number for both kernels (the
+    files before 2026-11-22's fifth session) or one per kernel."""
+    if isinstance(margin, dict):
+        return {path: float(margin[path]) for path in KERNEL_CHOICES}
+    return dict.fromkeys(KERNEL_CHOICES, float(margin))
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -691,7 +701,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
 
 def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration) -> tuple[str, str]:
     """The calibration's kernel rule between the kernels, then csr unless the kernel is predicted
-    at least ``csr_margin`` faster. ``ar`` may be None when the rule does not need it."""
+    at least its ``csr_margin`` faster. ``ar`` may be None when the rule does not need it."""
     ar_text = "" if ar is None else f" (AR {ar:.2f})"
     if calibration.kernel_rule == "cost":
         kernel = min(KERNEL_CHOICES, key=costs.get)
@@ -704,7 +714,7 @@ def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration:
         return "csr", "the matrix has no TC blocks"
     if kernel not in candidates:
         return "csr", "the Tensor-Core kernels cannot run on this device and dtype"
-    margin = calibration.csr_margin
+    margin = calibration.csr_margin[kernel]
     if "csr" in candidates and costs[kernel] > (1.0 - margin) * costs["csr"]:
         return "csr", (
             f"{rule_reason} picks {kernel}, but csr is predicted faster or too close "

@@ -79,10 +79,18 @@ class TCSparseTensor(torch.Tensor):
         out._values = values
         out._csr_matrix = None
         out._casts = {}
-        with torch.no_grad():
-            out._block_values = values[structure.block_order]
+        out._block_values_built = None  # see _block_values
         out._operands = {}  # see _operand_values
         return out
+
+    @property
+    def _block_values(self) -> torch.Tensor:
+        """The values in block order, what the kernels read: built on first need, so a matrix
+        whose products all go to torch.sparse never holds a second copy of its values."""
+        if self._block_values_built is None:
+            with torch.no_grad():
+                self._block_values_built = self._structure.to_block_order(self._values)
+        return self._block_values_built
 
     @classmethod
     def _build(cls, csr: CSR, window=16, reorder="none", symmetric=None, seed=0) -> "TCSparseTensor":
@@ -243,7 +251,7 @@ class TCSparseTensor(torch.Tensor):
         values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
         x_needs_grad = torch.is_grad_enabled() and x.requires_grad
         if torch.compiler.is_compiling() or values_need_grad:
-            values = self._values[s.block_order] if values_need_grad else self._block_values
+            values = s.to_block_order(self._values) if values_need_grad else self._block_values
             layout_t = s.transposed()[0].layout.tensors() if x_needs_grad else []
             y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
         elif path == "csr":
