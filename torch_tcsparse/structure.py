@@ -6,14 +6,8 @@ from __future__ import annotations
 import torch
 
 from .formats.csr import CSR, transpose
-from .formats.metcf import MetcfLayout, build_metcf
+from .formats.metcf import build_metcf
 from .selector import SelectionCache
-
-
-def inverse_permutation(perm: torch.Tensor) -> torch.Tensor:
-    inverse = torch.empty_like(perm)
-    inverse[perm] = torch.arange(perm.numel(), device=perm.device, dtype=perm.dtype)
-    return inverse
 
 
 class Structure:
@@ -28,7 +22,6 @@ class Structure:
         self.method = method
         self.layout, _ = build_metcf(csr, window, row_perm)
         self._transpose: Structure | None = None
-        self._transpose_order: torch.Tensor | None = None
         self.selection = SelectionCache()
 
     @property
@@ -48,8 +41,9 @@ class Structure:
     def csr(self, values: torch.Tensor) -> CSR:
         return CSR(self.rowptr, self.col, values, self.num_rows, self.num_cols)
 
-    def transposed(self) -> tuple["Structure", torch.Tensor]:
-        """The transpose's structure and, for each of its CSR nonzeros, the position in ours."""
+    def transposed(self) -> "Structure":
+        """The transpose's structure, its block order linked to ours through the layouts'
+        ``transpose_gather`` (what the kernels' backward and ``TCSparseTensor.t`` read)."""
         if self._transpose is None:
             placeholder = torch.empty(self.nnz, device=self.device)
             csr_t, order = transpose(self.csr(placeholder))
@@ -61,23 +55,21 @@ class Structure:
             del csr_t
             # Entry p of the transpose's CSR is our CSR entry order[p]: link the block orders.
             ours_in_blocks = self.layout.csr_gather[order]
+            del order
             theirs_in_blocks = t.layout.csr_gather
             gather = torch.empty_like(theirs_in_blocks)
             gather[ours_in_blocks] = theirs_in_blocks
-            order = order.to(ours_in_blocks.dtype)
             if shared:
-                # Entry (i, j) <-> (j, i) is an involution, and so are order and the gathers:
-                # each is its own inverse, one copy serves both directions.
-                gather_t, order_t = gather, order
+                # Entry (i, j) <-> (j, i) is an involution, and so is the gather: its own
+                # inverse, one copy serves both directions.
+                gather_t = gather
             else:
                 gather_t = torch.empty_like(ours_in_blocks)
                 gather_t[theirs_in_blocks] = ours_in_blocks
-                order_t = inverse_permutation(order)
             t.layout = t.layout.with_transpose_gather(gather_t)
             self.layout = self.layout.with_transpose_gather(gather)
-            t._transpose, t._transpose_order = self, order_t
-            self._transpose, self._transpose_order = t, order
-        return self._transpose, self._transpose_order
+            t._transpose, self._transpose = self, t
+        return self._transpose
 
     def _pattern_is_symmetric(self, csr_t: CSR) -> bool:
         """Whether the transpose has our sparsity pattern and our permutations, so that its
@@ -96,7 +88,7 @@ class Structure:
         the values' order differs, which ``transposed`` links as for any transpose."""
         shared = object.__new__(Structure)
         shared.__dict__.update(self.__dict__)  # the selection cache too: same blocks, same choices
-        shared._transpose = shared._transpose_order = None
+        shared._transpose = None
         return shared
 
     def to(self, device) -> "Structure":
@@ -104,14 +96,9 @@ class Structure:
         moved = self._moved(device)
         if self._transpose is not None:
             t = self._transpose
-            moved_order = self._transpose_order.to(device)
-            if t.layout.block_cols is self.layout.block_cols:
-                # Shared index arrays stay shared; the gather and the order are their own inverses.
-                moved_t, moved_order_t = moved._sharing_indices(), moved_order
-            else:
-                moved_t, moved_order_t = t._moved(device), t._transpose_order.to(device)
-            moved._transpose, moved._transpose_order = moved_t, moved_order
-            moved_t._transpose, moved_t._transpose_order = moved, moved_order_t
+            # Shared index arrays stay shared (the moved layout carries the moved gather).
+            moved_t = moved._sharing_indices() if t.layout.block_cols is self.layout.block_cols else t._moved(device)
+            moved._transpose, moved_t._transpose = moved_t, moved
         return moved
 
     def _moved(self, device) -> "Structure":
@@ -121,7 +108,7 @@ class Structure:
         moved.layout = self.layout.to(device)
         moved.row_perm = None if self.row_perm is None else self.row_perm.to(device)
         moved.col_perm = None if self.col_perm is None else self.col_perm.to(device)
-        moved._transpose = moved._transpose_order = None
+        moved._transpose = None
         return moved
 
     def stats(self, value_bytes: int = 4) -> dict:

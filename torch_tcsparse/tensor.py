@@ -192,9 +192,12 @@ class TCSparseTensor(torch.Tensor):
         return self.to("cpu")
 
     def t(self) -> "TCSparseTensor":
-        """The transpose (K, M); its structure is built once and cached on both matrices."""
-        structure_t, order = self._structure.transposed()
-        return TCSparseTensor(structure_t, self._values[order])
+        """The transpose (K, M); its structure is built once and cached on both matrices. Its
+        values are gathered through the block orders (differentiable), the links the kernels'
+        backward keeps anyway, so no CSR-to-CSR order is stored."""
+        structure_t = self._structure.transposed()
+        block_values_t = self._structure.to_block_order(self._values)[structure_t.layout.transpose_gather]
+        return TCSparseTensor(structure_t, block_values_t[structure_t.layout.csr_gather])
 
     @property
     def T(self) -> "TCSparseTensor":
@@ -252,7 +255,7 @@ class TCSparseTensor(torch.Tensor):
         x_needs_grad = torch.is_grad_enabled() and x.requires_grad
         if torch.compiler.is_compiling() or values_need_grad:
             values = s.to_block_order(self._values) if values_need_grad else self._block_values
-            layout_t = s.transposed()[0].layout.tensors() if x_needs_grad else []
+            layout_t = s.transposed().layout.tensors() if x_needs_grad else []
             y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
         elif path == "csr":
             # torch.sparse on the CSR-order values the tensor holds: no per-call gather into CSR
@@ -260,7 +263,7 @@ class TCSparseTensor(torch.Tensor):
             y = torch.sparse.mm(self._torch_csr(), x.contiguous())
         elif x_needs_grad:
             values, values_t = self._operand_values(path), self._operand_values(path, transpose=True)
-            y = ops.SpMMGradX.apply(x, values, values_t, s.layout, s.transposed()[0].layout, path)
+            y = ops.SpMMGradX.apply(x, values, values_t, s.layout, s.transposed().layout, path)
         else:
             y = ops.run_spmm(x, self._operand_values(path), s.layout, path, validated=True)
         return y.squeeze(1) if vector else y
@@ -273,7 +276,7 @@ class TCSparseTensor(torch.Tensor):
         if key not in self._operands:
             if transpose:
                 values = self._operand_values(path)
-                values_t = values[self._structure.transposed()[0].layout.transpose_gather]
+                values_t = values[self._structure.transposed().layout.transpose_gather]
                 # A symmetric matrix (GCN's normalized adjacency) is its own transpose: one copy.
                 self._operands[key] = values if torch.equal(values_t, values) else values_t
             else:
