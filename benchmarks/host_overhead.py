@@ -103,16 +103,22 @@ def gcn_step(a: torch_tcsparse.TCSparseTensor, out: Path, name: str) -> float:
     return (time.perf_counter() - start) / 50 * 1e3
 
 
-def choice_cost(a: torch_tcsparse.TCSparseTensor, n: int) -> tuple[float, float]:
-    """(ms of a first choice on a fresh cache, ms of one SpMM with the chosen path)."""
+def choice_cost(a: torch_tcsparse.TCSparseTensor, n: int, out: Path, name: str) -> tuple[float, float]:
+    """(ms of a first choice on a fresh cache, ms of one SpMM with the chosen path); the first
+    choices profiled into ``out``."""
     s = a._structure
+
+    def first_choice(_):
+        s.selection = selector.SelectionCache()
+        s.selection.choose(s.layout, n, a.dtype, a.device)
+
     times = []
     for _ in range(5):
-        s.selection = selector.SelectionCache()
         torch.cuda.synchronize()
         start = time.perf_counter()
-        s.selection.choose(s.layout, n, a.dtype, a.device)
+        first_choice(None)
         times.append((time.perf_counter() - start) * 1e3)
+    profile(first_choice, None, out / f"host_overhead_profile_{name}_first_choice.txt", calls=200)
     x = torch.randn(a.shape[1], n, device="cuda")
     spmm_ms = time_cuda(lambda: a @ x, [()], warmup=5, reps=30)
     return sorted(times)[len(times) // 2], spmm_ms
@@ -136,7 +142,7 @@ def main(argv=None):
                 print(f"  {label:<36}{time_per_call_us(fn, xs, calls=2000):8.1f}")
             typed = a.to(dtype)
             profile(lambda x: typed @ x, xs[0][0], out / f"host_overhead_profile_{name}_{dtype_name}.txt")
-        choice_ms, spmm_ms = choice_cost(a, args.n)
+        choice_ms, spmm_ms = choice_cost(a, args.n, out, name)
         print(f"  first choice {choice_ms:.3f} ms, one SpMM {spmm_ms:.3f} ms: {choice_ms / spmm_ms:.2f}x")
         print(f"  GCN training step (2 layers, 100 -> 256 -> 47): {gcn_step(a, out, name):.3f} ms")
 
