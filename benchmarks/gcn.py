@@ -36,7 +36,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -282,7 +281,7 @@ def run_accuracy(args):
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     concurrency = min(args.parallel, len(datasets) * len(backends) * len(seeds))
     if concurrency > 1:
-        finished = runs_in_subprocesses(datasets, backends, seeds, args.parallel)
+        finished = runs_in_subprocesses(datasets, backends, seeds, args.parallel, out_dir() / "accuracy_runs")
     rows, run_rows = [], []
     for dataset, options in datasets.items():
         for backend in backends:
@@ -307,10 +306,11 @@ def run_accuracy(args):
     return rows, run_rows
 
 
-def runs_in_subprocesses(datasets, backends, seeds, parallel: int) -> dict:
+def runs_in_subprocesses(datasets, backends, seeds, parallel: int, folder: Path) -> dict:
     """{(dataset, backend, seed): that run's result}, each run train.py in a process of its own,
     at most ``parallel`` at once: a run of ogbl-ddi is bound by its host thread, so runs alone
-    leave the device idle. Every failed run is reported with the end of its stderr."""
+    leave the device idle. Every failed run is reported with the end of its stderr. Each result
+    is also left in ``folder`` as it finishes, so runs cut short by a time limit keep theirs."""
     import train
 
     for options in datasets.values():
@@ -319,9 +319,10 @@ def runs_in_subprocesses(datasets, backends, seeds, parallel: int) -> dict:
     jobs = [(dataset, backend, seed) for dataset in datasets for backend in backends for seed in seeds]
     threads = max(1, len(os.sched_getaffinity(0)) // min(parallel, len(jobs)))
     env = os.environ | {"OMP_NUM_THREADS": str(threads)}  # the host's cores shared, not oversubscribed
-    with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(parallel) as pool:
-        futures = {job: pool.submit(run_one, datasets[job[0]], *job[1:], Path(folder) / f"{i}.json", env)
-                   for i, job in enumerate(jobs)}
+    folder.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(parallel) as pool:
+        futures = {job: pool.submit(run_one, datasets[job[0]], *job[1:], folder / f"{'_'.join(map(str, job))}.json", env)
+                   for job in jobs}
     failures = [f"{'/'.join(map(str, job))}: {future.exception()}" for job, future in futures.items()
                 if future.exception() is not None]
     if failures:

@@ -87,4 +87,4 @@ def test_failed_parallel_run_fails_the_stage(tmp_path, monkeypatch):
     monkeypatch.setattr("train.load_task", lambda args: None)  # no dataset: the runs themselves fail
     monkeypatch.setattr(gcn_benchmark, "TRAIN", tmp_path / "missing_train.py")
     with pytest.raises(RuntimeError, match="(?s)2 of 2 accuracy runs failed.*exit status 2.*missing_train.py"):
-        gcn_benchmark.runs_in_subprocesses({"none": []}, ["tcsparse"], [0, 1], parallel=2)
+        gcn_benchmark.runs_in_subprocesses({"none": []}, ["tcsparse"], [0, 1], parallel=2, folder=tmp_path / "runs")
