@@ -206,3 +206,19 @@ def test_ogbl_ddi_link_prediction():
     assert 0.0 <= run["test"] <= 1.0 and 0.0 <= run["valid"] <= 1.0
     assert math.isfinite(run["losses"][0]) and run["losses"][0] > 0
     assert not (OGB_ROOT / "ogbl_ddi" / "processed").exists(), "the shared data must stay untouched"
+
+
+def test_negative_sampler_is_uniform_over_non_edges():
+    from train import NegativeSampler
+
+    torch.manual_seed(0)
+    edges = torch.tensor([[0, 1, 2, 3, 3], [1, 0, 3, 2, 3]])  # (3, 3) a self-loop
+    sampler = NegativeSampler(edges, num_nodes=7)
+    drawn = sampler(20000)
+    counts = {}
+    for pair in map(tuple, drawn.t().tolist()):
+        counts[pair] = counts.get(pair, 0) + 1
+    allowed = {(r, c) for r in range(7) for c in range(7) if r != c} - {(0, 1), (1, 0), (2, 3), (3, 2)}
+    assert set(counts) == allowed
+    expected = 20000 / len(allowed)
+    assert all(abs(count - expected) < 5 * math.sqrt(expected) for count in counts.values())
