@@ -115,24 +115,35 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                 xs = [(torch.randn(a.shape[1], n, device="cuda", dtype=dtype),)
                       for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
                 times = measure_paths(a, xs, repeat)
-                # A first choice as a product makes it: the shape from the conversion's host
-                # copies, then the simulation (no explanation built).
-                start = time.perf_counter()
-                shape = MatrixShape.of(layout)
-                read_back = time.perf_counter()
-                selector.select(shape, selector.n_bucket(n), model, selector.CHOICES, dtype)
-                choice_us, shape_us = (time.perf_counter() - start) * 1e6, (read_back - start) * 1e6
+                choice_us, shape_us, cold_us = first_choice_us(layout, n, dtype, model)
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
                 records.append({"graph": name, "n": n, "dtype": selector.dtype_name(dtype), "times_us": times,
-                                "choice_us": choice_us, "shape_us": shape_us, "launch": launch})
+                                "choice_us": choice_us, "shape_us": shape_us, "cold_choice_us": cold_us,
+                                "launch": launch})
                 print(f"{name:>24} N={n:<4} {selector.dtype_name(dtype):<9}"
                       + " ".join(f"{p}={t:9.1f}" for p, t in times.items())
-                      + f"  choice cost {choice_us:7.0f} us (read-back {shape_us:6.0f})", flush=True)
+                      + f"  first choice {choice_us:7.0f} us (median of 5; shape {shape_us:5.0f}, cold {cold_us:7.0f})",
+                      flush=True)
         del a, a32
         torch.cuda.empty_cache()
         save(out, records, shapes, info)
     return records, shapes
+
+
+def first_choice_us(layout, n: int, dtype: torch.dtype, model, repeat: int = 5) -> tuple[float, float, float]:
+    """A first choice as a product makes it (the shape from the conversion's host copies, then the
+    simulation, no explanation built), each time on a fresh shape: the median microseconds of
+    ``repeat`` (and of their shape part), and the first alone, which follows the GPU timings cold."""
+    totals, shapes = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        shape = MatrixShape.of(layout)
+        built = time.perf_counter()
+        selector.select(shape, selector.n_bucket(n), model, selector.CHOICES, dtype)
+        totals.append((time.perf_counter() - start) * 1e6)
+        shapes.append((built - start) * 1e6)
+    return statistics.median(totals), statistics.median(shapes), totals[0]
 
 
 def measure_paths(a: TCSparseTensor, xs, repeat: int, rounds: int = ROUNDS) -> dict:

@@ -474,15 +474,26 @@ def test_choice_on_cuda_uses_kernel_occupancy_and_runs():
 # The calibration pipeline of benchmarks/selector.py, offline on synthetic measurements.
 
 
-def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
+def selector_benchmark():
     import importlib.util
-    import json
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "selector.py"
     spec = importlib.util.spec_from_file_location("selector_benchmark", script)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_benchmark_times_first_choices_on_fresh_shapes():
+    median_us, shape_us, cold_us = selector_benchmark().first_choice_us(small_layout(), 128, torch.float32, model())
+    assert 0 < shape_us <= median_us and cold_us > 0
+
+
+def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
+    import json
+
+    bench = selector_benchmark()
 
     # Measurements made up from a known calibration (with a slower balanced kernel than the
     # defaults), on graphs from uniform to heavy-tailed.
