@@ -216,16 +216,13 @@ class MatrixShape:
         blocks = self.window_blocks
         if blocks.size == 0:
             return ShapeSummary(0, 0, 0, 0, 0, 0, 0)
+        chunk_start, block_start, nonempty_before = self._chunk_prefixes
+        chunks, empty = int(chunk_start[-1]), blocks.size - int(nonempty_before[-1])
         split = blocks > BALANCE_CHUNK
-        if self.prefixes is not None:
-            chunks, empty = int(self.prefixes[0][-1]), blocks.size - int(self.prefixes[2][-1])
-        else:
-            chunks = int(((blocks + BALANCE_CHUNK - 1) // BALANCE_CHUNK).sum())
-            empty = int(np.count_nonzero(blocks == 0))
         split_windows = int(np.count_nonzero(split))
         single_chunk = blocks.size - empty - split_windows
         return ShapeSummary(
-            tc_blocks=int(blocks.sum()),
+            tc_blocks=int(block_start[-1]),
             max_blocks=int(blocks.max()),
             max_single_chunk_blocks=int(np.where(split, 0, blocks).max()),
             empty_windows=empty,
@@ -658,16 +655,16 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     ar = approximation_ratio(shape, prediction)
     base, slices, slots, launch = prediction.constants["base"], prediction.slices, prediction.slots, prediction.balanced
     base_units, base_work = prediction.base
+    balanced = prediction.constants["balanced"]
+    zeroed_rows = launch.zeroed_windows * shape.window
     makespans = {
         "base": prediction.device_us["base"] - base["launch_us"],
-        "balanced": kernel_time_us(prediction.constants["balanced"], launch.makespan, launch.work,
-                                   slots["balanced"], prediction.miss) - prediction.constants["balanced"]["launch_us"],
+        "balanced": prediction.device_us["balanced"] - balanced["launch_us"] - balanced["zero_us"] * zeroed_rows,
         "base_perfect_balance": base["unit_us"] * base_work / slots["base"],
     }
 
     windows, blocks = shape.num_windows, shape.tc_blocks
     value_bytes = torch.finfo(dtype).bits // 8
-    zeroed_rows = launch.zeroed_windows * shape.window
     # Each column slice reads the sparse data again (fp32 values; per block its columns and bitmap).
     gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * 4 + blocks * (8 * 4 + 16))
     write = windows * shape.window * n * value_bytes

@@ -30,16 +30,24 @@ def test_quick_timing_on_rmat(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.skipif(not (SHARED_DATA / "planetoid" / "Cora" / "raw").is_dir(),
                     reason=f"Planetoid raw files not found under {SHARED_DATA / 'planetoid'}")
+def quick_accuracy(out, monkeypatch, *options, suffix=""):
+    """The accuracy part with --quick on the CPU, results in ``out``: its per-run and summary rows
+    (the CSV names carry ``suffix``, e.g. ``_seed5`` for --first-seed 5)."""
+    monkeypatch.setenv("OUT", str(out))
+    monkeypatch.setenv("TCSPARSE_CACHE", str(out / "cache"))
+    gcn_benchmark.main(["--quick", "--parts", "accuracy", "--device", "cpu", *options])
+    rows = []
+    for name in (f"gcn_accuracy_runs{suffix}.csv", f"gcn_accuracy{suffix}.csv"):
+        with (out / name).open() as handle:
+            rows.append(list(csv.DictReader(handle)))
+    return rows
+
+
 def test_quick_accuracy_rows_per_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("OUT", str(tmp_path))
-    monkeypatch.setenv("TCSPARSE_CACHE", str(tmp_path / "cache"))
-    gcn_benchmark.main(["--quick", "--parts", "accuracy", "--accuracy-datasets", "Cora", "--seeds", "2",
-                        "--first-seed", "5", "--device", "cpu"])
-    with (tmp_path / "gcn_accuracy_runs_seed5.csv").open() as handle:
-        runs = list(csv.DictReader(handle))
+    runs, summary = quick_accuracy(tmp_path, monkeypatch, "--accuracy-datasets", "Cora", "--seeds", "2",
+                                   "--first-seed", "5", suffix="_seed5")
     assert [(r["backend"], r["seed"]) for r in runs] == [("tcsparse", "5"), ("tcsparse", "6"), ("pyg", "5"), ("pyg", "6")]
-    with (tmp_path / "gcn_accuracy_seed5.csv").open() as handle:
-        summary = {row["backend"]: float(row["test_mean"]) for row in csv.DictReader(handle)}
+    summary = {row["backend"]: float(row["test_mean"]) for row in summary}
     # Same seeds give both backends the same initial weights, so the same accuracy up to rounding.
     assert abs(summary["tcsparse"] - summary["pyg"]) < 0.02
 
@@ -48,16 +56,12 @@ def test_quick_accuracy_rows_per_run(tmp_path, monkeypatch):
                     reason=f"Planetoid raw files not found under {SHARED_DATA / 'planetoid'}")
 def test_quick_accuracy_parallel_matches_in_process(tmp_path, monkeypatch, capsys):
     """Runs in subprocesses, two at once, give the per-run rows of the same seeds in one process."""
-    monkeypatch.setenv("TCSPARSE_CACHE", str(tmp_path / "cache"))
     tests = {}
     for parallel in ("1", "2"):
-        monkeypatch.setenv("OUT", str(tmp_path / parallel))
-        gcn_benchmark.main(["--quick", "--parts", "accuracy", "--accuracy-datasets", "Cora", "--seeds", "2",
-                            "--device", "cpu", "--parallel", parallel, "--data-root", str(SHARED_DATA)])
-        with (tmp_path / parallel / "gcn_accuracy_runs.csv").open() as handle:
-            tests[parallel] = {(r["backend"], r["seed"]): float(r["test"]) for r in csv.DictReader(handle)}
-        with (tmp_path / parallel / "gcn_accuracy.csv").open() as handle:
-            assert [r["concurrent_runs"] for r in csv.DictReader(handle)] == [parallel, parallel]
+        runs, summary = quick_accuracy(tmp_path / parallel, monkeypatch, "--accuracy-datasets", "Cora", "--seeds", "2",
+                                       "--parallel", parallel, "--data-root", str(SHARED_DATA))
+        tests[parallel] = {(r["backend"], r["seed"]): float(r["test"]) for r in runs}
+        assert [r["concurrent_runs"] for r in summary] == [parallel, parallel]
     assert list(tests["2"]) == [("tcsparse", "0"), ("tcsparse", "1"), ("pyg", "0"), ("pyg", "1")]
     # Thread counts differ (a process's share of the cores), so summation order may too.
     assert tests["2"] == pytest.approx(tests["1"], abs=0.01)
@@ -68,16 +72,11 @@ def test_quick_accuracy_parallel_matches_in_process(tmp_path, monkeypatch, capsy
                     reason=f"ogbl-ddi not found under {SHARED_DATA / 'ogb'}")
 def test_quick_accuracy_in_parallel_subprocesses(tmp_path, monkeypatch):
     """ogbl-ddi, the dataset --parallel is for (read-only root, ogb's loader): one epoch per run."""
-    monkeypatch.setenv("OUT", str(tmp_path))
-    monkeypatch.setenv("TCSPARSE_CACHE", str(tmp_path / "cache"))
-    gcn_benchmark.main(["--quick", "--parts", "accuracy", "--accuracy-datasets", "ogbl-ddi", "--seeds", "2",
-                        "--first-seed", "3", "--device", "cpu", "--parallel", "2", "--data-root", str(SHARED_DATA)])
-    with (tmp_path / "gcn_accuracy_runs_seed3.csv").open() as handle:
-        runs = list(csv.DictReader(handle))
+    runs, summary = quick_accuracy(tmp_path, monkeypatch, "--accuracy-datasets", "ogbl-ddi", "--seeds", "2",
+                                   "--first-seed", "3", "--parallel", "2", "--data-root", str(SHARED_DATA),
+                                   suffix="_seed3")
     assert [(r["backend"], r["seed"]) for r in runs] == [("tcsparse", "3"), ("tcsparse", "4"), ("pyg", "3"), ("pyg", "4")]
     assert all(r["metric"] == "hits@20" and 0 <= float(r["test"]) <= 1 for r in runs)
-    with (tmp_path / "gcn_accuracy_seed3.csv").open() as handle:
-        summary = list(csv.DictReader(handle))
     assert [(r["backend"], r["seeds"], r["concurrent_runs"]) for r in summary] == [("tcsparse", "2", "2"), ("pyg", "2", "2")]
     assert all(float(r["epoch_ms_median"]) > 0 for r in summary)
 
