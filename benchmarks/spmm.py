@@ -90,11 +90,9 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
     values = torch.rand(row.numel(), device="cuda", generator=gen) + 0.5
     csr = from_coo(row, col, values, num_rows, num_cols)
     del row, col, values
-    torch.cuda.synchronize()
-    start = time.perf_counter()
     layout, block_values = build_metcf(csr)
-    torch.cuda.synchronize()
-    build_ms = (time.perf_counter() - start) * 1e3
+    build_ms = time_build(lambda: build_metcf(csr))
+    torch_build_ms = time_build(lambda: build_metcf(csr, use_kernels=False))
     stats = layout.stats()
     a = torch.sparse_csr_tensor(csr.rowptr, csr.col, csr.values, (num_rows, num_cols))
     edge_index = torch.stack([csr.col.long(), csr.row_indices()])
@@ -149,11 +147,44 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
                 "floor_frac": floor_ms / times[best], "err_base": errors["base"], "err_balanced": errors["balanced"],
                 "us_per_call": per_call.get("ours", float("nan")),
                 "cusparse_us_per_call": per_call.get("cusparse", float("nan")), "build_ms": build_ms,
+                "torch_build_ms": torch_build_ms, "fastest_ms": min(times.values()),
             })
             if not all(e <= args.max_error for e in errors.values()):
                 print(f"WRONG RESULT {name} N={n} {dtype}: relative error vs cuSPARSE fp32 {errors}", flush=True)
             del xs, expected, a_typed
     return rows
+
+
+def time_build(build, reps: int = 5) -> float:
+    """Median wall-clock milliseconds of a CSR -> ME-TCF conversion (it synchronizes once itself,
+    to size its arrays), after one warm-up build."""
+    times = []
+    for _ in range(reps + 1):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        build()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times[1:])[reps // 2]
+
+
+def print_conversion(rows):
+    """Conversion time per graph against the fastest SpMM path at N = 128 (or the largest N run)."""
+    n = 128 if any(r["N"] == 128 for r in rows) else max(r["N"] for r in rows)
+    picked = [r for r in rows if r["N"] == n and r["dtype"] == rows[0]["dtype"]]
+    print(f"\nCSR -> ME-TCF conversion ms (median of 5): kernels, torch ops, and kernels over the fastest "
+          f"SpMM path at N={n} {rows[0]['dtype']}")
+    print(f"{'graph':<26}{'nnz':>10}{'kernels':>9}{'torch':>9}{'SpMM':>9}{'ratio':>7}")
+    for r in picked:
+        print(f"{r['graph'][:25]:<26}{r['nnz']:>10}{r['build_ms']:>9.3f}{r['torch_build_ms']:>9.3f}"
+              f"{r['fastest_ms']:>9.3f}{r['build_ms'] / r['fastest_ms']:>7.2f}")
+    for label, group in (("large", [r for r in picked if r["nnz"] >= LARGE_NNZ]),
+                         ("small", [r for r in picked if r["nnz"] < LARGE_NNZ])):
+        if group:
+            ratios = [r["build_ms"] / r["fastest_ms"] for r in group]
+            print(f"{label} graphs: conversion within 2x of one SpMM on {sum(x <= 2 for x in ratios)}/{len(group)}, "
+                  f"median ratio {sorted(ratios)[len(ratios) // 2]:.2f}, kernels over torch ops geomean "
+                  f"{geomean([r['torch_build_ms'] / r['build_ms'] for r in group]):.1f}x faster")
 
 
 def print_table(rows, bandwidth):
@@ -252,6 +283,7 @@ def main(argv=None):
         torch.cuda.empty_cache()
         if rows:
             write_outputs(rows, folder)
+    print_conversion(rows)
     print_table(rows, bandwidth)
 
 

@@ -105,4 +105,4 @@ grep -E "^(FAILED|ERROR)" "$OUT/suite.log" 2>/dev/null | head -20
 for name in reorder selector gcn host_overhead accuracy; do
   if stage $name; then echo "== $name"; tail -40 "$OUT/$name.log"; fi
 done
-if stage bench; then sed -n '/^SpMM ms/,$p' "$OUT/bench.log"; fi
+if stage bench; then sed -n '/^CSR -> ME-TCF/,$p' "$OUT/bench.log"; fi

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("bindings.cpp", "kernels_f32.cu", "kernels_f16.cu", "kernels_bf16.cu")
+SOURCES = ("bindings.cpp", "kernels_f32.cu", "kernels_f16.cu", "kernels_bf16.cu", "metcf_convert.cu")
 NAME = "tcsparse_kernels"
 
 # sm_80 (A100) and sm_90 (H100/H200) machine code; mma.sync TF32 and BF16 need sm_80 at least.
@@ -29,6 +29,7 @@ CUDA_FLAGS = [
 
 _lock = threading.Lock()
 _module = None
+_available: bool | None = None
 
 
 def _check_toolchain() -> None:
@@ -71,6 +72,19 @@ def load(verbose: bool = False):
 
             _module = torch.ops.tcsparse_kernels
     return _module
+
+
+def available() -> bool:
+    """True when a CUDA device is present and the extension builds; never raises."""
+    global _available
+    if _available is None:
+        try:
+            import torch
+
+            _available = torch.cuda.is_available() and load() is not None
+        except Exception:  # any build or driver failure means: use the other paths
+            _available = False
+    return _available
 
 
 if __name__ == "__main__":

@@ -23,18 +23,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # shape of 16-bit kernels depends on the window count; see use_wide_slices in csrc/metcf_spmm.cuh).
 MANY_WINDOWS = 1 << 40
 
-_available: bool | None = None
-
-
-def available() -> bool:
-    """True when a CUDA device is present and the extension builds; never raises."""
-    global _available
-    if _available is None:
-        try:
-            _available = torch.cuda.is_available() and _ext.load() is not None
-        except Exception:  # any build or driver failure means: use the other paths
-            _available = False
-    return _available
+available = _ext.available
 
 
 def tf32_allowed() -> bool:

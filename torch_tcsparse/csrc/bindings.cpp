@@ -1,13 +1,18 @@
-// Torch binding of the ME-TCF kernels: validation (TCS_CHECK), allocation, stream, dispatch.
-// The kernels themselves live in the .cu files, which never include torch headers.
+// Torch binding of the ME-TCF kernels and of the CSR -> ME-TCF conversion: validation
+// (TCS_CHECK), allocation, stream, dispatch. The kernels themselves live in the .cu files, which
+// never include torch headers.
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 
+#include "metcf_convert.h"
 #include "metcf_spmm.h"
 
 namespace {
@@ -219,6 +224,98 @@ std::vector<int64_t> launch_shape(int64_t window, int64_t num_windows, int64_t n
     return {resident, slices};
 }
 
+// The conversion's CSR and row order, checked: rowptr and col of one index type (int32 or int64),
+// row_map int32 [windows * window], slot_of_row int32 [rows] or empty for the identity order.
+template <typename I>
+tcsparse::CsrWindows<I> csr_windows(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& row_map,
+                                    const at::Tensor& slot_of_row, int64_t window) {
+    TCS_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
+    TCS_CHECK(rowptr.is_cuda(), "rowptr must be a CUDA tensor, got device ", rowptr.device());
+    TCS_CHECK(rowptr.dim() == 1 && rowptr.numel() >= 1, "rowptr must be 1-D with num_rows + 1 entries, got shape ",
+              rowptr.sizes());
+    const at::Device device = rowptr.device();
+    const int64_t num_rows = rowptr.numel() - 1;
+    const int64_t num_windows = (num_rows + window - 1) / window;
+    TCS_CHECK(num_rows <= INT32_MAX, "at most ", int64_t{INT32_MAX}, " rows are supported, got ", num_rows);
+    check_index(rowptr, "rowptr", rowptr.scalar_type(), num_rows + 1, device);
+    check_index(col, "col", rowptr.scalar_type(), col.numel(), device);
+    check_index(row_map, "row_map", at::kInt, num_windows * window, device);
+    if (slot_of_row.numel()) check_index(slot_of_row, "slot_of_row", at::kInt, num_rows, device);
+    return {rowptr.data_ptr<I>(), col.data_ptr<I>(), row_map.data_ptr<int32_t>(),
+            slot_of_row.numel() ? slot_of_row.data_ptr<int32_t>() : nullptr, num_rows, col.numel(), num_windows,
+            static_cast<int>(window)};
+}
+
+template <typename F>
+auto with_index_type(at::ScalarType dtype, F&& f) {
+    switch (dtype) {
+        case at::kInt:
+            return f(int32_t{});
+        case at::kLong:
+            return f(int64_t{});
+        default:
+            TCS_CHECK(false, "rowptr and col must be int32 or int64, got ", dtype);
+    }
+}
+
+// (first_before [nnz + 1], TC blocks per window int64 [windows]): the first pass of the
+// conversion, and all that reordering needs to count blocks.
+std::tuple<at::Tensor, at::Tensor> metcf_count(const at::Tensor& rowptr, const at::Tensor& col,
+                                               const at::Tensor& row_map, const at::Tensor& slot_of_row,
+                                               int64_t window) {
+    const c10::cuda::CUDAGuard guard(rowptr.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    return with_index_type(rowptr.scalar_type(), [&](auto index) {
+        using I = decltype(index);
+        const auto a = csr_windows<I>(rowptr, col, row_map, slot_of_row, window);
+        at::Tensor first_before = at::zeros({a.nnz + 1}, rowptr.options());
+        check_launch(tcsparse::metcf_mark_first<I>(a, first_before.data_ptr<I>(), stream), "metcf_mark_first");
+        first_before.cumsum_(0);
+        at::Tensor blocks = at::empty({a.num_windows}, rowptr.options().dtype(at::kLong));
+        check_launch(tcsparse::metcf_window_blocks<I>(a, first_before.data_ptr<I>(), blocks.data_ptr<int64_t>(), stream),
+                     "metcf_window_blocks");
+        return std::make_tuple(first_before, blocks);
+    });
+}
+
+// The layout's block arrays from metcf_count's first_before and the window offsets (int32
+// [windows + 1], num_blocks at the end): block_cols, block_bitmap, block_offsets, local_ids and
+// csr_gather (of rowptr's index type), as formats/metcf.py documents them.
+std::vector<at::Tensor> metcf_fill(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& row_map,
+                                   const at::Tensor& slot_of_row, const at::Tensor& first_before,
+                                   const at::Tensor& window_offsets, int64_t num_blocks, int64_t window) {
+    const c10::cuda::CUDAGuard guard(rowptr.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    return with_index_type(rowptr.scalar_type(), [&](auto index) {
+        using I = decltype(index);
+        const auto a = csr_windows<I>(rowptr, col, row_map, slot_of_row, window);
+        TCS_CHECK(num_blocks >= 0 && num_blocks <= INT32_MAX, "num_blocks must lie in [0, ", int64_t{INT32_MAX},
+                  "], got ", num_blocks);
+        check_index(first_before, "first_before", rowptr.scalar_type(), a.nnz + 1, rowptr.device());
+        check_index(window_offsets, "window_offsets", at::kInt, a.num_windows + 1, rowptr.device());
+        const auto ints = rowptr.options().dtype(at::kInt);
+        const auto bytes = rowptr.options().dtype(at::kByte);
+        at::Tensor block_cols = at::full({num_blocks * 8}, -1, ints);
+        at::Tensor block_bitmap = at::zeros({num_blocks * 4}, ints);
+        at::Tensor block_offsets = at::zeros({num_blocks + 1}, ints);
+        at::Tensor nnz_block = at::empty({a.nnz}, rowptr.options());
+        at::Tensor nnz_local = at::empty({a.nnz}, bytes);
+        auto* bitmap = reinterpret_cast<uint32_t*>(block_bitmap.data_ptr<int32_t>());
+        check_launch(tcsparse::metcf_place<I>(a, first_before.data_ptr<I>(), window_offsets.data_ptr<int32_t>(),
+                                              block_cols.data_ptr<int32_t>(), bitmap, block_offsets.data_ptr<int32_t>(),
+                                              nnz_block.data_ptr<I>(), nnz_local.data_ptr<uint8_t>(), stream),
+                     "metcf_place");
+        block_offsets.cumsum_(0);
+        at::Tensor local_ids = at::empty({a.nnz}, bytes);
+        at::Tensor csr_gather = at::empty({a.nnz}, rowptr.options());
+        check_launch(tcsparse::metcf_order<I>(a.nnz, nnz_block.data_ptr<I>(), nnz_local.data_ptr<uint8_t>(), bitmap,
+                                              block_offsets.data_ptr<int32_t>(), local_ids.data_ptr<uint8_t>(),
+                                              csr_gather.data_ptr<I>(), stream),
+                     "metcf_order");
+        return std::vector<at::Tensor>{block_cols, block_bitmap, block_offsets, local_ids, csr_gather};
+    });
+}
+
 }  // namespace
 
 // Registered as torch operators (torch.ops.tcsparse_kernels.*): errors raised by TCS_CHECK
@@ -235,9 +332,15 @@ TORCH_LIBRARY(tcsparse_kernels, m) {
         "int num_cols, int chunk) -> Tensor");
     // No tensor argument to dispatch on: a catch-all kernel, run on the current CUDA device.
     m.def("launch_shape(int window, int num_windows, int n, bool balanced, bool exact, ScalarType dtype) -> int[]", &launch_shape);
+    m.def("metcf_count(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, int window) -> (Tensor, Tensor)");
+    m.def(
+        "metcf_fill(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, Tensor first_before, "
+        "Tensor window_offsets, int num_blocks, int window) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
     m.impl("spmm", &spmm);
     m.impl("sddmm", &sddmm);
+    m.impl("metcf_count", &metcf_count);
+    m.impl("metcf_fill", &metcf_fill);
 }

@@ -5,7 +5,8 @@ are condensed (listed once each, ascending) and cut into blocks of 8 columns, so
 ``d`` distinct columns holds ``ceil(d / 8)`` blocks of ``window x 8``: the A operand of one TF32
 ``mma.m16n8k8`` per block. Each nonzero keeps a one-byte id ``row_in_window * 8 + col_in_block``.
 
-Arrays (every one on the device of the matrix, built with vectorized torch ops only):
+Arrays (every one on the device of the matrix; built by the conversion kernels of
+``csrc/metcf_convert.cu`` on a GPU, by vectorized torch ops elsewhere, entry for entry alike):
 
 ============== ======== ====================== ============================================
 name           dtype    shape                  meaning
@@ -54,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import _ext
 from .csr import CSR, index_dtype_for
 
 # TC blocks handled by one thread block of the balanced kernel. 32 blocks of 16x8 are 4096
@@ -203,13 +205,7 @@ def row_slots(num_rows: int, row_perm: torch.Tensor | None, device) -> torch.Ten
 
 def count_blocks(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None) -> torch.Tensor:
     """Blocks per window (int64 [windows]) without building the layout: the reordering objective."""
-    num_windows = -(-csr.num_rows // window)
-    if csr.nnz == 0:
-        return torch.zeros(num_windows, dtype=torch.long, device=csr.col.device)
-    slot = row_slots(csr.num_rows, row_perm, csr.col.device)[csr.row_indices()]
-    pairs = torch.unique((slot // window) * max(csr.num_cols, 1) + csr.col.long())
-    distinct = torch.bincount(pairs // max(csr.num_cols, 1), minlength=num_windows)
-    return (distinct + BLOCK_WIDTH - 1) // BLOCK_WIDTH
+    return _builder(csr, window, row_perm).blocks_per_window()
 
 
 def occupancy_bitmap(nnz_block: torch.Tensor, local: torch.Tensor, num_blocks: int) -> torch.Tensor:
@@ -221,65 +217,129 @@ def occupancy_bitmap(nnz_block: torch.Tensor, local: torch.Tensor, num_blocks: i
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
-def build_metcf(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None) -> tuple[MetcfLayout, torch.Tensor]:
-    """ME-TCF layout and block-order values of ``csr``; ``row_perm[i]`` is the row placed at slot i."""
-    if window not in WINDOWS:
-        raise ValueError(f"window must be one of {WINDOWS}, got {window}")
-    device = csr.col.device
-    num_rows, num_cols, nnz = csr.num_rows, csr.num_cols, csr.nnz
-    num_windows = -(-num_rows // window)
-    width = max(num_cols, 1)
-
-    slot = row_slots(num_rows, row_perm, device)[csr.row_indices()]
-    col = csr.col.long()
-    win = slot // window
-
-    # Condense: the distinct (window, column) pairs, ascending, ranked inside their window.
-    pair_key, pair_of_nnz = torch.unique(win * width + col, return_inverse=True)
-    pair_window = pair_key // width
-    pairs_per_window = torch.bincount(pair_window, minlength=num_windows)
-    pair_rank = torch.arange(pair_key.numel(), device=device) - _exclusive_cumsum(pairs_per_window)[pair_window]
-
-    blocks_per_window = (pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
+def build_metcf(
+    csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None, use_kernels: bool | None = None
+) -> tuple[MetcfLayout, torch.Tensor]:
+    """ME-TCF layout and block-order values of ``csr``; ``row_perm[i]`` is the row placed at slot i.
+    On a GPU with the extension built, the conversion kernels (``csrc/metcf_convert.cu``) build
+    it; elsewhere torch ops do, with the same result entry for entry. ``use_kernels=False``
+    forces the torch ops (the kernels' reference in tests and benchmarks)."""
+    build = _builder(csr, window, row_perm, use_kernels)
+    blocks_per_window = build.blocks_per_window()
     window_offsets = _exclusive_cumsum(blocks_per_window)
     chunk_offsets = _exclusive_cumsum((blocks_per_window + BALANCE_CHUNK - 1) // BALANCE_CHUNK)
     host_counts = _read_back_counts(window_offsets, chunk_offsets, blocks_per_window, csr.rowptr)
     num_blocks = int(host_counts.window_offsets[-1])
-    pair_block = window_offsets[pair_window] + pair_rank // BLOCK_WIDTH
-    pair_lane = pair_rank % BLOCK_WIDTH
-
-    block_cols = torch.full((num_blocks * BLOCK_WIDTH,), -1, dtype=torch.int32, device=device)
-    block_cols[pair_block * BLOCK_WIDTH + pair_lane] = (pair_key % width).to(torch.int32)
-
-    nnz_block = pair_block[pair_of_nnz]
-    local = (slot % window) * BLOCK_WIDTH + pair_lane[pair_of_nnz]
-    order = torch.sort(nnz_block * (window * BLOCK_WIDTH) + local, stable=True).indices
-    block_offsets = _exclusive_cumsum(torch.bincount(nnz_block, minlength=num_blocks))
-    gather_dtype = index_dtype_for(num_rows, num_cols, nnz)
-    csr_gather = torch.empty(nnz, dtype=gather_dtype, device=device)
-    csr_gather[order] = torch.arange(nnz, dtype=gather_dtype, device=device)
-
-    row_map = torch.full((num_windows * window,), -1, dtype=torch.int32, device=device)
-    row_map[:num_rows] = torch.arange(num_rows, device=device) if row_perm is None else row_perm
-
+    window_offsets = window_offsets.to(torch.int32)
+    block_cols, block_bitmap, block_offsets, local_ids, csr_gather = build.fill(window_offsets, num_blocks)
     layout = MetcfLayout(
         window=window,
-        num_rows=num_rows,
-        num_cols=num_cols,
-        window_offsets=window_offsets.to(torch.int32),
-        block_offsets=block_offsets.to(torch.int32),
-        local_ids=local[order].to(torch.uint8),
+        num_rows=csr.num_rows,
+        num_cols=csr.num_cols,
+        window_offsets=window_offsets,
+        block_offsets=block_offsets,
+        local_ids=local_ids,
         block_cols=block_cols,
-        block_bitmap=occupancy_bitmap(nnz_block, local, num_blocks),
-        row_map=row_map,
+        block_bitmap=block_bitmap,
+        row_map=build.row_map,
         chunk_offsets=chunk_offsets.to(torch.int32),
-        transpose_gather=torch.empty(0, dtype=gather_dtype, device=device),
+        transpose_gather=torch.empty(0, dtype=csr_gather.dtype, device=csr_gather.device),
         csr_rowptr=csr.rowptr,
         csr_col=csr.col,
         csr_gather=csr_gather,
         host_counts=host_counts,
     )
-    return layout, csr.values[order]
+    block_values = csr.values.new_empty(csr.values.shape).index_put_((csr_gather,), csr.values)
+    return layout, block_values
+
+
+def _builder(csr: CSR, window: int, row_perm: torch.Tensor | None, use_kernels: bool | None = None):
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS}, got {window}")
+    if use_kernels is None:
+        use_kernels = csr.col.is_cuda and _ext.available()
+    if use_kernels:
+        return _KernelBuild(csr, window, row_perm)
+    return _TorchBuild(csr, window, row_perm)
+
+
+def _row_map(num_rows: int, window: int, row_perm: torch.Tensor | None, device) -> torch.Tensor:
+    """Original row of every window slot (int32), -1 past the last row."""
+    num_windows = -(-num_rows // window)
+    row_map = torch.full((num_windows * window,), -1, dtype=torch.int32, device=device)
+    row_map[:num_rows] = torch.arange(num_rows, device=device) if row_perm is None else row_perm
+    return row_map
+
+
+class _TorchBuild:
+    """The layout with torch ops, on any device: the distinct (window, column) pairs come from
+    ``torch.unique``, the block order from a sort."""
+
+    def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None):
+        self.csr, self.window = csr, window
+        self.row_map = _row_map(csr.num_rows, window, row_perm, csr.col.device)
+        self.slot = row_slots(csr.num_rows, row_perm, csr.col.device)[csr.row_indices()]
+        self.num_windows = -(-csr.num_rows // window)
+
+    def blocks_per_window(self) -> torch.Tensor:
+        width = max(self.csr.num_cols, 1)
+        keys = (self.slot // self.window) * width + self.csr.col.long()
+        self.pair_key, self.pair_of_nnz = torch.unique(keys, return_inverse=True)
+        self.pairs_per_window = torch.bincount(self.pair_key // width, minlength=self.num_windows)
+        return (self.pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
+
+    def fill(self, window_offsets: torch.Tensor, num_blocks: int):
+        csr, window, device = self.csr, self.window, self.csr.col.device
+        width = max(csr.num_cols, 1)
+        # Condensed columns, ascending, ranked inside their window.
+        pair_window = self.pair_key // width
+        pair_rank = torch.arange(self.pair_key.numel(), device=device) - _exclusive_cumsum(self.pairs_per_window)[pair_window]
+        pair_block = window_offsets.long()[pair_window] + pair_rank // BLOCK_WIDTH
+        pair_lane = pair_rank % BLOCK_WIDTH
+
+        block_cols = torch.full((num_blocks * BLOCK_WIDTH,), -1, dtype=torch.int32, device=device)
+        block_cols[pair_block * BLOCK_WIDTH + pair_lane] = (self.pair_key % width).to(torch.int32)
+
+        nnz_block = pair_block[self.pair_of_nnz]
+        local = (self.slot % window) * BLOCK_WIDTH + pair_lane[self.pair_of_nnz]
+        order = torch.sort(nnz_block * (window * BLOCK_WIDTH) + local).indices  # keys are distinct
+        block_offsets = _exclusive_cumsum(torch.bincount(nnz_block, minlength=num_blocks))
+        gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
+        csr_gather = torch.empty(csr.nnz, dtype=gather_dtype, device=device)
+        csr_gather[order] = torch.arange(csr.nnz, dtype=gather_dtype, device=device)
+        bitmap = occupancy_bitmap(nnz_block, local, num_blocks)
+        return block_cols, bitmap, block_offsets.to(torch.int32), local[order].to(torch.uint8), csr_gather
+
+
+class _KernelBuild:
+    """The same layout with the conversion kernels: no sort and no int64 key per nonzero, one
+    thread per nonzero (``csrc/metcf_convert.h`` says how)."""
+
+    def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None):
+        device = csr.col.device
+        self.csr, self.window = csr, window
+        self.row_map = _row_map(csr.num_rows, window, row_perm, device)
+        self.slot_of_row = (
+            torch.empty(0, dtype=torch.int32, device=device)
+            if row_perm is None
+            else row_slots(csr.num_rows, row_perm, device).to(torch.int32)
+        )
+        self.first_before = None
+
+    def _csr_args(self) -> list:
+        return [self.csr.rowptr.contiguous(), self.csr.col.contiguous(), self.row_map, self.slot_of_row]
+
+    def blocks_per_window(self) -> torch.Tensor:
+        self.first_before, blocks = _ext.load().metcf_count(*self._csr_args(), self.window)
+        return blocks
+
+    def fill(self, window_offsets: torch.Tensor, num_blocks: int):
+        first_before, self.first_before = self.first_before, None
+        block_cols, bitmap, block_offsets, local_ids, csr_gather = _ext.load().metcf_fill(
+            *self._csr_args(), first_before, window_offsets, num_blocks, self.window
+        )
+        gather_dtype = index_dtype_for(self.csr.num_rows, self.csr.num_cols, self.csr.nnz)
+        return block_cols, bitmap, block_offsets, local_ids, csr_gather.to(gather_dtype)
 
 
 def _read_back_counts(window_offsets, chunk_offsets, blocks_per_window, rowptr) -> HostCounts:

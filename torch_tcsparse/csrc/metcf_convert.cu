@@ -1,0 +1,173 @@
+// CSR -> ME-TCF conversion kernels (metcf_convert.h says how the layout is found without a sort).
+// One thread per nonzero (or per window) in grid-stride loops; the binary searches read rows of
+// the same window, which neighbouring threads share, so they are served by L1 and L2.
+#include <algorithm>
+
+#include "metcf_convert.h"
+
+namespace tcsparse {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGrid = 1 << 20;
+
+template <typename I>
+__device__ __forceinline__ I lower_bound(const I* __restrict__ a, I lo, I hi, I value) {
+    while (lo < hi) {
+        const I mid = lo + (hi - lo) / 2;
+        if (__ldg(a + mid) < value) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// Where nonzero e sits: its window, its slot inside the window and its column.
+struct Entry {
+    int64_t window;
+    int slot;
+    int64_t column;
+};
+
+template <typename I>
+__device__ __forceinline__ Entry locate(const CsrWindows<I>& a, I e) {
+    // The row of e is the last r < num_rows with rowptr[r] <= e (empty rows share their start).
+    I lo = 0, hi = static_cast<I>(a.num_rows);
+    while (hi - lo > 1) {
+        const I mid = lo + (hi - lo) / 2;
+        if (__ldg(a.rowptr + mid) <= e) lo = mid; else hi = mid;
+    }
+    const int64_t slot = a.slot_of_row ? static_cast<int64_t>(__ldg(a.slot_of_row + lo)) : static_cast<int64_t>(lo);
+    return Entry{slot / a.window, static_cast<int>(slot % a.window), static_cast<int64_t>(__ldg(a.col + e))};
+}
+
+__device__ __forceinline__ int64_t first_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t thread_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+template <typename I>
+__global__ void __launch_bounds__(kThreads) mark_first_kernel(CsrWindows<I> a, I* __restrict__ first) {
+    for (int64_t e = first_thread(); e < a.nnz; e += thread_stride()) {
+        const Entry entry = locate(a, static_cast<I>(e));
+        const I c = static_cast<I>(entry.column);
+        bool is_first = true;
+        for (int q = 0; q < entry.slot && is_first; ++q) {
+            const int32_t row = __ldg(a.row_map + entry.window * a.window + q);
+            const I end = __ldg(a.rowptr + row + 1);
+            const I at = lower_bound(a.col, __ldg(a.rowptr + row), end, c);
+            is_first = at == end || __ldg(a.col + at) != c;
+        }
+        first[e + 1] = is_first ? 1 : 0;
+    }
+}
+
+template <typename I>
+__global__ void __launch_bounds__(kThreads)
+    window_blocks_kernel(CsrWindows<I> a, const I* __restrict__ first_before, int64_t* __restrict__ blocks) {
+    for (int64_t w = first_thread(); w < a.num_windows; w += thread_stride()) {
+        int64_t distinct = 0;
+        for (int q = 0; q < a.window; ++q) {
+            const int32_t row = __ldg(a.row_map + w * a.window + q);
+            if (row < 0) break;  // past the last row: the rest of the window is padding
+            distinct += __ldg(first_before + __ldg(a.rowptr + row + 1)) - __ldg(first_before + __ldg(a.rowptr + row));
+        }
+        blocks[w] = (distinct + 7) / 8;
+    }
+}
+
+template <typename I>
+__global__ void __launch_bounds__(kThreads)
+    place_kernel(CsrWindows<I> a, const I* __restrict__ first_before, const int32_t* __restrict__ window_offsets,
+                 int32_t* __restrict__ block_cols, uint32_t* __restrict__ block_bitmap, int32_t* __restrict__ block_nnz,
+                 I* __restrict__ nnz_block, uint8_t* __restrict__ nnz_local) {
+    for (int64_t e = first_thread(); e < a.nnz; e += thread_stride()) {
+        const Entry entry = locate(a, static_cast<I>(e));
+        const I c = static_cast<I>(entry.column);
+        // Rank of the column among the window's distinct columns: the first nonzeros of smaller
+        // columns, row by row (in e's own row, those before e).
+        int64_t rank = 0;
+        for (int q = 0; q < a.window; ++q) {
+            const int32_t row = __ldg(a.row_map + entry.window * a.window + q);
+            if (row < 0) break;
+            const I begin = __ldg(a.rowptr + row);
+            const I below = q == entry.slot ? static_cast<I>(e) : lower_bound(a.col, begin, __ldg(a.rowptr + row + 1), c);
+            rank += __ldg(first_before + below) - __ldg(first_before + begin);
+        }
+        const int64_t block = __ldg(window_offsets + entry.window) + rank / 8;
+        const int lane = static_cast<int>(rank % 8);
+        const int local = entry.slot * 8 + lane;
+        if (__ldg(first_before + e + 1) != __ldg(first_before + e)) block_cols[block * 8 + lane] = static_cast<int32_t>(c);
+        atomicOr(block_bitmap + block * 4 + (local >> 5), 1u << (local & 31));
+        atomicAdd(block_nnz + block + 1, 1);
+        nnz_block[e] = static_cast<I>(block);
+        nnz_local[e] = static_cast<uint8_t>(local);
+    }
+}
+
+template <typename I>
+__global__ void __launch_bounds__(kThreads)
+    order_kernel(int64_t nnz, const I* __restrict__ nnz_block, const uint8_t* __restrict__ nnz_local,
+                 const uint32_t* __restrict__ block_bitmap, const int32_t* __restrict__ block_offsets,
+                 uint8_t* __restrict__ local_ids, I* __restrict__ csr_gather) {
+    for (int64_t e = first_thread(); e < nnz; e += thread_stride()) {
+        const int64_t block = nnz_block[e];
+        const int local = nnz_local[e];
+        const uint4 words = __ldg(reinterpret_cast<const uint4*>(block_bitmap) + block);
+        const uint32_t word[4] = {words.x, words.y, words.z, words.w};
+        int below = __popc(word[local >> 5] & ((1u << (local & 31)) - 1u));
+#pragma unroll
+        for (int k = 0; k < 3; ++k) below += k < (local >> 5) ? __popc(word[k]) : 0;
+        const int64_t position = __ldg(block_offsets + block) + below;
+        local_ids[position] = static_cast<uint8_t>(local);
+        csr_gather[e] = static_cast<I>(position);
+    }
+}
+
+unsigned grid_for(int64_t items) {
+    return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((items + kThreads - 1) / kThreads, kMaxGrid)));
+}
+
+}  // namespace
+
+template <typename I>
+cudaError_t metcf_mark_first(const CsrWindows<I>& a, I* first, cudaStream_t stream) {
+    if (a.nnz == 0) return cudaSuccess;
+    mark_first_kernel<I><<<grid_for(a.nnz), kThreads, 0, stream>>>(a, first);
+    return cudaGetLastError();
+}
+
+template <typename I>
+cudaError_t metcf_window_blocks(const CsrWindows<I>& a, const I* first_before, int64_t* blocks, cudaStream_t stream) {
+    if (a.num_windows == 0) return cudaSuccess;
+    window_blocks_kernel<I><<<grid_for(a.num_windows), kThreads, 0, stream>>>(a, first_before, blocks);
+    return cudaGetLastError();
+}
+
+template <typename I>
+cudaError_t metcf_place(const CsrWindows<I>& a, const I* first_before, const int32_t* window_offsets,
+                        int32_t* block_cols, uint32_t* block_bitmap, int32_t* block_nnz, I* nnz_block,
+                        uint8_t* nnz_local, cudaStream_t stream) {
+    if (a.nnz == 0) return cudaSuccess;
+    place_kernel<I><<<grid_for(a.nnz), kThreads, 0, stream>>>(a, first_before, window_offsets, block_cols,
+                                                              block_bitmap, block_nnz, nnz_block, nnz_local);
+    return cudaGetLastError();
+}
+
+template <typename I>
+cudaError_t metcf_order(int64_t nnz, const I* nnz_block, const uint8_t* nnz_local, const uint32_t* block_bitmap,
+                        const int32_t* block_offsets, uint8_t* local_ids, I* csr_gather, cudaStream_t stream) {
+    if (nnz == 0) return cudaSuccess;
+    order_kernel<I><<<grid_for(nnz), kThreads, 0, stream>>>(nnz, nnz_block, nnz_local, block_bitmap, block_offsets,
+                                                            local_ids, csr_gather);
+    return cudaGetLastError();
+}
+
+#define TCSPARSE_INSTANTIATE_CONVERT(I)                                                                             \
+    template cudaError_t metcf_mark_first<I>(const CsrWindows<I>&, I*, cudaStream_t);                               \
+    template cudaError_t metcf_window_blocks<I>(const CsrWindows<I>&, const I*, int64_t*, cudaStream_t);            \
+    template cudaError_t metcf_place<I>(const CsrWindows<I>&, const I*, const int32_t*, int32_t*, uint32_t*,        \
+                                        int32_t*, I*, uint8_t*, cudaStream_t);                                      \
+    template cudaError_t metcf_order<I>(int64_t, const I*, const uint8_t*, const uint32_t*, const int32_t*,         \
+                                        uint8_t*, I*, cudaStream_t);
+
+TCSPARSE_INSTANTIATE_CONVERT(int32_t)
+TCSPARSE_INSTANTIATE_CONVERT(int64_t)
+
+}  // namespace tcsparse
