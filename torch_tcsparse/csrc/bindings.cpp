@@ -258,31 +258,61 @@ auto with_index_type(at::ScalarType dtype, F&& f) {
     }
 }
 
-// (first_before [nnz + 1], TC blocks per window int64 [windows]): the first pass of the
-// conversion, and all that reordering needs to count blocks.
-std::tuple<at::Tensor, at::Tensor> metcf_count(const at::Tensor& rowptr, const at::Tensor& col,
-                                               const at::Tensor& row_map, const at::Tensor& slot_of_row,
-                                               int64_t window) {
+// (row_map int32 [windows * window], slot_of_row int32 [rows], empty without a permutation) of
+// the row order `row_perm` (int64 [rows], or empty for the given order).
+std::tuple<at::Tensor, at::Tensor> metcf_row_map(const at::Tensor& row_perm, int64_t num_rows, int64_t window) {
+    TCS_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
+    TCS_CHECK(num_rows >= 0 && num_rows <= INT32_MAX, "num_rows must lie in [0, ", int64_t{INT32_MAX}, "], got ",
+              num_rows);
+    TCS_CHECK(row_perm.is_cuda(), "row_perm must be a CUDA tensor, got device ", row_perm.device());
+    const bool permuted = row_perm.numel() > 0;
+    if (permuted) check_index(row_perm, "row_perm", at::kLong, num_rows, row_perm.device());
+    const c10::cuda::CUDAGuard guard(row_perm.device());
+    const auto ints = row_perm.options().dtype(at::kInt);
+    const int64_t slots = (num_rows + window - 1) / window * window;
+    at::Tensor row_map = at::empty({slots}, ints);
+    at::Tensor slot_of_row = at::empty({permuted ? num_rows : 0}, ints);
+    check_launch(tcsparse::metcf_row_map(permuted ? row_perm.data_ptr<int64_t>() : nullptr, num_rows, slots,
+                                         row_map.data_ptr<int32_t>(),
+                                         permuted ? slot_of_row.data_ptr<int32_t>() : nullptr,
+                                         c10::cuda::getCurrentCUDAStream()),
+                 "metcf_row_map");
+    return {row_map, slot_of_row};
+}
+
+// The first pass of the conversion, all that reordering needs to count blocks:
+// first_before [nnz + 1] and owners [nnz] (rowptr's index type), and the int64 counts
+// [3 (windows + 1) + 1]: window_offsets, chunk_offsets (of `chunk` blocks) and the non-empty
+// windows before each window, then the longest row (one copy to the host reads them all).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> metcf_count(const at::Tensor& rowptr, const at::Tensor& col,
+                                                           const at::Tensor& row_map, const at::Tensor& slot_of_row,
+                                                           int64_t window, int64_t chunk) {
+    TCS_CHECK(chunk >= 1, "chunk must be positive, got ", chunk);
     const c10::cuda::CUDAGuard guard(rowptr.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     return with_index_type(rowptr.scalar_type(), [&](auto index) {
         using I = decltype(index);
         const auto a = csr_windows<I>(rowptr, col, row_map, slot_of_row, window);
         at::Tensor first_before = at::zeros({a.nnz + 1}, rowptr.options());
-        check_launch(tcsparse::metcf_mark_first<I>(a, first_before.data_ptr<I>(), stream), "metcf_mark_first");
+        at::Tensor owners = at::empty({a.nnz}, rowptr.options());
+        check_launch(tcsparse::metcf_mark_first<I>(a, first_before.data_ptr<I>(), owners.data_ptr<I>(), stream),
+                     "metcf_mark_first");
         first_before.cumsum_(0);
-        at::Tensor blocks = at::empty({a.num_windows}, rowptr.options().dtype(at::kLong));
-        check_launch(tcsparse::metcf_window_blocks<I>(a, first_before.data_ptr<I>(), blocks.data_ptr<int64_t>(), stream),
-                     "metcf_window_blocks");
-        return std::make_tuple(first_before, blocks);
+        at::Tensor counts = at::zeros({3 * (a.num_windows + 1) + 1}, rowptr.options().dtype(at::kLong));
+        check_launch(tcsparse::metcf_window_counts<I>(a, first_before.data_ptr<I>(), static_cast<int>(chunk),
+                                                      counts.data_ptr<int64_t>(), stream),
+                     "metcf_window_counts");
+        counts.narrow(0, 0, 3 * (a.num_windows + 1)).view({3, a.num_windows + 1}).cumsum_(1);
+        return std::make_tuple(first_before, owners, counts);
     });
 }
 
-// The layout's block arrays from metcf_count's first_before and the window offsets (int32
-// [windows + 1], num_blocks at the end): block_cols, block_bitmap, block_offsets, local_ids and
-// csr_gather (of rowptr's index type), as formats/metcf.py documents them.
+// The layout's block arrays from metcf_count's first_before and owners (used up as scratch) and
+// the window offsets (int32 [windows + 1], num_blocks at the end): block_cols, block_bitmap,
+// block_offsets, local_ids and csr_gather (of rowptr's index type), as formats/metcf.py
+// documents them.
 std::vector<at::Tensor> metcf_fill(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& row_map,
-                                   const at::Tensor& slot_of_row, const at::Tensor& first_before,
+                                   const at::Tensor& slot_of_row, const at::Tensor& first_before, at::Tensor owners,
                                    const at::Tensor& window_offsets, int64_t num_blocks, int64_t window) {
     const c10::cuda::CUDAGuard guard(rowptr.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -292,23 +322,23 @@ std::vector<at::Tensor> metcf_fill(const at::Tensor& rowptr, const at::Tensor& c
         TCS_CHECK(num_blocks >= 0 && num_blocks <= INT32_MAX, "num_blocks must lie in [0, ", int64_t{INT32_MAX},
                   "], got ", num_blocks);
         check_index(first_before, "first_before", rowptr.scalar_type(), a.nnz + 1, rowptr.device());
+        check_index(owners, "owners", rowptr.scalar_type(), a.nnz, rowptr.device());
         check_index(window_offsets, "window_offsets", at::kInt, a.num_windows + 1, rowptr.device());
         const auto ints = rowptr.options().dtype(at::kInt);
         const auto bytes = rowptr.options().dtype(at::kByte);
         at::Tensor block_cols = at::full({num_blocks * 8}, -1, ints);
         at::Tensor block_bitmap = at::zeros({num_blocks * 4}, ints);
         at::Tensor block_offsets = at::zeros({num_blocks + 1}, ints);
-        at::Tensor nnz_block = at::empty({a.nnz}, rowptr.options());
         at::Tensor nnz_local = at::empty({a.nnz}, bytes);
         auto* bitmap = reinterpret_cast<uint32_t*>(block_bitmap.data_ptr<int32_t>());
         check_launch(tcsparse::metcf_place<I>(a, first_before.data_ptr<I>(), window_offsets.data_ptr<int32_t>(),
                                               block_cols.data_ptr<int32_t>(), bitmap, block_offsets.data_ptr<int32_t>(),
-                                              nnz_block.data_ptr<I>(), nnz_local.data_ptr<uint8_t>(), stream),
+                                              owners.data_ptr<I>(), nnz_local.data_ptr<uint8_t>(), stream),
                      "metcf_place");
         block_offsets.cumsum_(0);
         at::Tensor local_ids = at::empty({a.nnz}, bytes);
         at::Tensor csr_gather = at::empty({a.nnz}, rowptr.options());
-        check_launch(tcsparse::metcf_order<I>(a.nnz, nnz_block.data_ptr<I>(), nnz_local.data_ptr<uint8_t>(), bitmap,
+        check_launch(tcsparse::metcf_order<I>(a.nnz, owners.data_ptr<I>(), nnz_local.data_ptr<uint8_t>(), bitmap,
                                               block_offsets.data_ptr<int32_t>(), local_ids.data_ptr<uint8_t>(),
                                               csr_gather.data_ptr<I>(), stream),
                      "metcf_order");
@@ -332,15 +362,19 @@ TORCH_LIBRARY(tcsparse_kernels, m) {
         "int num_cols, int chunk) -> Tensor");
     // No tensor argument to dispatch on: a catch-all kernel, run on the current CUDA device.
     m.def("launch_shape(int window, int num_windows, int n, bool balanced, bool exact, ScalarType dtype) -> int[]", &launch_shape);
-    m.def("metcf_count(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, int window) -> (Tensor, Tensor)");
+    m.def("metcf_row_map(Tensor row_perm, int num_rows, int window) -> (Tensor, Tensor)");
+    m.def(
+        "metcf_count(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, int window, int chunk) "
+        "-> (Tensor, Tensor, Tensor)");
     m.def(
         "metcf_fill(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, Tensor first_before, "
-        "Tensor window_offsets, int num_blocks, int window) -> Tensor[]");
+        "Tensor(a!) owners, Tensor window_offsets, int num_blocks, int window) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
     m.impl("spmm", &spmm);
     m.impl("sddmm", &sddmm);
+    m.impl("metcf_row_map", &metcf_row_map);
     m.impl("metcf_count", &metcf_count);
     m.impl("metcf_fill", &metcf_fill);
 }

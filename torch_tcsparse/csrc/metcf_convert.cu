@@ -42,46 +42,77 @@ __device__ __forceinline__ Entry locate(const CsrWindows<I>& a, I e) {
 __device__ __forceinline__ int64_t first_thread() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t thread_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
-template <typename I>
-__global__ void __launch_bounds__(kThreads) mark_first_kernel(CsrWindows<I> a, I* __restrict__ first) {
-    for (int64_t e = first_thread(); e < a.nnz; e += thread_stride()) {
-        const Entry entry = locate(a, static_cast<I>(e));
-        const I c = static_cast<I>(entry.column);
-        bool is_first = true;
-        for (int q = 0; q < entry.slot && is_first; ++q) {
-            const int32_t row = __ldg(a.row_map + entry.window * a.window + q);
-            const I end = __ldg(a.rowptr + row + 1);
-            const I at = lower_bound(a.col, __ldg(a.rowptr + row), end, c);
-            is_first = at == end || __ldg(a.col + at) != c;
+__global__ void __launch_bounds__(kThreads)
+    row_map_kernel(const int64_t* __restrict__ row_perm, int64_t num_rows, int64_t num_slots,
+                   int32_t* __restrict__ row_map, int32_t* __restrict__ slot_of_row) {
+    for (int64_t s = first_thread(); s < num_slots; s += thread_stride()) {
+        if (s >= num_rows) {
+            row_map[s] = -1;
+        } else if (row_perm) {
+            const int64_t row = row_perm[s];
+            row_map[s] = static_cast<int32_t>(row);
+            slot_of_row[row] = static_cast<int32_t>(s);
+        } else {
+            row_map[s] = static_cast<int32_t>(s);
         }
-        first[e + 1] = is_first ? 1 : 0;
     }
 }
 
 template <typename I>
 __global__ void __launch_bounds__(kThreads)
-    window_blocks_kernel(CsrWindows<I> a, const I* __restrict__ first_before, int64_t* __restrict__ blocks) {
+    mark_first_kernel(CsrWindows<I> a, I* __restrict__ first, I* __restrict__ owner) {
+    for (int64_t e = first_thread(); e < a.nnz; e += thread_stride()) {
+        const Entry entry = locate(a, static_cast<I>(e));
+        const I c = static_cast<I>(entry.column);
+        I found = static_cast<I>(e);
+        for (int q = 0; q < entry.slot; ++q) {
+            const int32_t row = __ldg(a.row_map + entry.window * a.window + q);
+            const I end = __ldg(a.rowptr + row + 1);
+            const I at = lower_bound(a.col, __ldg(a.rowptr + row), end, c);
+            if (at != end && __ldg(a.col + at) == c) {
+                found = at;  // the earliest row holding c: its nonzero is the first
+                break;
+            }
+        }
+        first[e + 1] = found == static_cast<I>(e) ? 1 : 0;
+        owner[e] = found;
+    }
+}
+
+template <typename I>
+__global__ void __launch_bounds__(kThreads)
+    window_counts_kernel(CsrWindows<I> a, const I* __restrict__ first_before, int chunk,
+                         int64_t* __restrict__ counts) {
+    const int64_t stride = a.num_windows + 1;
+    unsigned long long longest = 0;
     for (int64_t w = first_thread(); w < a.num_windows; w += thread_stride()) {
         int64_t distinct = 0;
         for (int q = 0; q < a.window; ++q) {
             const int32_t row = __ldg(a.row_map + w * a.window + q);
             if (row < 0) break;  // past the last row: the rest of the window is padding
-            distinct += __ldg(first_before + __ldg(a.rowptr + row + 1)) - __ldg(first_before + __ldg(a.rowptr + row));
+            const I begin = __ldg(a.rowptr + row), end = __ldg(a.rowptr + row + 1);
+            distinct += __ldg(first_before + end) - __ldg(first_before + begin);
+            longest = max(longest, static_cast<unsigned long long>(end - begin));
         }
-        blocks[w] = (distinct + 7) / 8;
+        const int64_t blocks = (distinct + 7) / 8;
+        counts[1 + w] = blocks;
+        counts[stride + 1 + w] = (blocks + chunk - 1) / chunk;
+        counts[2 * stride + 1 + w] = blocks > 0;
     }
+    if (longest) atomicMax(reinterpret_cast<unsigned long long*>(counts + 3 * stride), longest);
 }
 
+// The first nonzero of each column: the column's rank among the window's distinct columns is the
+// number of first nonzeros of smaller columns, row by row (in its own row, those before it).
 template <typename I>
 __global__ void __launch_bounds__(kThreads)
-    place_kernel(CsrWindows<I> a, const I* __restrict__ first_before, const int32_t* __restrict__ window_offsets,
-                 int32_t* __restrict__ block_cols, uint32_t* __restrict__ block_bitmap, int32_t* __restrict__ block_nnz,
-                 I* __restrict__ nnz_block, uint8_t* __restrict__ nnz_local) {
+    place_first_kernel(CsrWindows<I> a, const I* __restrict__ first_before, const int32_t* __restrict__ window_offsets,
+                       int32_t* __restrict__ block_cols, uint32_t* __restrict__ block_bitmap,
+                       int32_t* __restrict__ block_nnz, I* __restrict__ nnz_block, uint8_t* __restrict__ nnz_local) {
     for (int64_t e = first_thread(); e < a.nnz; e += thread_stride()) {
+        if (__ldg(first_before + e + 1) == __ldg(first_before + e)) continue;
         const Entry entry = locate(a, static_cast<I>(e));
         const I c = static_cast<I>(entry.column);
-        // Rank of the column among the window's distinct columns: the first nonzeros of smaller
-        // columns, row by row (in e's own row, those before e).
         int64_t rank = 0;
         for (int q = 0; q < a.window; ++q) {
             const int32_t row = __ldg(a.row_map + entry.window * a.window + q);
@@ -93,10 +124,28 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t block = __ldg(window_offsets + entry.window) + rank / 8;
         const int lane = static_cast<int>(rank % 8);
         const int local = entry.slot * 8 + lane;
-        if (__ldg(first_before + e + 1) != __ldg(first_before + e)) block_cols[block * 8 + lane] = static_cast<int32_t>(c);
+        block_cols[block * 8 + lane] = static_cast<int32_t>(c);
         atomicOr(block_bitmap + block * 4 + (local >> 5), 1u << (local & 31));
         atomicAdd(block_nnz + block + 1, 1);
         nnz_block[e] = static_cast<I>(block);
+        nnz_local[e] = static_cast<uint8_t>(local);
+    }
+}
+
+// Every other nonzero shares its first's block and column lane, in its own row.
+template <typename I>
+__global__ void __launch_bounds__(kThreads)
+    place_rest_kernel(CsrWindows<I> a, const I* __restrict__ first_before, uint32_t* __restrict__ block_bitmap,
+                      int32_t* __restrict__ block_nnz, I* __restrict__ nnz_block, uint8_t* __restrict__ nnz_local) {
+    for (int64_t e = first_thread(); e < a.nnz; e += thread_stride()) {
+        if (__ldg(first_before + e + 1) != __ldg(first_before + e)) continue;
+        const Entry entry = locate(a, static_cast<I>(e));
+        const I owner = nnz_block[e];  // a first nonzero, placed by place_first_kernel
+        const I block = nnz_block[owner];
+        const int local = entry.slot * 8 + (nnz_local[owner] & 7);
+        atomicOr(block_bitmap + static_cast<int64_t>(block) * 4 + (local >> 5), 1u << (local & 31));
+        atomicAdd(block_nnz + block + 1, 1);
+        nnz_block[e] = block;
         nnz_local[e] = static_cast<uint8_t>(local);
     }
 }
@@ -126,17 +175,25 @@ unsigned grid_for(int64_t items) {
 
 }  // namespace
 
-template <typename I>
-cudaError_t metcf_mark_first(const CsrWindows<I>& a, I* first, cudaStream_t stream) {
-    if (a.nnz == 0) return cudaSuccess;
-    mark_first_kernel<I><<<grid_for(a.nnz), kThreads, 0, stream>>>(a, first);
+cudaError_t metcf_row_map(const int64_t* row_perm, int64_t num_rows, int64_t num_slots, int32_t* row_map,
+                          int32_t* slot_of_row, cudaStream_t stream) {
+    if (num_slots == 0) return cudaSuccess;
+    row_map_kernel<<<grid_for(num_slots), kThreads, 0, stream>>>(row_perm, num_rows, num_slots, row_map, slot_of_row);
     return cudaGetLastError();
 }
 
 template <typename I>
-cudaError_t metcf_window_blocks(const CsrWindows<I>& a, const I* first_before, int64_t* blocks, cudaStream_t stream) {
+cudaError_t metcf_mark_first(const CsrWindows<I>& a, I* first, I* owner, cudaStream_t stream) {
+    if (a.nnz == 0) return cudaSuccess;
+    mark_first_kernel<I><<<grid_for(a.nnz), kThreads, 0, stream>>>(a, first, owner);
+    return cudaGetLastError();
+}
+
+template <typename I>
+cudaError_t metcf_window_counts(const CsrWindows<I>& a, const I* first_before, int chunk, int64_t* counts,
+                                cudaStream_t stream) {
     if (a.num_windows == 0) return cudaSuccess;
-    window_blocks_kernel<I><<<grid_for(a.num_windows), kThreads, 0, stream>>>(a, first_before, blocks);
+    window_counts_kernel<I><<<grid_for(a.num_windows), kThreads, 0, stream>>>(a, first_before, chunk, counts);
     return cudaGetLastError();
 }
 
@@ -145,8 +202,12 @@ cudaError_t metcf_place(const CsrWindows<I>& a, const I* first_before, const int
                         int32_t* block_cols, uint32_t* block_bitmap, int32_t* block_nnz, I* nnz_block,
                         uint8_t* nnz_local, cudaStream_t stream) {
     if (a.nnz == 0) return cudaSuccess;
-    place_kernel<I><<<grid_for(a.nnz), kThreads, 0, stream>>>(a, first_before, window_offsets, block_cols,
-                                                              block_bitmap, block_nnz, nnz_block, nnz_local);
+    place_first_kernel<I><<<grid_for(a.nnz), kThreads, 0, stream>>>(a, first_before, window_offsets, block_cols,
+                                                                    block_bitmap, block_nnz, nnz_block, nnz_local);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    place_rest_kernel<I><<<grid_for(a.nnz), kThreads, 0, stream>>>(a, first_before, block_bitmap, block_nnz,
+                                                                   nnz_block, nnz_local);
     return cudaGetLastError();
 }
 
@@ -160,8 +221,8 @@ cudaError_t metcf_order(int64_t nnz, const I* nnz_block, const uint8_t* nnz_loca
 }
 
 #define TCSPARSE_INSTANTIATE_CONVERT(I)                                                                             \
-    template cudaError_t metcf_mark_first<I>(const CsrWindows<I>&, I*, cudaStream_t);                               \
-    template cudaError_t metcf_window_blocks<I>(const CsrWindows<I>&, const I*, int64_t*, cudaStream_t);            \
+    template cudaError_t metcf_mark_first<I>(const CsrWindows<I>&, I*, I*, cudaStream_t);                           \
+    template cudaError_t metcf_window_counts<I>(const CsrWindows<I>&, const I*, int, int64_t*, cudaStream_t);       \
     template cudaError_t metcf_place<I>(const CsrWindows<I>&, const I*, const int32_t*, int32_t*, uint32_t*,        \
                                         int32_t*, I*, uint8_t*, cudaStream_t);                                      \
     template cudaError_t metcf_order<I>(int64_t, const I*, const uint8_t*, const uint32_t*, const int32_t*,         \

@@ -30,21 +30,32 @@ struct CsrWindows {
     int window;  // 8 or 16
 };
 
-// first[0] = 0 and first[e + 1] = 1 when nonzero e is the first of its column in its window (no
-// row at an earlier slot of the window holds the column), else 0. The caller turns `first` into
-// its inclusive prefix sum, `first_before`: first_before[e] counts the first nonzeros before e.
-template <typename I>
-cudaError_t metcf_mark_first(const CsrWindows<I>& a, I* first, cudaStream_t stream);
+// row_map[s] = the original row at slot s (row_perm[s], or s when row_perm is null), -1 for the
+// num_slots - num_rows slots past the last row; with a permutation, slot_of_row[row_perm[s]] = s.
+cudaError_t metcf_row_map(const int64_t* row_perm, int64_t num_rows, int64_t num_slots, int32_t* row_map,
+                          int32_t* slot_of_row, cudaStream_t stream);
 
-// TC blocks of every window: its distinct columns (the first nonzeros of its rows) over 8,
-// rounded up.
+// first[0] = 0 and first[e + 1] = 1 when nonzero e is the first of its column in its window (no
+// row at an earlier slot of the window holds the column), else 0; owner[e] = that first nonzero
+// (e itself when it is first). The caller turns `first` into its inclusive prefix sum,
+// `first_before`: first_before[e] counts the first nonzeros before e.
 template <typename I>
-cudaError_t metcf_window_blocks(const CsrWindows<I>& a, const I* first_before, int64_t* blocks, cudaStream_t stream);
+cudaError_t metcf_mark_first(const CsrWindows<I>& a, I* first, I* owner, cudaStream_t stream);
+
+// Per window w, counts[1 + w] = its TC blocks (distinct columns over 8, rounded up),
+// counts[W + 2 + w] = its balanced chunks (blocks over `chunk`, rounded up) and
+// counts[2 W + 3 + w] = 1 when it has a block (W windows); counts[3 W + 3] = the longest row
+// (atomicMax: the caller zeroes counts). Inclusive prefix sums of the three rows of W + 1 then
+// give window_offsets, chunk_offsets and the non-empty windows before each window.
+template <typename I>
+cudaError_t metcf_window_counts(const CsrWindows<I>& a, const I* first_before, int chunk, int64_t* counts,
+                                cudaStream_t stream);
 
 // Places every nonzero: its block and local id (row_in_window * 8 + col_in_block) into
 // nnz_block / nnz_local, its column into block_cols (by the first nonzero of the column; the
 // caller fills -1 first), its bit into block_bitmap and a count into block_nnz[block + 1] (both
-// zeroed by the caller).
+// zeroed by the caller). nnz_block holds metcf_mark_first's owners on entry: the first nonzeros
+// rank their column (a binary search per row of the window), the others take their first's.
 template <typename I>
 cudaError_t metcf_place(const CsrWindows<I>& a, const I* first_before, const int32_t* window_offsets,
                         int32_t* block_cols, uint32_t* block_bitmap, int32_t* block_nnz, I* nnz_block,

@@ -225,12 +225,8 @@ def build_metcf(
     it; elsewhere torch ops do, with the same result entry for entry. ``use_kernels=False``
     forces the torch ops (the kernels' reference in tests and benchmarks)."""
     build = _builder(csr, window, row_perm, use_kernels)
-    blocks_per_window = build.blocks_per_window()
-    window_offsets = _exclusive_cumsum(blocks_per_window)
-    chunk_offsets = _exclusive_cumsum((blocks_per_window + BALANCE_CHUNK - 1) // BALANCE_CHUNK)
-    host_counts = _read_back_counts(window_offsets, chunk_offsets, blocks_per_window, csr.rowptr)
+    window_offsets, chunk_offsets, host_counts = build.count()
     num_blocks = int(host_counts.window_offsets[-1])
-    window_offsets = window_offsets.to(torch.int32)
     block_cols, block_bitmap, block_offsets, local_ids, csr_gather = build.fill(window_offsets, num_blocks)
     layout = MetcfLayout(
         window=window,
@@ -242,7 +238,7 @@ def build_metcf(
         block_cols=block_cols,
         block_bitmap=block_bitmap,
         row_map=build.row_map,
-        chunk_offsets=chunk_offsets.to(torch.int32),
+        chunk_offsets=chunk_offsets,
         transpose_gather=torch.empty(0, dtype=csr_gather.dtype, device=csr_gather.device),
         csr_rowptr=csr.rowptr,
         csr_col=csr.col,
@@ -288,6 +284,14 @@ class _TorchBuild:
         self.pairs_per_window = torch.bincount(self.pair_key // width, minlength=self.num_windows)
         return (self.pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
 
+    def count(self) -> tuple[torch.Tensor, torch.Tensor, HostCounts]:
+        """int32 window and chunk offsets on the device, and the host copies."""
+        blocks = self.blocks_per_window()
+        window_offsets = _exclusive_cumsum(blocks)
+        chunk_offsets = _exclusive_cumsum((blocks + BALANCE_CHUNK - 1) // BALANCE_CHUNK)
+        host_counts = _read_back_counts(window_offsets, chunk_offsets, blocks, self.csr.rowptr)
+        return window_offsets.to(torch.int32), chunk_offsets.to(torch.int32), host_counts
+
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
         csr, window, device = self.csr, self.window, self.csr.col.device
         width = max(csr.num_cols, 1)
@@ -313,32 +317,45 @@ class _TorchBuild:
 
 class _KernelBuild:
     """The same layout with the conversion kernels: no sort and no int64 key per nonzero, one
-    thread per nonzero (``csrc/metcf_convert.h`` says how)."""
+    thread per nonzero (``csrc/metcf_convert.h`` says how), and the per-window prefix sums and
+    the longest row in the same op, so one small copy is all the host reads."""
 
     def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None):
         device = csr.col.device
         self.csr, self.window = csr, window
-        self.row_map = _row_map(csr.num_rows, window, row_perm, device)
-        self.slot_of_row = (
-            torch.empty(0, dtype=torch.int32, device=device)
-            if row_perm is None
-            else row_slots(csr.num_rows, row_perm, device).to(torch.int32)
-        )
-        self.first_before = None
+        self.num_windows = -(-csr.num_rows // window)
+        perm = torch.empty(0, dtype=torch.long, device=device) if row_perm is None else row_perm.long().contiguous()
+        self.row_map, self.slot_of_row = _ext.load().metcf_row_map(perm, csr.num_rows, window)
 
-    def _csr_args(self) -> list:
-        return [self.csr.rowptr.contiguous(), self.csr.col.contiguous(), self.row_map, self.slot_of_row]
+    def _counts(self) -> torch.Tensor:
+        """window_offsets, chunk_offsets and non-empty windows before each window (int64, windows
+        + 1 each), then the longest row."""
+        csr = self.csr
+        args = (csr.rowptr.contiguous(), csr.col.contiguous(), self.row_map, self.slot_of_row)
+        self.first_before, self.owners, counts = _ext.load().metcf_count(*args, self.window, BALANCE_CHUNK)
+        return counts
 
     def blocks_per_window(self) -> torch.Tensor:
-        self.first_before, blocks = _ext.load().metcf_count(*self._csr_args(), self.window)
-        return blocks
+        counts = self._counts()
+        return counts[1 : self.num_windows + 1] - counts[: self.num_windows]
+
+    def count(self) -> tuple[torch.Tensor, torch.Tensor, HostCounts]:
+        counts = self._counts()
+        stride = self.num_windows + 1
+        window_offsets = counts[:stride].to(torch.int32)
+        chunk_offsets = counts[stride : 2 * stride].to(torch.int32)
+        host = counts.cpu().numpy()
+        host_counts = HostCounts(host[:stride], host[stride : 2 * stride], host[2 * stride : 3 * stride], int(host[-1]))
+        return window_offsets, chunk_offsets, host_counts
 
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
-        first_before, self.first_before = self.first_before, None
+        csr = self.csr
+        args = (csr.rowptr.contiguous(), csr.col.contiguous(), self.row_map, self.slot_of_row)
+        first_before, owners, self.first_before, self.owners = self.first_before, self.owners, None, None
         block_cols, bitmap, block_offsets, local_ids, csr_gather = _ext.load().metcf_fill(
-            *self._csr_args(), first_before, window_offsets, num_blocks, self.window
+            *args, first_before, owners, window_offsets, num_blocks, self.window
         )
-        gather_dtype = index_dtype_for(self.csr.num_rows, self.csr.num_cols, self.csr.nnz)
+        gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
         return block_cols, bitmap, block_offsets, local_ids, csr_gather.to(gather_dtype)
 
 
