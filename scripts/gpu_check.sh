@@ -30,7 +30,7 @@ STAGES=",${1:-build,test,memcheck,racecheck,suite,bench},"
 STAGE_LIMIT=${STAGE_LIMIT:-240}
 declare -a summary
 # racecheck watches every shared-memory access and is the slowest: a narrower subset.
-declare -A SANITIZER_FILTER=([memcheck]="" [racecheck]="shape_grid or hub_row or repeated or cut_in_some")
+declare -A SANITIZER_FILTER=([memcheck]="" [racecheck]="shape_grid or hub_row or repeated or cut_in_some or narrow")
 
 stage() { [[ "$STAGES" == *",$1,"* ]]; }
 record() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }

@@ -1,7 +1,8 @@
 """GPU tests of the CSR -> ME-TCF conversion kernels (csrc/metcf_convert.cu): every array of the
 layout equal, entry for entry, to the torch build of formats/metcf.py on the same matrix, on fresh
 random matrices each run (hub rows of 10^5 nonzeros, empty rows and windows, partial last
-windows, row permutations, both windows, int32 and int64 indices)."""
+windows, row permutations, both windows, int32 and int64 indices, windows on the shared-memory
+and on the search path)."""
 import pytest
 import torch
 
@@ -48,6 +49,24 @@ def test_hub_row(permuted):
     m = 5000
     csr = random_csr(m, HUB_NNZ + 1000, 4, hub_nnz=HUB_NNZ)
     assert int((csr.rowptr[1:] - csr.rowptr[:-1]).max()) >= min(HUB_NNZ, 30_000)
+    assert_same_layout(csr, 16, torch.randperm(m, device="cuda") if permuted else None)
+
+
+@pytest.mark.parametrize("permuted", [False, True])
+def test_narrow_and_wide_windows(permuted):
+    """Windows on the shared-memory path (columns spanning at most 2^16 ids) beside windows on the
+    search path, in one matrix; spans of exactly 2^16 - 1 and 2^16 on either side of the limit."""
+    span = 1 << 16
+    dense_rows = torch.arange(512, device="cuda").repeat_interleave(300)  # windows 0..31: narrow
+    dense_cols = torch.randint(0, 2000, (dense_rows.numel(),), device="cuda")
+    spread_rows = torch.randint(512, 1024, (20_000,), device="cuda")  # windows 32..63: wide
+    spread_cols = torch.randint(0, 4 * span, (spread_rows.numel(),), device="cuda")
+    edge_rows = torch.tensor([1024, 1025, 1040, 1041], device="cuda")  # window 64 narrow, 65 wide
+    edge_cols = torch.tensor([5, 5 + span - 1, 7, 7 + span], device="cuda")
+    row = torch.cat([dense_rows, spread_rows, edge_rows])
+    col = torch.cat([dense_cols, spread_cols, edge_cols])
+    m = 1050
+    csr = from_coo(row, col, torch.randn(row.numel(), device="cuda"), m, 4 * span)
     assert_same_layout(csr, 16, torch.randperm(m, device="cuda") if permuted else None)
 
 

@@ -93,7 +93,8 @@ def check(kernels, m, k, n, kernel, window=16, mean_degree=8, row_perm=False, x=
     if ref.norm() == 0:
         assert err == 0.0
         return
-    tolerance = tf32_tolerance(row, col, values, x, m, ref)
+    # The kernels round the canonical values (duplicates summed first): so does the error model.
+    tolerance = tf32_tolerance(csr.row_indices(), csr.col.long(), csr.values, x, m, ref)
     assert err <= tolerance, f"relative error {err:.3g} over {tolerance:.3g} (m={m} k={k} n={n} {kernel})"
 
 

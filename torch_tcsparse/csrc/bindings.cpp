@@ -242,7 +242,7 @@ tcsparse::CsrWindows<I> csr_windows(const at::Tensor& rowptr, const at::Tensor& 
     check_index(row_map, "row_map", at::kInt, num_windows * window, device);
     if (slot_of_row.numel()) check_index(slot_of_row, "slot_of_row", at::kInt, num_rows, device);
     return {rowptr.data_ptr<I>(), col.data_ptr<I>(), row_map.data_ptr<int32_t>(),
-            slot_of_row.numel() ? slot_of_row.data_ptr<int32_t>() : nullptr, num_rows, col.numel(), num_windows,
+            slot_of_row.numel() ? slot_of_row.data_ptr<int32_t>() : nullptr, nullptr, num_rows, col.numel(), num_windows,
             static_cast<int>(window)};
 }
 
@@ -281,18 +281,22 @@ std::tuple<at::Tensor, at::Tensor> metcf_row_map(const at::Tensor& row_perm, int
 }
 
 // The first pass of the conversion, all that reordering needs to count blocks:
-// first_before [nnz + 1] and owners [nnz] (rowptr's index type), and the int64 counts
-// [3 (windows + 1) + 1]: window_offsets, chunk_offsets (of `chunk` blocks) and the non-empty
-// windows before each window, then the longest row (one copy to the host reads them all).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> metcf_count(const at::Tensor& rowptr, const at::Tensor& col,
-                                                           const at::Tensor& row_map, const at::Tensor& slot_of_row,
-                                                           int64_t window, int64_t chunk) {
+// first_before [nnz + 1], owners [nnz] and narrow_base [windows] (rowptr's index type), and the
+// int64 counts [3 (windows + 1) + 1]: window_offsets, chunk_offsets (of `chunk` blocks) and the
+// non-empty windows before each window, then the longest row (one copy to the host reads them).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> metcf_count(const at::Tensor& rowptr, const at::Tensor& col,
+                                                                       const at::Tensor& row_map,
+                                                                       const at::Tensor& slot_of_row, int64_t window,
+                                                                       int64_t chunk) {
     TCS_CHECK(chunk >= 1, "chunk must be positive, got ", chunk);
     const c10::cuda::CUDAGuard guard(rowptr.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     return with_index_type(rowptr.scalar_type(), [&](auto index) {
         using I = decltype(index);
-        const auto a = csr_windows<I>(rowptr, col, row_map, slot_of_row, window);
+        auto a = csr_windows<I>(rowptr, col, row_map, slot_of_row, window);
+        at::Tensor narrow_base = at::empty({a.num_windows}, rowptr.options());
+        check_launch(tcsparse::metcf_narrow_windows<I>(a, narrow_base.data_ptr<I>(), stream), "metcf_narrow_windows");
+        a.narrow_base = narrow_base.data_ptr<I>();
         at::Tensor first_before = at::zeros({a.nnz + 1}, rowptr.options());
         at::Tensor owners = at::empty({a.nnz}, rowptr.options());
         check_launch(tcsparse::metcf_mark_first<I>(a, first_before.data_ptr<I>(), owners.data_ptr<I>(), stream),
@@ -303,22 +307,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> metcf_count(const at::Tensor& row
                                                       counts.data_ptr<int64_t>(), stream),
                      "metcf_window_counts");
         counts.narrow(0, 0, 3 * (a.num_windows + 1)).view({3, a.num_windows + 1}).cumsum_(1);
-        return std::make_tuple(first_before, owners, counts);
+        return std::make_tuple(first_before, owners, narrow_base, counts);
     });
 }
 
-// The layout's block arrays from metcf_count's first_before and owners (used up as scratch) and
-// the window offsets (int32 [windows + 1], num_blocks at the end): block_cols, block_bitmap,
+// The layout's block arrays from metcf_count's first_before, owners (used up as scratch) and
+// narrow_base, and the window offsets (int32 [windows + 1], num_blocks at the end): block_cols, block_bitmap,
 // block_offsets, local_ids and csr_gather (of rowptr's index type), as formats/metcf.py
 // documents them.
 std::vector<at::Tensor> metcf_fill(const at::Tensor& rowptr, const at::Tensor& col, const at::Tensor& row_map,
                                    const at::Tensor& slot_of_row, const at::Tensor& first_before, at::Tensor owners,
-                                   const at::Tensor& window_offsets, int64_t num_blocks, int64_t window) {
+                                   const at::Tensor& narrow_base, const at::Tensor& window_offsets, int64_t num_blocks,
+                                   int64_t window) {
     const c10::cuda::CUDAGuard guard(rowptr.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     return with_index_type(rowptr.scalar_type(), [&](auto index) {
         using I = decltype(index);
-        const auto a = csr_windows<I>(rowptr, col, row_map, slot_of_row, window);
+        auto a = csr_windows<I>(rowptr, col, row_map, slot_of_row, window);
+        check_index(narrow_base, "narrow_base", rowptr.scalar_type(), a.num_windows, rowptr.device());
+        a.narrow_base = narrow_base.data_ptr<I>();
         TCS_CHECK(num_blocks >= 0 && num_blocks <= INT32_MAX, "num_blocks must lie in [0, ", int64_t{INT32_MAX},
                   "], got ", num_blocks);
         check_index(first_before, "first_before", rowptr.scalar_type(), a.nnz + 1, rowptr.device());
@@ -365,10 +372,10 @@ TORCH_LIBRARY(tcsparse_kernels, m) {
     m.def("metcf_row_map(Tensor row_perm, int num_rows, int window) -> (Tensor, Tensor)");
     m.def(
         "metcf_count(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, int window, int chunk) "
-        "-> (Tensor, Tensor, Tensor)");
+        "-> (Tensor, Tensor, Tensor, Tensor)");
     m.def(
         "metcf_fill(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, Tensor first_before, "
-        "Tensor(a!) owners, Tensor window_offsets, int num_blocks, int window) -> Tensor[]");
+        "Tensor(a!) owners, Tensor narrow_base, Tensor window_offsets, int num_blocks, int window) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {

@@ -8,6 +8,12 @@
 // nonzeros with a smaller column, which a binary search in each row of the window and a prefix
 // sum of the first-flags give. Every step is one thread per nonzero, so a hub row of 10^6
 // nonzeros costs no more per nonzero than a short one.
+//
+// Narrow windows (columns spanning at most kNarrowSpan ids: banded, clustered and small dense
+// graphs, whose windows hold thousands of nonzeros on few distinct columns) skip the searches:
+// one thread block per window sets a bit per column in shared memory, and a column's rank is
+// the set bits below it (a prefix sum of the words' popcounts). There, one nonzero per column
+// (whichever sets its bit first) is flagged first.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +30,9 @@ struct CsrWindows {
     const I* col;                // [nnz]
     const int32_t* row_map;      // [num_windows * window]
     const int32_t* slot_of_row;  // [num_rows] or nullptr
+    // [num_windows]: a narrow window's smallest column, -1 for the others (wide or empty);
+    // written by metcf_narrow_windows, which every later step needs first.
+    const I* narrow_base;
     int64_t num_rows;
     int64_t nnz;
     int64_t num_windows;
@@ -35,9 +44,16 @@ struct CsrWindows {
 cudaError_t metcf_row_map(const int64_t* row_perm, int64_t num_rows, int64_t num_slots, int32_t* row_map,
                           int32_t* slot_of_row, cudaStream_t stream);
 
+constexpr int64_t kNarrowSpan = int64_t{1} << 16;  // columns: a bitmap of 8 KB in shared memory
+
+// narrow_base[w] = the smallest column of window w when its columns span at most kNarrowSpan ids,
+// else -1 (also for windows without nonzeros).
+template <typename I>
+cudaError_t metcf_narrow_windows(const CsrWindows<I>& a, I* narrow_base, cudaStream_t stream);
+
 // first[0] = 0 and first[e + 1] = 1 when nonzero e is the first of its column in its window (no
 // row at an earlier slot of the window holds the column), else 0; owner[e] = that first nonzero
-// (e itself when it is first). The caller turns `first` into its inclusive prefix sum,
+// (e itself when it is first; owners are left unset in narrow windows). The caller turns `first` into its inclusive prefix sum,
 // `first_before`: first_before[e] counts the first nonzeros before e.
 template <typename I>
 cudaError_t metcf_mark_first(const CsrWindows<I>& a, I* first, I* owner, cudaStream_t stream);

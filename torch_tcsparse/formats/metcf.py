@@ -332,7 +332,9 @@ class _KernelBuild:
         + 1 each), then the longest row."""
         csr = self.csr
         args = (csr.rowptr.contiguous(), csr.col.contiguous(), self.row_map, self.slot_of_row)
-        self.first_before, self.owners, counts = _ext.load().metcf_count(*args, self.window, BALANCE_CHUNK)
+        self.first_before, self.owners, self.narrow_base, counts = _ext.load().metcf_count(
+            *args, self.window, BALANCE_CHUNK
+        )
         return counts
 
     def blocks_per_window(self) -> torch.Tensor:
@@ -351,9 +353,10 @@ class _KernelBuild:
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
         csr = self.csr
         args = (csr.rowptr.contiguous(), csr.col.contiguous(), self.row_map, self.slot_of_row)
-        first_before, owners, self.first_before, self.owners = self.first_before, self.owners, None, None
+        scratch = self.first_before, self.owners, self.narrow_base
+        self.first_before = self.owners = self.narrow_base = None
         block_cols, bitmap, block_offsets, local_ids, csr_gather = _ext.load().metcf_fill(
-            *args, first_before, owners, window_offsets, num_blocks, self.window
+            *args, *scratch, window_offsets, num_blocks, self.window
         )
         gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
         return block_cols, bitmap, block_offsets, local_ids, csr_gather.to(gather_dtype)
