@@ -277,16 +277,21 @@ class _TorchBuild:
         self.slot = row_slots(csr.num_rows, row_perm, csr.col.device)[csr.row_indices()]
         self.num_windows = -(-csr.num_rows // window)
 
-    def blocks_per_window(self) -> torch.Tensor:
+    def blocks_per_window(self, for_fill: bool = False) -> torch.Tensor:
+        """``for_fill`` also keeps each nonzero's pair (the unique's inverse), which only ``fill``
+        needs: counting alone (reordering) skips it."""
         width = max(self.csr.num_cols, 1)
         keys = (self.slot // self.window) * width + self.csr.col.long()
-        self.pair_key, self.pair_of_nnz = torch.unique(keys, return_inverse=True)
+        if for_fill:
+            self.pair_key, self.pair_of_nnz = torch.unique(keys, return_inverse=True)
+        else:
+            self.pair_key = torch.unique(keys)
         self.pairs_per_window = torch.bincount(self.pair_key // width, minlength=self.num_windows)
         return (self.pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
 
     def count(self) -> tuple[torch.Tensor, torch.Tensor, HostCounts]:
         """int32 window and chunk offsets on the device, and the host copies."""
-        blocks = self.blocks_per_window()
+        blocks = self.blocks_per_window(for_fill=True)
         window_offsets = _exclusive_cumsum(blocks)
         chunk_offsets = _exclusive_cumsum((blocks + BALANCE_CHUNK - 1) // BALANCE_CHUNK)
         host_counts = _read_back_counts(window_offsets, chunk_offsets, blocks, self.csr.rowptr)
@@ -325,15 +330,15 @@ class _KernelBuild:
         self.csr, self.window = csr, window
         self.num_windows = -(-csr.num_rows // window)
         perm = torch.empty(0, dtype=torch.long, device=device) if row_perm is None else row_perm.long().contiguous()
-        self.row_map, self.slot_of_row = _ext.load().metcf_row_map(perm, csr.num_rows, window)
+        row_map, slot_of_row = _ext.load().metcf_row_map(perm, csr.num_rows, window)
+        self.row_map = row_map
+        self.csr_args = (csr.rowptr.contiguous(), csr.col.contiguous(), row_map, slot_of_row)
 
     def _counts(self) -> torch.Tensor:
         """window_offsets, chunk_offsets and non-empty windows before each window (int64, windows
         + 1 each), then the longest row."""
-        csr = self.csr
-        args = (csr.rowptr.contiguous(), csr.col.contiguous(), self.row_map, self.slot_of_row)
         self.first_before, self.owners, self.narrow_base, counts = _ext.load().metcf_count(
-            *args, self.window, BALANCE_CHUNK
+            *self.csr_args, self.window, BALANCE_CHUNK
         )
         return counts
 
@@ -352,11 +357,10 @@ class _KernelBuild:
 
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
         csr = self.csr
-        args = (csr.rowptr.contiguous(), csr.col.contiguous(), self.row_map, self.slot_of_row)
         scratch = self.first_before, self.owners, self.narrow_base
         self.first_before = self.owners = self.narrow_base = None
         block_cols, bitmap, block_offsets, local_ids, csr_gather = _ext.load().metcf_fill(
-            *args, *scratch, window_offsets, num_blocks, self.window
+            *self.csr_args, *scratch, window_offsets, num_blocks, self.window
         )
         gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
         return block_cols, bitmap, block_offsets, local_ids, csr_gather.to(gather_dtype)
