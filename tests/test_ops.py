@@ -86,6 +86,28 @@ def test_eager_gradient_for_x_skips_the_custom_op():
     assert "SpMMGradX" not in type(through_op.grad_fn).__name__
 
 
+@pytest.mark.parametrize("values", ["symmetric", "asymmetric"])
+def test_csr_path_backward_multiplies_by_a_transpose_built_once(values):
+    # torch.sparse.mm's own backward transposes A (a sort of every nonzero) at every call.
+    dense = symmetric_pattern()
+    if values == "symmetric":
+        dense = dense + dense.t()
+    a = TCSparseTensor.from_dense(dense)
+    x = torch.randn(40, 3, dtype=torch.float64, requires_grad=True)
+    y = a.matmul(x, path="csr")
+    assert type(y.grad_fn).__name__ == "TorchSparseGradXBackward"
+    grad_y = torch.randn(40, 3, dtype=torch.float64)
+    y.backward(grad_y)
+    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    kept = a._torch_csr_transposed()
+    # A symmetric matrix is its own transpose: the forward's CSR serves the backward.
+    assert (kept is a._torch_csr()) == (values == "symmetric")
+    x.grad = None
+    a.matmul(x, path="csr").backward(grad_y)
+    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    assert a._torch_csr_transposed() is kept
+
+
 def symmetric_pattern(n=40, seed=3) -> torch.Tensor:
     """An undirected graph's pattern with different values on (i, j) and (j, i)."""
     pattern = random_dense(n, n, 0.15, seed, torch.float64, dense_row=5) != 0

@@ -77,7 +77,7 @@ class TCSparseTensor(torch.Tensor):
         )
         out._structure = structure
         out._values = values
-        out._csr_matrix = None
+        out._csr_matrix = out._csr_matrix_t = None
         out._casts = {}
         out._block_values_built = None  # see _block_values
         out._operands = {}  # see _operand_values
@@ -257,9 +257,11 @@ class TCSparseTensor(torch.Tensor):
             values = s.to_block_order(self._values) if values_need_grad else self._block_values
             layout_t = s.transposed().layout.tensors() if x_needs_grad else []
             y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
+        elif path == "csr" and x_needs_grad:
+            y = ops.TorchSparseGradX.apply(x.contiguous(), self._torch_csr(), self._torch_csr_transposed)
         elif path == "csr":
             # torch.sparse on the CSR-order values the tensor holds: no per-call gather into CSR
-            # order, so this costs what torch.sparse.mm costs (its autograd covers X).
+            # order, so this costs what torch.sparse.mm costs.
             y = torch.sparse.mm(self._torch_csr(), x.contiguous())
         elif x_needs_grad:
             values, values_t = self._operand_values(path), self._operand_values(path, transpose=True)
@@ -297,6 +299,18 @@ class TCSparseTensor(torch.Tensor):
             with torch.no_grad():
                 self._csr_matrix = self.to_torch_csr()
         return self._csr_matrix
+
+    def _torch_csr_transposed(self) -> torch.Tensor:
+        """torch CSR of A^T for the backward of the "csr" path, built on first need and kept:
+        a symmetric matrix (GCN's normalized adjacency) reuses its own, no second copy."""
+        if self._csr_matrix_t is None:
+            with torch.no_grad():
+                transposed = self.t()
+                symmetric = transposed._structure.col is self._structure.col and torch.equal(
+                    transposed._values, self._values
+                )
+                self._csr_matrix_t = self._torch_csr() if symmetric else transposed.to_torch_csr()
+        return self._csr_matrix_t
 
     def __matmul__(self, other):
         return self.matmul(other)
