@@ -71,6 +71,8 @@ def parse_args(argv=None):
     parser.add_argument("--tf32", choices=("on", "off"), default="on")
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=None, help="timed epochs per mode")
+    parser.add_argument("--profile", action="store_true",
+                        help="after timing, profile one epoch per mode: GPU kernels by time to $OUT/gcn_profile_*.txt")
     parser.add_argument("--seeds", type=int, default=None, help="accuracy runs per backend (default 10)")
     parser.add_argument("--first-seed", type=int, default=0,
                         help="seeds run are first-seed .. first-seed + seeds - 1 (split long runs over commands)")
@@ -154,7 +156,7 @@ def median_ms(fn, warmup: int, reps: int, device) -> float:
     return statistics.median(times)
 
 
-def time_mode(mode, edge_index, num_nodes, x, y, args, reference):
+def time_mode(graph_name, mode, edge_index, num_nodes, x, y, args, reference):
     """One mode on one graph: preprocessing, correctness against ``reference`` (the first mode's
     output, on the host), epoch time, peak; returns the results and this mode's output (host)."""
     device = args.device
@@ -190,9 +192,31 @@ def time_mode(mode, edge_index, num_nodes, x, y, args, reference):
 
     epoch_ms = median_ms(epoch, args.warmup, args.epochs, device)
     train_peak_gb = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
+    if args.profile and cuda:
+        profile_epoch(epoch, f"{graph_name}_{mode}")
     peak_gb = max(preprocess_peak_gb, train_peak_gb) if cuda else float("nan")
     return {"preprocess_ms": preprocess_ms, "epoch_ms": epoch_ms, "peak_gb": peak_gb, "train_peak_gb": train_peak_gb,
             "rel_error": error}, out
+
+
+def profile_epoch(epoch, label: str, top: int = 25):
+    """GPU time of one epoch by kernel, largest first, to $OUT/gcn_profile_<label>.txt: where an
+    epoch's time goes, for both backends alike."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        epoch()
+        torch.cuda.synchronize()
+    kernels_us = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels_us[event.name] = kernels_us.get(event.name, 0.0) + event.time_range.elapsed_us()
+    total = sum(kernels_us.values())
+    lines = [f"{label}: one epoch, GPU kernel time {total / 1000:.2f} ms; kernels (ms, share):"]
+    for name, us in sorted(kernels_us.items(), key=lambda item: -item[1])[:top]:
+        lines.append(f"  {us / 1000:8.2f} {us / total:6.1%}  {name[:110]}")
+    (out_dir() / f"gcn_profile_{label}.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:9]), flush=True)
 
 
 def run_timing(args):
@@ -220,7 +244,7 @@ def _time_every_mode(args):
             row = {"graph": name, "nodes": num_nodes, "nnz": edge_index.size(1), "mode": mode, "tf32": args.tf32,
                    "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"}
             try:
-                result, out = time_mode(mode, edge_index, num_nodes, x, y, args, reference)
+                result, out = time_mode(name, mode, edge_index, num_nodes, x, y, args, reference)
                 reference = out if reference is None else reference
                 row |= result
             except torch.cuda.OutOfMemoryError:
