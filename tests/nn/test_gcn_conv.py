@@ -133,6 +133,30 @@ def test_matches_pyg(device, kind, config, weighted, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_first_layer_weight_gradient_matches_pyg(device, weighted, dtype):
+    # Features without gradient and in_channels < out_channels: W's gradient comes from the
+    # narrower product adj @ x (8 columns here, not 16).
+    edge_index, edge_weight = random_graph(device=device)
+    edge_weight = edge_weight.to(dtype) if weighted else None
+    x = torch.randn(60, 8, device=device, dtype=dtype)
+    torch.manual_seed(1)
+    ours = GCNConv(8, 16).to(device, dtype)
+    theirs = pyg_nn.GCNConv(8, 16).to(device, dtype)
+    theirs.load_state_dict(ours.state_dict())
+    coefficients = torch.linspace(-1, 1, 60 * 16, device=device, dtype=dtype).view(60, 16)
+    results = []
+    for layer in (ours, theirs):
+        out = layer(x, edge_index, edge_weight)
+        (out * coefficients).sum().backward()
+        results.append((out, layer.lin.weight.grad, layer.bias.grad))
+    assert "_LinearThenPropagateBackward" in str(results[0][0].grad_fn.next_functions)
+    for mine, expected in zip(*results):
+        assert_close(mine, expected, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", INPUT_KINDS)
 def test_cached_reuses_the_first_graph(device, kind):
     edge_index, edge_weight = random_graph(device=device)

@@ -4,6 +4,8 @@ The math and its order are PyG's: ``out = Â (x W) + b`` with ``Â = D^-1/2 (A +
 where ``A[target, source]`` holds the edge weight and ``D`` is the row sum of ``A + fill I``.
 What differs is only where the work goes: the normalized adjacency becomes a ``TCSparseTensor``
 (canonical CSR plus the Tensor-Core layout, built once), and ``Â @ h`` is the library's SpMM.
+In a first layer (features without gradient, in_channels < out_channels) W's gradient is
+computed as ``grad^T (Â x)`` rather than ``(Â^T grad)^T x``: equal, with a narrower SpMM.
 """
 from __future__ import annotations
 
@@ -202,6 +204,37 @@ def _check_flag(name: str, value) -> bool:
     return value
 
 
+def _weight_gradient_through_narrow_product(lin, x: Tensor, adj: TCSparseTensor) -> bool:
+    """Whether ``adj @ lin(x)`` needs only W's gradient and ``adj @ x`` is the narrower product
+    (a first layer: features need no gradient, in_channels < out_channels)."""
+    return (
+        torch.is_grad_enabled()
+        and type(lin) is torch.nn.Linear
+        and lin.weight.requires_grad
+        and not x.requires_grad
+        and not adj._values.requires_grad
+        and lin.in_features < lin.out_features
+        and not torch.is_autocast_enabled(x.device.type)
+    )
+
+
+class _LinearThenPropagate(torch.autograd.Function):
+    """``adj @ lin(x)`` (PyG's order: linear, then propagate) whose backward gives W's gradient as
+    ``grad^T (adj @ x)``, the same as autograd's ``(adj^T grad)^T x``: one SpMM of in_channels
+    columns instead of out_channels (100 instead of 256 for ogbn-products' first layer)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, adj: TCSparseTensor, lin: torch.nn.Linear):
+        ctx.save_for_backward(x)
+        ctx.adj = adj
+        return adj @ lin(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return None, grad_out.t() @ (ctx.adj @ x), None, None
+
+
 class GCNConv(torch.nn.Module):
     r"""Graph convolution of Kipf and Welling, a drop-in for ``torch_geometric.nn.GCNConv``:
     ``out = D^-1/2 (A + I) D^-1/2 (x W) + b``, with ``A + 2I`` when ``improved``.
@@ -268,7 +301,10 @@ class GCNConv(torch.nn.Module):
             adj = self._propagation_matrix(x, edge_index, edge_weight)
             if self.cached:
                 self._cached_adj = adj
-        out = adj @ self.lin(x)
+        if _weight_gradient_through_narrow_product(self.lin, x, adj):
+            out = _LinearThenPropagate.apply(x, self.lin.weight, adj, self.lin)
+        else:
+            out = adj @ self.lin(x)
         if self.bias is not None:
             out = out + self.bias
         return out
