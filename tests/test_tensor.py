@@ -361,3 +361,40 @@ def test_product_on_every_device(device, path):
     y = a.matmul(x.to(device), path=path)
     assert y.device.type == device.type
     assert_matches_reference(y, dense, x)
+
+
+@pytest.mark.parametrize("device", devices, ids=str)
+@pytest.mark.parametrize("path", cpu_paths)
+@pytest.mark.parametrize("x_grad", [False, True])
+def test_bias_is_added_to_every_row_and_differentiable(device, path, x_grad):
+    dense = random_dense(50, 36, 0.15, seed=21, dtype=torch.float64)
+    a = TCSparseTensor.from_dense(dense).to(device)
+    x = torch.randn(36, 8, dtype=torch.float64, device=device, requires_grad=x_grad)
+    bias = torch.randn(8, dtype=torch.float64, device=device, requires_grad=True)
+    y = a.matmul(x, path=path, bias=bias)
+    expected_x = x.detach().clone().requires_grad_(x_grad)
+    expected_bias = bias.detach().clone().requires_grad_()
+    expected = dense.to(device) @ expected_x + expected_bias
+    torch.testing.assert_close(y, expected)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    expected.backward(grad_y)
+    torch.testing.assert_close(bias.grad, expected_bias.grad)
+    if x_grad:
+        torch.testing.assert_close(x.grad, expected_x.grad)
+
+
+@pytest.mark.parametrize(
+    "bias, x_shape, error, match",
+    [
+        (torch.zeros(7, dtype=torch.float64), (36, 8), ValueError, r"shape \[N\] = \[8\], got \(7,\)"),
+        (torch.zeros(1, 8, dtype=torch.float64), (36, 8), ValueError, r"got \(1, 8\)"),
+        (torch.zeros(8, dtype=torch.float32), (36, 8), TypeError, "must match X"),
+        (torch.zeros(1, dtype=torch.float64), (36,), ValueError, r"needs X of shape \[K, N\]"),
+        ([0.0] * 8, (36, 8), TypeError, "must be a torch.Tensor"),
+    ],
+)
+def test_bias_is_validated(bias, x_shape, error, match):
+    a = TCSparseTensor.from_dense(random_dense(50, 36, 0.15, seed=21, dtype=torch.float64))
+    with pytest.raises(error, match=match):
+        a.matmul(torch.randn(x_shape, dtype=torch.float64), bias=bias)

@@ -175,19 +175,25 @@ class SpMMGradX(torch.autograd.Function):
 
 
 class TorchSparseGradX(torch.autograd.Function):
-    """``torch.sparse.mm(matrix, x)`` differentiable for x, its backward a product with
-    ``transpose()``, a torch CSR of A^T that the caller builds once and keeps. torch's own
-    backward transposes the CSR matrix at every call (a CSR -> COO conversion, a sort and a
-    gather of every nonzero: 24 of the 85 ms of a GCN epoch on R-MAT scale 21)."""
+    """``torch.sparse.mm(matrix, x)`` (plus ``bias`` on every row, if given) differentiable for
+    x and the bias, its backward for x a product with ``transpose()``, a torch CSR of A^T that
+    the caller builds once and keeps. torch's own backward transposes the CSR matrix at every
+    call (a CSR -> COO conversion, a sort and a gather of every nonzero: 24 of the 85 ms of a
+    GCN epoch on R-MAT scale 21)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, matrix: Tensor, transpose):
+    def forward(ctx, x: Tensor, matrix: Tensor, transpose, bias: Tensor | None):
         ctx.transpose = transpose
-        return torch.sparse.mm(matrix, x)
+        if bias is None:
+            return torch.sparse.mm(matrix, x)
+        # cuSPARSE accumulates onto the bias: no zero fill and no separate pass to add it.
+        return torch.addmm(bias, matrix, x)
 
     @staticmethod
     def backward(ctx, grad_y):
-        return torch.sparse.mm(ctx.transpose(), grad_y.contiguous()), None, None
+        grad_x = torch.sparse.mm(ctx.transpose(), grad_y.contiguous()) if ctx.needs_input_grad[0] else None
+        grad_bias = grad_y.sum(0) if ctx.needs_input_grad[3] else None
+        return grad_x, None, None, grad_bias
 
 
 @spmm.register_fake

@@ -235,15 +235,20 @@ class TCSparseTensor(torch.Tensor):
 
     # Multiplication.
 
-    def matmul(self, other: torch.Tensor, path: str = "auto") -> torch.Tensor:
+    def matmul(self, other: torch.Tensor, path: str = "auto", bias: torch.Tensor | None = None) -> torch.Tensor:
         """Y = A @ X for X of shape [K] or [K, N]; differentiable for X and the values. Under
-        ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does."""
+        ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does.
+        ``bias`` (shape [N], X's dtype and device; differentiable) is added to every row of Y;
+        on the "csr" path within the product (cuSPARSE starts from the bias instead of zeros)."""
         # The per-call path reads the plain tensors the subclass holds: attributes of the
         # subclass itself (shape, device, dtype) go through __torch_function__ on every access.
         autocast_dtype = _autocast_dtype(self._values, other)
         if autocast_dtype is not None:
-            return self._in_dtype(autocast_dtype).matmul(other.to(autocast_dtype), path)
+            bias = None if bias is None else bias.to(autocast_dtype)
+            return self._in_dtype(autocast_dtype).matmul(other.to(autocast_dtype), path, bias)
         x = _check_operand(self, other)
+        if bias is not None:
+            _check_bias(bias, x)
         vector = x.dim() == 1
         if vector:
             x = x.unsqueeze(1)
@@ -258,16 +263,21 @@ class TCSparseTensor(torch.Tensor):
             layout_t = s.transposed().layout.tensors() if x_needs_grad else []
             y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
         elif path == "csr" and x_needs_grad:
-            y = ops.TorchSparseGradX.apply(x.contiguous(), self._torch_csr(), self._torch_csr_transposed)
+            y = ops.TorchSparseGradX.apply(x.contiguous(), self._torch_csr(), self._torch_csr_transposed, bias)
+            bias = None  # added within the product
         elif path == "csr":
             # torch.sparse on the CSR-order values the tensor holds: no per-call gather into CSR
-            # order, so this costs what torch.sparse.mm costs.
-            y = torch.sparse.mm(self._torch_csr(), x.contiguous())
+            # order, so this costs what torch.sparse.mm costs; cuSPARSE starts from the bias.
+            csr, x = self._torch_csr(), x.contiguous()
+            y = torch.sparse.mm(csr, x) if bias is None else torch.addmm(bias, csr, x)
+            bias = None
         elif x_needs_grad:
             values, values_t = self._operand_values(path), self._operand_values(path, transpose=True)
             y = ops.SpMMGradX.apply(x, values, values_t, s.layout, s.transposed().layout, path)
         else:
             y = ops.run_spmm(x, self._operand_values(path), s.layout, path, validated=True)
+        if bias is not None:
+            y = y + bias
         return y.squeeze(1) if vector else y
 
     def _operand_values(self, path: str, transpose: bool = False) -> torch.Tensor:
@@ -395,6 +405,17 @@ def _check_operand(a: TCSparseTensor, x) -> torch.Tensor:
     if x.dtype != values.dtype:
         raise TypeError(f"dtype mismatch: A is {values.dtype} but X is {x.dtype}; convert one with .to(dtype)")
     return x
+
+
+def _check_bias(bias, x: torch.Tensor) -> None:
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"bias needs X of shape [K, N], got X of shape {tuple(x.shape)}")
+    if bias.dim() != 1 or bias.shape[0] != x.shape[1]:
+        raise ValueError(f"bias must have shape [N] = [{x.shape[1]}], got {tuple(bias.shape)}")
+    if bias.device != x.device or bias.dtype != x.dtype:
+        raise TypeError(f"bias must match X ({x.dtype} on {x.device}), got {bias.dtype} on {bias.device}")
 
 
 def _autocast_dtype(values: torch.Tensor, x) -> torch.dtype | None:

@@ -219,20 +219,22 @@ def _weight_gradient_through_narrow_product(lin, x: Tensor, adj: TCSparseTensor)
 
 
 class _LinearThenPropagate(torch.autograd.Function):
-    """``adj @ lin(x)`` (PyG's order: linear, then propagate) whose backward gives W's gradient as
-    ``grad^T (adj @ x)``, the same as autograd's ``(adj^T grad)^T x``: one SpMM of in_channels
-    columns instead of out_channels (100 instead of 256 for ogbn-products' first layer)."""
+    """``adj @ lin(x) + bias`` (PyG's order: linear, propagate, bias) whose backward gives W's
+    gradient as ``grad^T (adj @ x)``, the same as autograd's ``(adj^T grad)^T x``: one SpMM of
+    in_channels columns instead of out_channels (100 instead of 256 for ogbn-products' first
+    layer)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, adj: TCSparseTensor, lin: torch.nn.Linear):
+    def forward(ctx, x: Tensor, weight: Tensor, adj: TCSparseTensor, lin: torch.nn.Linear, bias: Tensor | None):
         ctx.save_for_backward(x)
         ctx.adj = adj
-        return adj @ lin(x)
+        return adj.matmul(lin(x), bias=bias)
 
     @staticmethod
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
-        return None, grad_out.t() @ (ctx.adj @ x), None, None
+        grad_bias = grad_out.sum(0) if ctx.needs_input_grad[4] else None
+        return None, grad_out.t() @ (ctx.adj @ x), None, None, grad_bias
 
 
 class GCNConv(torch.nn.Module):
@@ -302,12 +304,8 @@ class GCNConv(torch.nn.Module):
             if self.cached:
                 self._cached_adj = adj
         if _weight_gradient_through_narrow_product(self.lin, x, adj):
-            out = _LinearThenPropagate.apply(x, self.lin.weight, adj, self.lin)
-        else:
-            out = adj @ self.lin(x)
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+            return _LinearThenPropagate.apply(x, self.lin.weight, adj, self.lin, self.bias)
+        return adj.matmul(self.lin(x), bias=self.bias)
 
     def _propagation_matrix(self, x: Tensor, edge_index, edge_weight) -> TCSparseTensor:
         num_nodes = x.size(0)
