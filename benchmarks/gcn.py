@@ -122,11 +122,7 @@ def graph_input(mode: str, edge_index, num_nodes: int):
     """What the layers of ``mode`` receive: (graph, edge_weight), normalized once."""
     if mode == "tcsparse":
         return prepare_graph("tcsparse", edge_index, num_nodes)
-    index, weight = prepare_graph("pyg", edge_index, num_nodes)
-    if mode == "pyg_edge_index":
-        return index, weight
-    adj_t = torch.sparse_coo_tensor(index.flip(0), weight, (num_nodes, num_nodes)).coalesce().to_sparse_csr()
-    return adj_t, None
+    return prepare_graph("pyg", edge_index, num_nodes, pyg_format="edge_index" if mode == "pyg_edge_index" else "csr")
 
 
 # Timing.

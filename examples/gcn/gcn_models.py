@@ -1,9 +1,10 @@
 """The GCN models of OGB's reference examples, built on either GCNConv (ours or PyG's).
 
 Both layers take ``(x, graph, edge_weight)``; the graph is prepared once per backend by
-``prepare_graph``: normalized ``D^-1/2 (A + I) D^-1/2`` as a TCSparseTensor for ours, as an
-(edge_index, edge_weight) pair for PyG's. The layers then run with ``normalize=False``, which is
-what ``cached=True`` amounts to, without converting the same graph once per layer.
+``prepare_graph``: normalized ``D^-1/2 (A + I) D^-1/2`` as a TCSparseTensor for ours, as a
+torch sparse CSR ``adj_t`` (or an (edge_index, edge_weight) pair) for PyG's. The layers then run
+with ``normalize=False``, which is what ``cached=True`` amounts to, without converting the same
+graph once per layer.
 """
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ def conv_class(backend: str):
     return tc_nn.GCNConv if backend == "tcsparse" else pyg_nn.GCNConv
 
 
-def prepare_graph(backend: str, edge_index: torch.Tensor, num_nodes: int, dtype=torch.float32):
-    """``(graph, edge_weight)`` to pass to every layer: the normalized adjacency, built once."""
+def prepare_graph(backend: str, edge_index: torch.Tensor, num_nodes: int, dtype=torch.float32, pyg_format="csr"):
+    """``(graph, edge_weight)`` to pass to every layer: the normalized adjacency, built once. For
+    PyG's layer a torch sparse CSR ``adj_t`` (its fast full-batch mode, the one OGB's examples
+    use), or with ``pyg_format="edge_index"`` the normalized (edge_index, edge_weight) pair."""
     if backend == "tcsparse":
         loops_index, weight = tc_nn.gcn_norm(edge_index, None, num_nodes, dtype=dtype)
         adj = TCSparseTensor.from_edge_index(loops_index, weight, num_nodes=num_nodes)
@@ -34,7 +37,13 @@ def prepare_graph(backend: str, edge_index: torch.Tensor, num_nodes: int, dtype=
         adj.t()
         return adj, None
     conv_class(backend)
-    return pyg_gcn_norm(edge_index, None, num_nodes, dtype=dtype)
+    if pyg_format not in ("csr", "edge_index"):
+        raise ValueError(f"pyg_format must be 'csr' or 'edge_index', got {pyg_format!r}")
+    index, weight = pyg_gcn_norm(edge_index, None, num_nodes, dtype=dtype)
+    if pyg_format == "edge_index":
+        return index, weight
+    adj_t = torch.sparse_coo_tensor(index.flip(0), weight, (num_nodes, num_nodes)).coalesce().to_sparse_csr()
+    return adj_t, None
 
 
 class GCN(torch.nn.Module):

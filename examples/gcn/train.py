@@ -1,7 +1,7 @@
 """Full-batch GCN training with torch_tcsparse's GCNConv or PyG's, on OGB and Planetoid graphs.
 
     python examples/gcn/train.py                                   # offline default, about 20 s on 2 CPU cores
-    python examples/gcn/train.py --backend pyg                     # the same model on PyG's GCNConv
+    python examples/gcn/train.py --backend pyg                     # the same model on PyG's GCNConv (CSR adj_t)
     python examples/gcn/train.py --dataset ogbn-arxiv --root data/ogb
     python examples/gcn/train.py --dataset ogbl-ddi --root ../shared/data/ogb
     python examples/gcn/train.py --dataset Cora --root ../shared/data/planetoid
