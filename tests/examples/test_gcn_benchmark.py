@@ -43,6 +43,8 @@ def quick_accuracy(out, monkeypatch, *options, suffix=""):
     return rows
 
 
+@pytest.mark.skipif(not (SHARED_DATA / "planetoid" / "Cora" / "raw").is_dir(),
+                    reason=f"Planetoid raw files not found under {SHARED_DATA / 'planetoid'}")
 def test_quick_accuracy_rows_per_run(tmp_path, monkeypatch):
     runs, summary = quick_accuracy(tmp_path, monkeypatch, "--accuracy-datasets", "Cora", "--seeds", "2",
                                    "--first-seed", "5", suffix="_seed5")
