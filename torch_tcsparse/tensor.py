@@ -244,7 +244,7 @@ class TCSparseTensor(torch.Tensor):
         # subclass itself (shape, device, dtype) go through __torch_function__ on every access.
         autocast_dtype = _autocast_dtype(self._values, other)
         if autocast_dtype is not None:
-            bias = None if bias is None else bias.to(autocast_dtype)
+            bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
             return self._in_dtype(autocast_dtype).matmul(other.to(autocast_dtype), path, bias)
         x = _check_operand(self, other)
         if bias is not None:
