@@ -72,15 +72,21 @@ def test_gradients_equal_dense_autograd():
     torch.testing.assert_close(values.grad, dense_a.grad[row, col])
 
 
+def assert_gradient_for_x_through(function_name: str, a, dense, path: str, n=3):
+    """A @ X differentiated for X alone by the autograd Function ``function_name``: dX = A^T dY."""
+    x = torch.randn(dense.shape[1], n, dtype=torch.float64, requires_grad=True)
+    y = a.matmul(x, path=path)
+    assert type(y.grad_fn).__name__ == function_name + "Backward"
+    grad_y = torch.randn(dense.shape[0], n, dtype=torch.float64)
+    y.backward(grad_y)
+    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    return x
+
+
 def test_eager_gradient_for_x_skips_the_custom_op():
     # Values without gradient, eager: the light autograd Function, same gradient as the op's.
     a, dense = matrix(reorder=random_permutation(23, seed=5), symmetric=False)
-    x = torch.randn(14, 3, dtype=torch.float64, requires_grad=True)
-    y = a.matmul(x, path="reference")
-    assert type(y.grad_fn).__name__ == "SpMMGradXBackward"
-    grad_y = torch.randn(23, 3, dtype=torch.float64)
-    y.backward(grad_y)
-    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    x = assert_gradient_for_x_through("SpMMGradX", a, dense, "reference")
     values = a.csr.values.clone().requires_grad_()
     through_op = a.with_values(values).matmul(x, path="reference")
     assert "SpMMGradX" not in type(through_op.grad_fn).__name__
@@ -93,18 +99,11 @@ def test_csr_path_backward_multiplies_by_a_transpose_built_once(values):
     if values == "symmetric":
         dense = dense + dense.t()
     a = TCSparseTensor.from_dense(dense)
-    x = torch.randn(40, 3, dtype=torch.float64, requires_grad=True)
-    y = a.matmul(x, path="csr")
-    assert type(y.grad_fn).__name__ == "TorchSparseGradXBackward"
-    grad_y = torch.randn(40, 3, dtype=torch.float64)
-    y.backward(grad_y)
-    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    assert_gradient_for_x_through("TorchSparseGradX", a, dense, "csr")
     kept = a._torch_csr_transposed()
     # A symmetric matrix is its own transpose: the forward's CSR serves the backward.
     assert (kept is a._torch_csr()) == (values == "symmetric")
-    x.grad = None
-    a.matmul(x, path="csr").backward(grad_y)
-    torch.testing.assert_close(x.grad, dense.t() @ grad_y)
+    assert_gradient_for_x_through("TorchSparseGradX", a, dense, "csr")
     assert a._torch_csr_transposed() is kept
 
 

@@ -174,6 +174,12 @@ class SpMMGradX(torch.autograd.Function):
         return run_spmm(grad_y, values_t, ctx.a_t, ctx.path, validated=True), None, None, None, None, None
 
 
+def torch_sparse_product(matrix: Tensor, x: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``torch.sparse.mm(matrix, x)``, plus ``bias`` on every row if given: cuSPARSE then
+    accumulates onto the bias, with no zero fill and no separate pass to add it."""
+    return torch.sparse.mm(matrix, x) if bias is None else torch.addmm(bias, matrix, x)
+
+
 class TorchSparseGradX(torch.autograd.Function):
     """``torch.sparse.mm(matrix, x)`` (plus ``bias`` on every row, if given) differentiable for
     x and the bias, its backward for x a product with ``transpose()``, a torch CSR of A^T that
@@ -184,10 +190,7 @@ class TorchSparseGradX(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, matrix: Tensor, transpose, bias: Tensor | None):
         ctx.transpose = transpose
-        if bias is None:
-            return torch.sparse.mm(matrix, x)
-        # cuSPARSE accumulates onto the bias: no zero fill and no separate pass to add it.
-        return torch.addmm(bias, matrix, x)
+        return torch_sparse_product(matrix, x, bias)
 
     @staticmethod
     def backward(ctx, grad_y):

@@ -15,6 +15,7 @@ import torch
 from . import ops
 from .formats import inputs
 from .formats.csr import CSR, check_values, from_csr_arrays, torch_csr
+from .formats.csr import transpose as transpose_csr
 from .formats.bcsr import BCSR, build_bcsr
 from .formats.metcf import WINDOWS
 from .structure import Structure
@@ -262,14 +263,14 @@ class TCSparseTensor(torch.Tensor):
             values = s.to_block_order(self._values) if values_need_grad else self._block_values
             layout_t = s.transposed().layout.tensors() if x_needs_grad else []
             y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
-        elif path == "csr" and x_needs_grad:
-            y = ops.TorchSparseGradX.apply(x.contiguous(), self._torch_csr(), self._torch_csr_transposed, bias)
-            bias = None  # added within the product
         elif path == "csr":
             # torch.sparse on the CSR-order values the tensor holds: no per-call gather into CSR
-            # order, so this costs what torch.sparse.mm costs; cuSPARSE starts from the bias.
+            # order, so this costs what torch.sparse.mm costs; the bias goes in with the product.
             csr, x = self._torch_csr(), x.contiguous()
-            y = torch.sparse.mm(csr, x) if bias is None else torch.addmm(bias, csr, x)
+            if x_needs_grad:
+                y = ops.TorchSparseGradX.apply(x, csr, self._torch_csr_transposed, bias)
+            else:
+                y = ops.torch_sparse_product(csr, x, bias)
             bias = None
         elif x_needs_grad:
             values, values_t = self._operand_values(path), self._operand_values(path, transpose=True)
@@ -311,15 +312,21 @@ class TCSparseTensor(torch.Tensor):
         return self._csr_matrix
 
     def _torch_csr_transposed(self) -> torch.Tensor:
-        """torch CSR of A^T for the backward of the "csr" path, built on first need and kept:
-        a symmetric matrix (GCN's normalized adjacency) reuses its own, no second copy."""
+        """torch CSR of A^T for the backward of the "csr" path (the CSR transpose alone, no
+        Tensor-Core layout of it), built on first need and kept: a symmetric matrix (GCN's
+        normalized adjacency) reuses its own, no second copy."""
         if self._csr_matrix_t is None:
             with torch.no_grad():
-                transposed = self.t()
-                symmetric = transposed._structure.col is self._structure.col and torch.equal(
-                    transposed._values, self._values
+                csr = self.csr
+                t, _ = transpose_csr(csr)
+                symmetric = all(
+                    torch.equal(ours, theirs)
+                    for ours, theirs in ((csr.rowptr, t.rowptr), (csr.col, t.col), (csr.values, t.values))
                 )
-                self._csr_matrix_t = self._torch_csr() if symmetric else transposed.to_torch_csr()
+                if symmetric:
+                    self._csr_matrix_t = self._torch_csr()
+                else:
+                    self._csr_matrix_t = torch_csr(t.rowptr, t.col, t.values, (t.num_rows, t.num_cols))
         return self._csr_matrix_t
 
     def __matmul__(self, other):
