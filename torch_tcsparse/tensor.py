@@ -15,7 +15,6 @@ import torch
 from . import ops
 from .formats import inputs
 from .formats.csr import CSR, check_values, from_csr_arrays, torch_csr
-from .formats.csr import transpose as transpose_csr
 from .formats.bcsr import BCSR, build_bcsr
 from .formats.metcf import WINDOWS
 from .structure import Structure
@@ -312,21 +311,18 @@ class TCSparseTensor(torch.Tensor):
         return self._csr_matrix
 
     def _torch_csr_transposed(self) -> torch.Tensor:
-        """torch CSR of A^T for the backward of the "csr" path (the CSR transpose alone, no
-        Tensor-Core layout of it), built on first need and kept: a symmetric matrix (GCN's
-        normalized adjacency) reuses its own, no second copy."""
+        """torch CSR of A^T for the backward of the "csr" path, built on first need and kept:
+        a symmetric matrix (GCN's normalized adjacency) reuses its own, no second copy. It comes
+        from the structure's cached transpose (``t()``), which a symmetric pattern shares and
+        GCN builds beforehand: a CSR transpose of its own here would sort every nonzero again,
+        and its temporaries raised R-MAT 21's training peak from 11.07 to 12.97 GB."""
         if self._csr_matrix_t is None:
             with torch.no_grad():
-                csr = self.csr
-                t, _ = transpose_csr(csr)
-                symmetric = all(
-                    torch.equal(ours, theirs)
-                    for ours, theirs in ((csr.rowptr, t.rowptr), (csr.col, t.col), (csr.values, t.values))
+                transposed = self.t()
+                symmetric = transposed._structure.col is self._structure.col and torch.equal(
+                    transposed._values, self._values
                 )
-                if symmetric:
-                    self._csr_matrix_t = self._torch_csr()
-                else:
-                    self._csr_matrix_t = torch_csr(t.rowptr, t.col, t.values, (t.num_rows, t.num_cols))
+                self._csr_matrix_t = self._torch_csr() if symmetric else transposed.to_torch_csr()
         return self._csr_matrix_t
 
     def __matmul__(self, other):
