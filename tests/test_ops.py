@@ -99,12 +99,12 @@ def test_csr_path_backward_multiplies_by_a_transpose_built_once(values):
     if values == "symmetric":
         dense = dense + dense.t()
     a = TCSparseTensor.from_dense(dense)
-    assert_gradient_for_x_through("TorchSparseGradX", a, dense, "csr")
-    kept = a._torch_csr_transposed()
+    assert_gradient_for_x_through("ProductGradX", a, dense, "csr")
+    kept = a._csr_transpose()._torch_csr()
     # A symmetric matrix is its own transpose: the forward's CSR serves the backward.
     assert (kept is a._torch_csr()) == (values == "symmetric")
-    assert_gradient_for_x_through("TorchSparseGradX", a, dense, "csr")
-    assert a._torch_csr_transposed() is kept
+    assert_gradient_for_x_through("ProductGradX", a, dense, "csr")
+    assert a._csr_transpose()._torch_csr() is kept
 
 
 def symmetric_pattern(n=40, seed=3) -> torch.Tensor:

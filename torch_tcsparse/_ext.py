@@ -16,7 +16,15 @@ import threading
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("bindings.cpp", "kernels_f32.cu", "kernels_f16.cu", "kernels_bf16.cu", "metcf_convert.cu")
+SOURCES = (
+    "bindings.cpp",
+    "csr_rows_binding.cpp",
+    "kernels_f32.cu",
+    "kernels_f16.cu",
+    "kernels_bf16.cu",
+    "metcf_convert.cu",
+    "csr_rows_spmm.cu",
+)
 NAME = "tcsparse_kernels"
 
 # sm_80 (A100) and sm_90 (H100/H200) machine code; mma.sync TF32 and BF16 need sm_80 at least.

@@ -6,6 +6,7 @@ and its values in block order) by a dense ``x`` of shape [K, N]. ``path`` picks 
 - ``"base"`` / ``"balanced"``: the Tensor-Core CUDA kernels (``kernels.py``);
 - ``"csr"``: ``torch.sparse.mm`` on the layout's CSR arrays (cuSPARSE on CUDA, MKL or
   native on CPU): the fast CPU path and the vendor fallback;
+- ``"rows"``: the CUDA-core CSR kernel (``csr_rows.py``), float32 on CUDA with int32 indices;
 - ``"reference"``: ME-TCF computed block by block with dense torch ops, the reference the CUDA
   kernels are tested against;
 - ``"auto"``: the kernel on CUDA where it supports the dtype, ``"csr"`` elsewhere.
@@ -19,12 +20,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import kernels
+from . import csr_rows, kernels
 from .formats.csr import torch_csr
 from .formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
 
-PATHS = ("auto", "base", "balanced", "csr", "reference")
+PATHS = ("auto", "base", "balanced", "csr", "rows", "reference")
 KERNEL_PATHS = ("base", "balanced")
+CSR_PATHS = ("csr", "rows")
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # torch's CPU sparse CSR product has no half-precision kernels.
 CPU_CSR_DTYPES = (torch.float32, torch.float64)
@@ -40,6 +42,8 @@ def resolve_path(path: str, x: Tensor) -> str:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path in KERNEL_PATHS and not (x.is_cuda and x.dtype in KERNEL_DTYPES):
         raise ValueError(f"path {path!r} needs a CUDA tensor of dtype {KERNEL_DTYPES}, got {x.dtype} on {x.device}")
+    if path == "rows" and not (x.is_cuda and x.dtype == torch.float32):
+        raise ValueError(f"path 'rows' needs a float32 CUDA tensor, got {x.dtype} on {x.device}")
     if path == "csr" and not x.is_cuda and x.dtype not in CPU_CSR_DTYPES:
         raise ValueError(f"path 'csr' on the CPU supports {CPU_CSR_DTYPES}, got {x.dtype}; use 'reference' or 'auto'")
     if path != "auto":
@@ -101,6 +105,15 @@ def csr_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
     return torch.sparse.mm(matrix, x)
 
 
+def rows_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
+    if layout.csr_rowptr.dtype != torch.int32:
+        raise ValueError(f"path 'rows' needs int32 indices (under 2^31 nonzeros), got {layout.csr_rowptr.dtype}")
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    pieces = csr_rows.row_pieces(layout.csr_rowptr, csr_rows.UNSPLIT if deterministic else csr_rows.PIECE_NNZ)
+    csr_values = values.float()[layout.csr_gather]
+    return csr_rows.spmm(x, layout.csr_rowptr, layout.csr_col, csr_values, pieces, layout.num_cols)
+
+
 def reference_sddmm(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
     """<grad_y[row], x[col]> for every nonzero in block order."""
     _, row, col = layout.nonzero_coordinates()
@@ -145,6 +158,8 @@ def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bo
         if validated:
             return kernels.launch_spmm(x, values, a, path == "balanced")
         return kernels.spmm(x, values, a, path)
+    if path == "rows":
+        return rows_spmm(x, values, a)
     # The torch engines accumulate in their own precision; autocast, which already picked the
     # operands' dtype, must not recast their internal products (the kernels ignore autocast).
     with torch.autocast(x.device.type, enabled=False):
@@ -180,21 +195,22 @@ def torch_sparse_product(matrix: Tensor, x: Tensor, bias: Tensor | None = None) 
     return torch.sparse.mm(matrix, x) if bias is None else torch.addmm(bias, matrix, x)
 
 
-class TorchSparseGradX(torch.autograd.Function):
-    """``torch.sparse.mm(matrix, x)`` (plus ``bias`` on every row, if given) differentiable for
-    x and the bias, its backward for x a product with ``transpose()``, a torch CSR of A^T that
-    the caller builds once and keeps. torch's own backward transposes the CSR matrix at every
-    call (a CSR -> COO conversion, a sort and a gather of every nonzero: 24 of the 85 ms of a
-    GCN epoch on R-MAT scale 21)."""
+class ProductGradX(torch.autograd.Function):
+    """``product(x, bias)`` (A @ x, plus ``bias`` on every row if given) differentiable for x and
+    the bias, for the CSR paths ("csr", "rows") in eager mode. Its backward multiplies by A^T
+    through ``transposed_product()``, which the caller builds on first need and keeps: torch's
+    own backward of torch.sparse.mm transposes the CSR matrix at every call (a CSR -> COO
+    conversion, a sort and a gather of every nonzero: 24 of the 85 ms of a GCN epoch on R-MAT
+    scale 21)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, matrix: Tensor, transpose, bias: Tensor | None):
-        ctx.transpose = transpose
-        return torch_sparse_product(matrix, x, bias)
+    def forward(ctx, x: Tensor, product, transposed_product, bias: Tensor | None):
+        ctx.transposed_product = transposed_product
+        return product(x, bias)
 
     @staticmethod
     def backward(ctx, grad_y):
-        grad_x = torch.sparse.mm(ctx.transpose(), grad_y.contiguous()) if ctx.needs_input_grad[0] else None
+        grad_x = ctx.transposed_product()(grad_y, None) if ctx.needs_input_grad[0] else None
         grad_bias = grad_y.sum(0) if ctx.needs_input_grad[3] else None
         return grad_x, None, None, grad_bias
 

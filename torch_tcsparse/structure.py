@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from . import csr_rows
 from .formats.csr import CSR, transpose
 from .formats.metcf import build_metcf
 from .selector import SelectionCache
@@ -22,6 +23,7 @@ class Structure:
         self.method = method
         self.layout, _ = build_metcf(csr, window, row_perm)
         self._transpose: Structure | None = None
+        self._row_pieces: dict[int, csr_rows.RowPieces] = {}
         self.selection = SelectionCache()
 
     @property
@@ -37,6 +39,14 @@ class Structure:
         differentiable, and no inverse permutation kept (an index per nonzero, 0.25 GB on R-MAT
         scale 21)."""
         return csr_values.new_empty(csr_values.shape).index_put((self.layout.csr_gather,), csr_values)
+
+    def row_pieces(self, deterministic: bool) -> csr_rows.RowPieces:
+        """The "rows" kernel's split of the CSR rows, built on first need (a host sync) and kept;
+        deterministic products split no row."""
+        piece_nnz = csr_rows.UNSPLIT if deterministic else csr_rows.PIECE_NNZ
+        if piece_nnz not in self._row_pieces:
+            self._row_pieces[piece_nnz] = csr_rows.row_pieces(self.rowptr, piece_nnz)
+        return self._row_pieces[piece_nnz]
 
     def csr(self, values: torch.Tensor) -> CSR:
         return CSR(self.rowptr, self.col, values, self.num_rows, self.num_cols)
@@ -109,6 +119,7 @@ class Structure:
         moved.row_perm = None if self.row_perm is None else self.row_perm.to(device)
         moved.col_perm = None if self.col_perm is None else self.col_perm.to(device)
         moved._transpose = None
+        moved._row_pieces = {}
         return moved
 
     def stats(self, value_bytes: int = 4) -> dict:

@@ -9,10 +9,11 @@ subclass holds no dense storage, so nothing may silently compute on it.
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 
-from . import ops
+from . import csr_rows, ops
 from .formats import inputs
 from .formats.csr import CSR, check_values, from_csr_arrays, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
@@ -77,7 +78,7 @@ class TCSparseTensor(torch.Tensor):
         )
         out._structure = structure
         out._values = values
-        out._csr_matrix = out._csr_matrix_t = None
+        out._csr_matrix = out._csr_t = None
         out._casts = {}
         out._block_values_built = None  # see _block_values
         out._operands = {}  # see _operand_values
@@ -262,14 +263,14 @@ class TCSparseTensor(torch.Tensor):
             values = s.to_block_order(self._values) if values_need_grad else self._block_values
             layout_t = s.transposed().layout.tensors() if x_needs_grad else []
             y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
-        elif path == "csr":
-            # torch.sparse on the CSR-order values the tensor holds: no per-call gather into CSR
-            # order, so this costs what torch.sparse.mm costs; the bias goes in with the product.
-            csr, x = self._torch_csr(), x.contiguous()
+        elif path in ops.CSR_PATHS:
+            # The CSR paths read the CSR-order values the tensor holds: no per-call gather, so
+            # "csr" costs what torch.sparse.mm costs; the bias goes in with the product.
+            product = self._csr_product(path)
             if x_needs_grad:
-                y = ops.TorchSparseGradX.apply(x, csr, self._torch_csr_transposed, bias)
+                y = ops.ProductGradX.apply(x, product, functools.partial(self._transposed_csr_product, path), bias)
             else:
-                y = ops.torch_sparse_product(csr, x, bias)
+                y = product(x, bias)
             bias = None
         elif x_needs_grad:
             values, values_t = self._operand_values(path), self._operand_values(path, transpose=True)
@@ -310,20 +311,36 @@ class TCSparseTensor(torch.Tensor):
                 self._csr_matrix = self.to_torch_csr()
         return self._csr_matrix
 
-    def _torch_csr_transposed(self) -> torch.Tensor:
-        """torch CSR of A^T for the backward of the "csr" path, built on first need and kept:
-        a symmetric matrix (GCN's normalized adjacency) reuses its own, no second copy. It comes
-        from the structure's cached transpose (``t()``), which a symmetric pattern shares and
-        GCN builds beforehand: a CSR transpose of its own here would sort every nonzero again,
+    def _csr_product(self, path: str):
+        """``(x, bias) -> A @ x + bias`` on a CSR path: torch.sparse ("csr") or the CUDA-core
+        kernel ("rows", whose split of long rows the structure keeps)."""
+        if path == "csr":
+            matrix = self._torch_csr()
+            return lambda x, bias: ops.torch_sparse_product(matrix, x.contiguous(), bias)
+        s, values = self._structure, self._values
+        if not csr_rows.applies(values, s.rowptr):
+            raise ValueError(f"path 'rows' needs float32 values on CUDA and int32 indices (under 2^31 nonzeros), "
+                             f"got {values.dtype} on {values.device} with {s.rowptr.dtype} indices")
+        pieces = s.row_pieces(torch.are_deterministic_algorithms_enabled())
+        return lambda x, bias: csr_rows.spmm(x, s.rowptr, s.col, values, pieces, s.num_cols, bias)
+
+    def _transposed_csr_product(self, path: str):
+        return self._csr_transpose()._csr_product(path)
+
+    def _csr_transpose(self) -> "TCSparseTensor":
+        """A^T for the backward of the CSR paths, built on first need and kept: a symmetric
+        matrix (GCN's normalized adjacency) is its own, so its CSR serves both directions. It
+        comes from the structure's cached transpose (``t()``), which a symmetric pattern shares
+        and GCN builds beforehand: a CSR transpose of its own here would sort every nonzero again,
         and its temporaries raised R-MAT 21's training peak from 11.07 to 12.97 GB."""
-        if self._csr_matrix_t is None:
+        if self._csr_t is None:
             with torch.no_grad():
                 transposed = self.t()
                 symmetric = transposed._structure.col is self._structure.col and torch.equal(
                     transposed._values, self._values
                 )
-                self._csr_matrix_t = self._torch_csr() if symmetric else transposed.to_torch_csr()
-        return self._csr_matrix_t
+                self._csr_t = self if symmetric else transposed
+        return self._csr_t
 
     def __matmul__(self, other):
         return self.matmul(other)

@@ -12,33 +12,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "binding_checks.h"
 #include "metcf_convert.h"
 #include "metcf_spmm.h"
 
 namespace {
 
-// Error messages are joined as strings and handed to TORCH_CHECK whole, never streamed: with
-// torch's wheels (built with gcc-toolset, parts of libstdc++ linked in and exported) and an
-// extension built by the system g++, c10::str's `ostringstream << int64_t` in this library
-// crashed the process (SIGSEGV) instead of raising. A single std::string argument skips the
-// stream (c10::str passes it through).
-std::string text(const char* s) { return s; }
-std::string text(const std::string& s) { return s; }
-std::string text(int64_t v) { return std::to_string(v); }
-std::string text(at::ScalarType dtype) { return c10::toString(dtype); }
-std::string text(const at::Device& device) { return device.str(); }
-std::string text(at::IntArrayRef sizes) {
-    std::string out = "[";
-    for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
-    return out + "]";
-}
-
-template <typename... Args>
-std::string message(const Args&... args) {
-    return (text(args) + ...);
-}
-
-#define TCS_CHECK(cond, ...) TORCH_CHECK(cond, message(__VA_ARGS__))
+using tcsparse_binding::check_index;
+using tcsparse_binding::check_launch;
 
 // Calls f with a value of the CUDA element type matching `dtype` (float, __half, __nv_bfloat16).
 template <typename F>
@@ -58,13 +39,6 @@ auto with_element_type(at::ScalarType dtype, F&& f) {
 // Past this the deterministic balanced kernel's per-chunk workspace is not worth its memory;
 // the base kernel (deterministic by construction: one thread block per window) runs instead.
 constexpr int64_t kMaxWorkspaceBytes = int64_t{1} << 30;
-
-void check_index(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t numel, const at::Device& device) {
-    TCS_CHECK(t.device() == device, name, " is on ", t.device(), " but the operands are on ", device);
-    TCS_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
-    TCS_CHECK(t.dim() == 1 && t.numel() == numel, name, " must be 1-D with ", numel, " entries, got shape ", t.sizes());
-    TCS_CHECK(t.is_contiguous(), name, " must be contiguous");
-}
 
 // An aligned copy of `t` when its data does not start on an `alignment`-byte boundary.
 at::Tensor aligned(const at::Tensor& t, uintptr_t alignment) {
@@ -127,10 +101,6 @@ void check_values(const at::Tensor& values, int64_t nnz) {
     TCS_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
                 values.sizes());
     TCS_CHECK(values.is_contiguous(), "values must be contiguous");
-}
-
-void check_launch(cudaError_t err, const char* what) {
-    TCS_CHECK(err == cudaSuccess, what, " failed: ", cudaGetErrorString(err));
 }
 
 at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
