@@ -1,7 +1,7 @@
 """How good is the kernel selector? Measure every path (the oracle) and compare with the choice.
 
 For each graph of the SpMM suite (``benchmarks/spmm.py``) and N in {32, 64, 128, 256}: time
-``A.matmul(X, path=p)`` for p in base, balanced, csr (TF32, X rotated out of L2, as the SpMM
+``A.matmul(X, path=p)`` for p in base, balanced, csr and (float32) rows (TF32, X rotated out of L2, as the SpMM
 benchmark times them, in interleaved rounds); the oracle is the fastest. The selector's choice is scored by hit rate (within 5% of the
 oracle), geomean loss against the oracle and worst ratio against csr (cuSPARSE). With
 ``--calibrate`` the constants of ``torch_tcsparse/calibration/<family>.json`` are fitted twice:
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import spmm as spmm_suite  # noqa: E402
 from common import batch_for, rotation_count, time_cuda  # noqa: E402
 
-from torch_tcsparse import TCSparseTensor, selector  # noqa: E402
+from torch_tcsparse import TCSparseTensor, csr_rows, selector  # noqa: E402
 from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape  # noqa: E402
 
 N_VALUES = (32, 64, 128, 256)
@@ -140,7 +140,7 @@ def first_choice_us(layout, n: int, dtype: torch.dtype, model, repeat: int = 5) 
         start = time.perf_counter()
         shape = MatrixShape.of(layout)
         built = time.perf_counter()
-        selector.select(shape, selector.n_bucket(n), model, selector.CHOICES, dtype)
+        selector.select(shape, selector.n_bucket(n), model, measured_paths(dtype), dtype)
         totals.append((time.perf_counter() - start) * 1e6)
         shapes.append((built - start) * 1e6)
     return statistics.median(totals), statistics.median(shapes), totals[0]
@@ -150,15 +150,21 @@ def measure_paths(a: TCSparseTensor, xs, repeat: int, rounds: int = ROUNDS) -> d
     """Microseconds per call of every path: the median of ``rounds`` interleaved rounds, each
     the median of ``repeat / rounds`` samples, so that a drift of the machine (clocks, host
     load) falls on all paths alike instead of on whichever was timed during it."""
-    calls = {path: (lambda x, p=path: a.matmul(x, path=p)) for path in CHOICES}
+    paths = measured_paths(a.dtype)
+    calls = {path: (lambda x, p=path: a.matmul(x, path=p)) for path in paths}
     batches = {path: batch_for(call, xs) for path, call in calls.items()}
     per_round = max(5, repeat // rounds)
-    samples = {path: [] for path in CHOICES}
+    samples = {path: [] for path in paths}
     for round_index in range(rounds):
         warmup_ms = 25.0 if round_index == 0 else 5.0  # later rounds follow a warm GPU
         for path, call in calls.items():
             samples[path].append(1e3 * time_cuda(call, xs, reps=per_round, batch=batches[path], warmup_ms=warmup_ms))
     return {path: statistics.median(values) for path, values in samples.items()}
+
+
+def measured_paths(dtype: torch.dtype) -> tuple:
+    """Every path that runs for X of ``dtype``: "rows" is float32 only."""
+    return CHOICES if dtype == torch.float32 else tuple(p for p in CHOICES if p != "rows")
 
 
 def record_dtype(record: dict) -> torch.dtype:
@@ -223,7 +229,8 @@ def load_runs(folders):
         same = [run[key(record)] for run in by_run if key(record) in run]
         if len(same) < len(runs):
             continue
-        times = {path: float(np.exp(np.mean([np.log(r["times_us"][path]) for r in same]))) for path in CHOICES}
+        paths = set.intersection(*(set(r["times_us"]) for r in same))
+        times = {path: float(np.exp(np.mean([np.log(r["times_us"][path]) for r in same]))) for path in paths}
         merged.append({**record, "times_us": times})
     return merged, shapes, info
 
@@ -260,9 +267,11 @@ def model_for(info: dict, calibration: Calibration, record: dict) -> DeviceModel
 
 
 def choose(info: dict, calibration: Calibration, shapes: dict, record: dict):
-    """The selector's explanation for one record, as the package would give it on that device."""
+    """The selector's explanation for one record, as the package would give it on that device
+    (among the paths the record measured: runs before the rows kernel lack it)."""
     model = model_for(info, calibration, record)
-    return selector.rank(shapes[record["graph"]], record["n"], model, dtype=record_dtype(record))
+    candidates = tuple(p for p in CHOICES if p in record["times_us"])
+    return selector.rank(shapes[record["graph"]], record["n"], model, candidates, dtype=record_dtype(record))
 
 
 # Fitting.
@@ -277,16 +286,18 @@ def _nnls_relative(features: np.ndarray, times: np.ndarray) -> tuple[np.ndarray,
     return coefficients, float(residual @ residual)
 
 
-def fit_bucket(records, shapes, n: int, info: dict, csr_defaults: dict) -> dict:
+def fit_bucket(records, shapes, n: int, info: dict, defaults: dict) -> dict:
     """Constants of every path for one N and dtype from the records of that N and dtype: each
     path's host floor (its fastest measured call), then the device-time model fitted on the calls
-    clearly above it."""
+    clearly above it; ``defaults`` (path -> constants) for a CSR path the records did not measure
+    or whose fit comes out all zero."""
     l2_bytes = int(info.get("l2_bytes", selector.DEFAULT_L2_BYTES))
     graph_shapes = [shapes[r["graph"]] for r in records]
     launches = [launch_of(info, r) for r in records]
     misses = np.array([selector.l2_miss_fraction(s.num_cols, n, record_dtype(r).itemsize, l2_bytes)
                        for s, r in zip(graph_shapes, records)])
-    floors = {path: min(r["times_us"][path] for r in records) for path in CHOICES}
+    measured = [path for path in CHOICES if all(path in r["times_us"] for r in records)]
+    floors = {path: min(r["times_us"][path] for r in records) for path in measured}
 
     def fit(path, features):
         times = np.array([r["times_us"][path] for r in records])
@@ -328,16 +339,21 @@ def fit_bucket(records, shapes, n: int, info: dict, csr_defaults: dict) -> dict:
                                 "floor_us": floors["balanced"]})
     balanced = best[1]
 
-    nnz = np.array([s.nnz for s in graph_shapes], dtype=float)
-    csr_features = np.stack(
-        [np.ones_like(nnz), nnz, [s.rows for s in graph_shapes], [s.max_row_nnz for s in graph_shapes], nnz * misses], 1
-    ).astype(float)
-    coefficients, _ = fit("csr", csr_features)
-    csr = dict(zip(("launch_us", "nnz_us", "row_us", "max_row_us", "miss_nnz_us"), coefficients.tolist()))
-    if not any(csr.values()):
-        csr = dict(csr_defaults)
-    csr["floor_us"] = floors["csr"]
-    return {"base": _rounded(base), "balanced": _rounded(balanced), "csr": _rounded(csr)}
+    fitted = {"base": _rounded(base), "balanced": _rounded(balanced)}
+    for path, longest_cap in (("csr", None), ("rows", csr_rows.PIECE_NNZ)):
+        if path not in measured:
+            fitted[path] = dict(defaults[path])
+            continue
+        nnz = np.array([s.nnz for s in graph_shapes], dtype=float)
+        longest = [s.max_row_nnz if longest_cap is None else min(s.max_row_nnz, longest_cap) for s in graph_shapes]
+        features = np.stack([np.ones_like(nnz), nnz, [s.rows for s in graph_shapes], longest, nnz * misses], 1)
+        coefficients, _ = fit(path, features.astype(float))
+        constants = dict(zip(("launch_us", "nnz_us", "row_us", "max_row_us", "miss_nnz_us"), coefficients.tolist()))
+        if not any(constants.values()):
+            constants = dict(defaults[path])
+        constants["floor_us"] = floors[path]
+        fitted[path] = _rounded(constants)
+    return fitted
 
 
 def _rounded(constants: dict) -> dict:
@@ -365,7 +381,7 @@ def fit_buckets(records, shapes, info, defaults: Calibration, dtype: torch.dtype
     buckets = {}
     for n in sorted({r["n"] for r in records}):
         at_n = [r for r in records if r["n"] == n]
-        buckets[str(n)] = fit_bucket(at_n, shapes, n, info, defaults.constants("csr", n, dtype))
+        buckets[str(n)] = fit_bucket(at_n, shapes, n, info, {p: defaults.constants(p, n, dtype) for p in ("csr", "rows")})
     for n in selector.BUCKETS:  # keep every bucket present: unmeasured ones from the defaults
         buckets.setdefault(str(n), {path: defaults.constants(path, n, dtype) for path in CHOICES})
     return buckets

@@ -1,4 +1,4 @@
-"""SpMM benchmark: our ME-TCF kernels against cuSPARSE (torch.sparse.mm on CSR) and PyG's
+"""SpMM benchmark: our ME-TCF kernels and (float32) our CUDA-core "rows" kernel against cuSPARSE (torch.sparse.mm on CSR) and PyG's
 message-passing aggregation, per graph, N and dtype, all in the dtype under test (float32 runs
 with TF32 allowed). Correctness first (against cuSPARSE's fp32 result), then CUDA-event medians
 with rotated X buffers; a call shorter than about half a millisecond is timed over back-to-back
@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import batch_for, copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us  # noqa: E402
 
-from torch_tcsparse import kernels, selector  # noqa: E402
+from torch_tcsparse import csr_rows, kernels, selector  # noqa: E402
 from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
 from torch_tcsparse.formats.csr import from_coo  # noqa: E402
 from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
@@ -91,6 +91,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
     csr = from_coo(row, col, values, num_rows, num_cols)
     del row, col, values
     layout, block_values = build_metcf(csr)
+    pieces = csr_rows.row_pieces(csr.rowptr)
     build_ms = time_build(lambda: build_metcf(csr))
     torch_build_ms = time_build(lambda: build_metcf(csr, use_kernels=False))
     stats = layout.stats()
@@ -115,16 +116,19 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
 
             errors = {}
             times = {}
-            for kernel in ("base", "balanced"):
-                got = kernels.spmm(xs[0][0], kernel_values, layout, kernel).float()
-                errors[kernel] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
-                times[kernel] = timed(lambda x, k=kernel: kernels.spmm(x, kernel_values, layout, k))
+            ours = {kernel: (lambda x, k=kernel: kernels.spmm(x, kernel_values, layout, k)) for kernel in ("base", "balanced")}
+            if dtype == torch.float32:
+                ours["rows"] = lambda x: csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, num_cols)
+            for path, run in ours.items():
+                got = run(xs[0][0]).float()
+                errors[path] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
+                times[path] = timed(run)
             times["cusparse"] = timed(lambda x: torch.sparse.mm(a_typed, x))
             pyg_ms = float("nan")
             free, _ = torch.cuda.mem_get_info()
             if pyg is not None and 3 * nnz * n * element < 0.5 * free:
                 pyg_ms = timed(lambda x: pyg(x, edge_index, edge_values, (num_cols, num_rows)))
-            best = min(("base", "balanced"), key=times.get)
+            best = min(ours, key=times.get)
             choice = selector.choose(layout, n, dtype, "cuda")[0]
             chosen_ms = times["cusparse" if choice == "csr" else choice]
             if dtype == torch.float32:
@@ -132,19 +136,20 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             floor_ms = ((num_rows + 1) * 4 + nnz * (4 + element) + x_bytes + num_rows * n * element) / bandwidth * 1e3
             per_call = {}
             if nnz < LARGE_NNZ:
-                per_call["ours"] = time_per_call_us(lambda x: kernels.spmm(x, kernel_values, layout, best), xs)
+                per_call["ours"] = time_per_call_us(ours[best], xs)
                 per_call["cusparse"] = time_per_call_us(lambda x: torch.sparse.mm(a_typed, x), xs)
             rows.append({
                 "graph": name, "rows": num_rows, "nnz": nnz, "N": n, "dtype": str(dtype).replace("torch.", ""),
                 "blocks": stats["tc_blocks"], "nnz_per_block": round(stats["mean_nnz_per_block"], 2),
                 "max_blocks_per_window": stats["blocks_per_window_max"],
-                "base_ms": times["base"], "balanced_ms": times["balanced"], "cusparse_ms": times["cusparse"],
+                "base_ms": times["base"], "balanced_ms": times["balanced"], "rows_ms": times.get("rows", float("nan")),
+                "cusparse_ms": times["cusparse"],
                 "pyg_ms": pyg_ms, "best": best, "speedup": times["cusparse"] / times[best],
                 "vs_tf32": tf32_best_ms / times[best] if tf32_best_ms else float("nan"),
                 "choice": choice, "choice_loss": chosen_ms / min(times.values()),
                 "choice_vs_cusparse": chosen_ms / times["cusparse"],
                 "gflops": 2 * nnz * n / (times[best] * 1e-3) / 1e9, "floor_ms": floor_ms,
-                "floor_frac": floor_ms / times[best], "err_base": errors["base"], "err_balanced": errors["balanced"],
+                "floor_frac": floor_ms / times[best], "err": max(errors.values()),
                 "us_per_call": per_call.get("ours", float("nan")),
                 "cusparse_us_per_call": per_call.get("cusparse", float("nan")), "build_ms": build_ms,
                 "torch_build_ms": torch_build_ms, "fastest_ms": min(times.values()),
@@ -188,7 +193,7 @@ def print_conversion(rows):
 
 
 def print_table(rows, bandwidth):
-    head = (f"{'graph':<26}{'nnz':>10}{'N':>5}{'dtype':>6}{'base':>9}{'bal':>9}{'cuSP':>9}{'PyG':>9}"
+    head = (f"{'graph':<26}{'nnz':>10}{'N':>5}{'dtype':>6}{'base':>9}{'bal':>9}{'rows':>9}{'cuSP':>9}{'PyG':>9}"
             f"{'x cuSP':>8}{'x tf32':>7}{'GF/s':>7}{'floor':>7}{'us/call':>9}{'cuSP us':>9}{'err':>9}")
     print(f"\nSpMM ms (median), each dtype against cuSPARSE in the same dtype (float32: TF32 compute); "
           f"floor = CSR A + X + Y once at {bandwidth / 1e12:.2f} TB/s")
@@ -196,9 +201,9 @@ def print_table(rows, bandwidth):
     short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
     for r in rows:
         print(f"{r['graph'][:25]:<26}{r['nnz']:>10}{r['N']:>5}{short[r['dtype']]:>6}{r['base_ms']:>9.3f}"
-              f"{r['balanced_ms']:>9.3f}{r['cusparse_ms']:>9.3f}{r['pyg_ms']:>9.3f}{r['speedup']:>8.2f}"
+              f"{r['balanced_ms']:>9.3f}{r['rows_ms']:>9.3f}{r['cusparse_ms']:>9.3f}{r['pyg_ms']:>9.3f}{r['speedup']:>8.2f}"
               f"{r['vs_tf32']:>7.2f}{r['gflops']:>7.0f}{r['floor_frac']:>7.2f}{r['us_per_call']:>9.1f}"
-              f"{r['cusparse_us_per_call']:>9.1f}{max(r['err_base'], r['err_balanced']):>9.1e}")
+              f"{r['cusparse_us_per_call']:>9.1f}{r['err']:>9.1e}")
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         for n in sorted({r["N"] for r in rows}):
             large = [r for r in rows if r["N"] == n and r["dtype"] == dtype and r["nnz"] >= LARGE_NNZ]
@@ -214,7 +219,7 @@ def print_table(rows, bandwidth):
                       f"median per-call {sorted(r['us_per_call'] for r in small)[len(small) // 2]:.1f} us")
         typed = [r for r in rows if r["dtype"] == dtype]
         hits = sum(r["choice_loss"] <= 1.05 for r in typed)
-        print(f"{dtype}: selector choice within 5% of the fastest path (base, balanced, cuSPARSE) on {hits}/{len(typed)}, "
+        print(f"{dtype}: selector choice within 5% of the fastest path (base, balanced, rows, cuSPARSE) on {hits}/{len(typed)}, "
               f"geomean loss {geomean([r['choice_loss'] for r in typed]) - 1:.1%}, "
               f"worst {max(r['choice_loss'] for r in typed):.2f}x; slowest against cuSPARSE "
               f"{max(r['choice_vs_cusparse'] for r in typed):.2f}x its time")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from torch_tcsparse import selector
+from torch_tcsparse import csr_rows, selector
 from torch_tcsparse.formats.inputs import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
 from torch_tcsparse.selector import (
@@ -24,6 +24,10 @@ from torch_tcsparse.selector import (
 
 # Terms of the shipped calibration that the simulation tests leave out (set them per test).
 NO_FLOOR_NO_MISS = {"floor_us": 0.0, "miss_unit_us": 0.0, "miss_nnz_us": 0.0}
+
+
+# The Tensor-Core kernels and cuSPARSE: the choice before "rows" is considered.
+TC_AND_CSR = ("base", "balanced", "csr")
 
 
 def model(sm_count=2, resident=2, threshold=1.2, **overrides) -> DeviceModel:
@@ -170,7 +174,7 @@ def test_hub_window_exact_makespans_and_large_ar():
     explanation = rank(s, 32, model(sm_count=4, resident=2))
     assert explanation.ar > 3.0
     assert explanation.ar_kernel == "balanced"
-    assert explanation.choice in ("balanced", "csr")
+    assert explanation.choice in ("balanced", "csr", "rows")
 
 
 @pytest.mark.parametrize("slices, slots", [(1, 3), (2, 8), (4, 8), (3, 5), (2, 1000)])
@@ -268,27 +272,55 @@ def test_csr_wins_when_predicted_cheaper():
 def test_csr_margin_keeps_csr_when_a_kernel_is_barely_faster():
     s = shape([4] * 12)
     m = model()
-    costs = rank(s, 32, m).costs_us
+    costs = rank(s, 32, m, TC_AND_CSR).costs_us
     # csr predicted 5% slower than base: base without a margin, csr with a 10% margin.
     csr_us = 1.05 * costs["base"] - costs["csr"] + m.calibration.constants("csr", 32)["launch_us"]
     without = model(csr={"launch_us": csr_us}, base={}, balanced={})
-    assert rank(s, 32, without).choice == "base"
+    assert rank(s, 32, without, TC_AND_CSR).choice == "base"
     margins = {"base": 0.1, "balanced": 0.0}
     with_margin = DeviceModel("m", "m", 2, dataclasses.replace(without.calibration, csr_margin=margins), None)
-    assert rank(s, 32, with_margin).choice == "csr"
+    assert rank(s, 32, with_margin, TC_AND_CSR).choice == "csr"
     margins = {"base": 0.0, "balanced": 0.1}  # the margin of the kernel chosen applies
     other_margin = DeviceModel("m", "m", 2, dataclasses.replace(without.calibration, csr_margin=margins), None)
-    assert rank(s, 32, other_margin).choice == "base"
+    assert rank(s, 32, other_margin, TC_AND_CSR).choice == "base"
     costly_csr = model(csr={"launch_us": 1e6})
-    assert rank(s, 32, costly_csr).choice == "base"
+    assert rank(s, 32, costly_csr, TC_AND_CSR).choice == "base"
 
 
 def test_threshold_decides_between_kernels():
     s = shape([32 * 64] + [1] * 63)
     costly_csr = {"csr": {"launch_us": 1e9}}
     ar = rank(s, 32, model(**costly_csr)).ar
-    assert rank(s, 32, model(threshold=ar - 0.01, **costly_csr)).choice == "balanced"
-    assert rank(s, 32, model(threshold=ar + 0.01, **costly_csr)).choice == "base"
+    assert rank(s, 32, model(threshold=ar - 0.01, **costly_csr), TC_AND_CSR).choice == "balanced"
+    assert rank(s, 32, model(threshold=ar + 0.01, **costly_csr), TC_AND_CSR).choice == "base"
+
+
+def test_rows_replaces_the_choice_only_when_predicted_faster():
+    s = shape([4] * 12)
+    costly_rows = model(rows={"launch_us": 1e9})
+    kept = rank(s, 32, costly_rows)
+    assert kept.choice == rank(s, 32, costly_rows, TC_AND_CSR).choice
+    cheap_rows = model(rows={"launch_us": 0.0, "nnz_us": 0.0, "row_us": 0.0, "floor_us": 0.0})
+    explanation = rank(s, 32, cheap_rows)
+    assert explanation.choice == "rows"
+    assert "rows predicted faster" in explanation.reason
+    assert explanation.bytes_moved["rows"] == explanation.bytes_moved["csr"]
+
+
+def test_rows_is_a_candidate_for_float32_with_int32_indices(monkeypatch):
+    monkeypatch.setattr(selector, "_kernels_usable", lambda dtype, device: True)
+    cuda = torch.device("cuda")
+    assert "rows" in selector._candidates(torch.float32, cuda, shape([4] * 12))
+    assert "rows" not in selector._candidates(torch.float16, cuda, shape([4] * 12))
+    huge = shape([4] * 12, nnz=1 << 31)
+    assert "rows" not in selector._candidates(torch.float32, cuda, huge)
+
+
+def test_rows_caps_the_longest_row_at_a_piece():
+    hub = shape([4] * 12, max_row=10**6)
+    costs = rank(hub, 32, model(rows={"max_row_us": 1.0, "floor_us": 0.0}), ("rows",)).costs_us
+    # launch, nnz and rows terms aside, a piece of PIECE_NNZ nonzeros, not the hub's million
+    assert costs["rows"] < 2 * csr_rows.PIECE_NNZ
 
 
 def test_kernels_left_out_of_candidates():
@@ -296,10 +328,11 @@ def test_kernels_left_out_of_candidates():
     assert explanation.choice == "csr"
 
 
-def test_empty_matrix_goes_to_csr():
-    explanation = rank(shape([0, 0]), 64, model())
+def test_empty_matrix_goes_to_a_csr_path():
+    explanation = rank(shape([0, 0]), 64, model(), TC_AND_CSR)
     assert explanation.choice == "csr"
     assert explanation.reason == "the matrix has no TC blocks"
+    assert rank(shape([0, 0]), 64, model()).choice in ("csr", "rows")
 
 
 # Shapes, buckets, calibration.
@@ -431,7 +464,7 @@ def test_choose_on_cpu_is_csr_and_explained():
                  "predicted time (us):", "base=", "balanced=", "csr=", "bytes moved"):
         assert part in text
     assert explanation.features["tc_blocks"] == layout.num_blocks
-    assert set(explanation.costs_us) == {"base", "balanced", "csr"}
+    assert set(explanation.costs_us) == {"base", "balanced", "csr", "rows"}
     assert all(cost > 0 for cost in explanation.costs_us.values())
 
 

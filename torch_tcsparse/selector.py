@@ -28,6 +28,8 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
 - csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row + miss_nnz_us * nnz
   * miss`` (the gather of X per nonzero, the write of Y per row, the row-split imbalance of the
   longest row);
+- rows (our CUDA-core CSR kernel, float32 only): the same form with its own constants, the
+  longest row capped at a piece (``csr_rows.PIECE_NNZ``: longer rows are split);
 - every path costs at least its ``floor_us``: the host-side cost of one call (Python, dispatch,
   launch), which is what a call on a small graph costs when calls run back to back.
 
@@ -59,7 +61,8 @@ Choice: the calibration's ``kernel_rule`` picks the kernel, either DTC-SpMM's (b
 oracle better on that GPU); it runs unless ``"csr"`` is predicted faster, or the kernel is
 predicted less than its ``csr_margin`` faster (a calibrated safety margin per kernel: a wrong
 kernel must not cost more than cuSPARSE; the balanced kernel's extra zeroing launch and atomics
-make its prediction the less certain on small graphs).
+make its prediction the less certain on small graphs). Where it may run, ``"rows"`` then replaces
+that choice when predicted faster than it.
 """
 from __future__ import annotations
 
@@ -74,10 +77,11 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from . import csr_rows
 from .formats.metcf import BALANCE_CHUNK, MetcfLayout
 from .ops import KERNEL_DTYPES
 
-CHOICES = ("base", "balanced", "csr")
+CHOICES = ("base", "balanced", "csr", "rows")
 KERNEL_CHOICES = ("base", "balanced")
 BUCKETS = (32, 64, 128, 256)
 
@@ -618,16 +622,23 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
         "base": kernel_time_us(base, base_units, base_work, slots["base"], miss),
         "balanced": kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"], miss)
         + balanced["zero_us"] * launch.zeroed_windows * shape.window,
-        "csr": csr["launch_us"]
-        + csr["nnz_us"] * shape.nnz
-        + csr["row_us"] * shape.rows
-        + csr["max_row_us"] * shape.max_row_nnz
-        + csr.get("miss_nnz_us", 0.0) * shape.nnz * miss,
+        "csr": _csr_time_us(csr, shape, shape.max_row_nnz, miss),
+        "rows": _csr_time_us(constants["rows"], shape, min(shape.max_row_nnz, csr_rows.PIECE_NNZ), miss),
     }
     # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
     # that small graphs cost: back-to-back calls then run at the rate the host issues them.
     costs = {path: max(constants[path].get("floor_us", 0.0), us) for path, us in device_us.items()}
     return Prediction(slices, slots, (base_units, base_work), launch, miss, device_us, costs, constants)
+
+
+def _csr_time_us(constants: dict, shape: MatrixShape, longest: int, miss: float) -> float:
+    return (
+        constants["launch_us"]
+        + constants["nnz_us"] * shape.nnz
+        + constants["row_us"] * shape.rows
+        + constants["max_row_us"] * longest
+        + constants.get("miss_nnz_us", 0.0) * shape.nnz * miss
+    )
 
 
 def approximation_ratio(shape: MatrixShape, prediction: Prediction) -> float:
@@ -673,6 +684,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "balanced": gather + write + 2 * zeroed_rows * n * value_bytes,
         "csr": shape.nnz * (n * value_bytes + 4 + value_bytes) + shape.rows * n * value_bytes,
     }
+    bytes_moved["rows"] = bytes_moved["csr"]
     features = {
         "rows": shape.rows,
         "nnz": shape.nnz,
@@ -697,6 +709,14 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
 
 
 def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration) -> tuple[str, str]:
+    """``_decide_tc_or_csr``'s choice, or "rows" where it may run and is predicted faster."""
+    choice, reason = _decide_tc_or_csr(candidates, costs, ar, blocks, calibration)
+    if "rows" in candidates and costs["rows"] < costs[choice]:
+        return "rows", f"{reason}; rows predicted faster still ({costs['rows']:.1f} us)"
+    return choice, reason
+
+
+def _decide_tc_or_csr(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration):
     """The calibration's kernel rule between the kernels, then csr unless the kernel is predicted
     at least its ``csr_margin`` faster. ``ar`` may be None when the rule does not need it."""
     ar_text = "" if ar is None else f" (AR {ar:.2f})"
@@ -736,11 +756,16 @@ def explain(layout: MetcfLayout, n: int, dtype: torch.dtype = torch.float32, dev
 
 def explain_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> Explanation:
     """``explain`` from a shape already on the host (what a cached choice reuses)."""
-    return rank(shape, n_bucket(n), device_model(device), _candidates(dtype, device), dtype)
+    return rank(shape, n_bucket(n), device_model(device), _candidates(dtype, device, shape), dtype)
 
 
-def _candidates(dtype: torch.dtype, device: torch.device) -> tuple:
-    return CHOICES if _kernels_usable(dtype, device) else ("csr",)
+def _candidates(dtype: torch.dtype, device: torch.device, shape: MatrixShape) -> tuple:
+    """Every path that can run: the kernels where built for the dtype, "rows" for float32 with
+    int32 indices (under 2^31 rows, columns and nonzeros), always "csr"."""
+    if not _kernels_usable(dtype, device):
+        return ("csr",)
+    int32_indices = max(shape.rows, shape.num_cols, shape.nnz) <= csr_rows.UNSPLIT
+    return CHOICES if dtype == torch.float32 and int32_indices else tuple(c for c in CHOICES if c != "rows")
 
 
 def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str, Explanation]:
@@ -801,4 +826,4 @@ class SelectionCache:
 
 
 def _select_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> str:
-    return select(shape, n_bucket(n), device_model(device), _candidates(dtype, device), dtype)
+    return select(shape, n_bucket(n), device_model(device), _candidates(dtype, device, shape), dtype)

@@ -1,0 +1,133 @@
+"""GPU tests of the "rows" path (the CUDA-core CSR kernel) against a float64 reference.
+
+Fresh random data each run, outputs poisoned with NaN first; the tolerance is a multiple of
+torch's own float32 error (torch.sparse.mm, cuSPARSE) on the same data, since both sum in fp32.
+"""
+import pytest
+import torch
+
+from torch_tcsparse import TCSparseTensor, csr_rows
+from torch_tcsparse.formats.csr import from_coo
+
+from .kernel_data import HUB_NNZ, M_GRID, N_GRID, SUBSET, poison, random_matrix, reference, relative_error
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def fp32_tolerance(csr, x, ref):
+    matrix = torch.sparse_csr_tensor(csr.rowptr, csr.col, csr.values, (csr.num_rows, csr.num_cols))
+    torch_error = relative_error(torch.sparse.mm(matrix, x.contiguous()), ref) if ref.norm() > 0 else 0.0
+    return 4 * max(torch_error, 2.0**-24) + 1e-7
+
+
+def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree=8, **matrix):
+    row, col, values = random_matrix(m, k, mean_degree, **matrix)
+    csr = from_coo(row, col, values, m, k)
+    pieces = csr_rows.row_pieces(csr.rowptr, piece_nnz)
+    x = torch.randn(k, n, device="cuda") if x is None else x
+    b = torch.randn(n, device="cuda") if bias else None
+    ref = reference(row, col, values, x, m) + (b.double() if bias else 0.0)
+    poison(m * n)
+    out = csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b)
+    torch.cuda.synchronize()
+    err = relative_error(out, ref)
+    if ref.norm() == 0:
+        assert err == 0.0
+        return out
+    tolerance = fp32_tolerance(csr, x, ref - (b.double() if bias else 0.0))
+    assert err <= tolerance, f"relative error {err:.3g} over {tolerance:.3g} (m={m} k={k} n={n})"
+    return out
+
+
+@pytest.mark.parametrize("n", N_GRID)
+@pytest.mark.parametrize("m", M_GRID)
+def test_shape_grid(m, n):
+    check(m, m, n)
+
+
+@pytest.mark.parametrize("shape", [(1000, 5000), (5000, 300), (33, 1)])
+def test_rectangular(shape):
+    check(shape[0], shape[1], 64)
+    check(shape[0], shape[1], 13)
+
+
+@pytest.mark.parametrize("n", [7, 32] if SUBSET else [7, 32, 48, 128, 300])
+@pytest.mark.parametrize("bias", [False, True])
+def test_hub_row_split_into_pieces(n, bias):
+    """One row of 100,000+ nonzeros: hundreds of pieces summed with atomics onto the bias."""
+    k = HUB_NNZ + 1000
+    check(2000, k, n, bias=bias, mean_degree=4, hub_row=1234, hub_nnz=HUB_NNZ)
+
+
+@pytest.mark.parametrize("n", [1, 47, 64, 256])
+def test_bias_on_every_row(n):
+    check(3000, 2000, n, bias=True, piece_nnz=5, mean_degree=6)  # split and whole rows alike
+
+
+def test_strided_and_transposed_x():
+    k = 900
+    wide = torch.randn(k, 52, device="cuda")
+    check(700, k, 47, x=wide[:, :47])  # rows 52 apart, odd width: the scalar gathers
+    check(700, k, 48, x=wide[:, :48])  # rows 52 apart, 16-byte aligned: the vector gathers
+    check(700, k, 40, x=wide[:, 1:41])  # not 16-byte aligned: the scalar gathers
+    check(700, k, 64, x=torch.randn(64, k, device="cuda").t())  # columns not contiguous
+
+
+def test_repeated_calls_and_deterministic_mode():
+    m, k = 3000, HUB_NNZ + 100
+    row, col, values = random_matrix(m, k, 6, hub_row=7, hub_nnz=HUB_NNZ)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(m, k))
+    x = torch.randn(k, 64, device="cuda")
+    ref = reference(row, col, values, x, m)
+    first, second = a.matmul(x, path="rows"), a.matmul(x, path="rows")
+    assert relative_error(second, ref) <= relative_error(first, ref) * 1.01 + 1e-7  # no stale sums
+    torch.use_deterministic_algorithms(True)
+    try:
+        one, two = a.matmul(x, path="rows"), a.matmul(x, path="rows")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(one, two)
+    assert relative_error(one, ref) <= 2 * relative_error(first, ref) + 1e-6
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gradients_through_the_rows_path(symmetric):
+    m = 500
+    row, col, values = random_matrix(m, m, 7)
+    if symmetric:
+        row, col, values = torch.cat([row, col]), torch.cat([col, row]), torch.cat([values, values])
+    a = TCSparseTensor.from_coo(row, col, values, shape=(m, m))
+    dense = a.to_dense().double()
+    x = torch.randn(m, 33, device="cuda", requires_grad=True)
+    bias = torch.randn(33, device="cuda", requires_grad=True)
+    y = a.matmul(x, path="rows", bias=bias)
+    assert type(y.grad_fn).__name__ == "ProductGradXBackward"
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    torch.testing.assert_close(x.grad.double(), dense.t() @ grad_y.double(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(bias.grad, grad_y.sum(0))
+    # Values with gradient go through the tcsparse::spmm op, the rows kernel inside it.
+    v = a.csr.values.clone().requires_grad_()
+    y = a.with_values(v).matmul(x.detach(), path="rows")
+    torch.testing.assert_close(y.double(), dense @ x.detach().double(), rtol=1e-5, atol=1e-5)
+    y.backward(grad_y)
+    r, c = a.csr.row_indices(), a.csr.col.long()
+    torch.testing.assert_close(v.grad.double(), (grad_y.double()[r] * x.detach().double()[c]).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_rejects_bad_inputs():
+    row, col, values = random_matrix(100, 100, 5)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(100, 100))
+    with pytest.raises(ValueError, match="float32 CUDA tensor"):
+        a.double().matmul(torch.randn(100, 4, device="cuda", dtype=torch.float64), path="rows")
+    csr = a.csr
+    pieces = csr_rows.row_pieces(csr.rowptr)
+    x = torch.randn(100, 4, device="cuda")
+    with pytest.raises(RuntimeError, match="values must be float32"):
+        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values.double(), pieces, 100)
+    with pytest.raises(RuntimeError, match="x must be 2-D with 100 rows"):
+        csr_rows.spmm(x[:50], csr.rowptr, csr.col, csr.values, pieces, 100)
+    with pytest.raises(RuntimeError, match="col must be int32"):
+        csr_rows.spmm(x, csr.rowptr, csr.col.long(), csr.values, pieces, 100)
+    with pytest.raises(RuntimeError, match="bias must be 1-D with 4 entries"):
+        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, torch.zeros(5, device="cuda"))
