@@ -87,7 +87,8 @@ def test_repeated_calls_and_deterministic_mode():
     finally:
         torch.use_deterministic_algorithms(False)
     assert torch.equal(one, two)
-    assert relative_error(one, ref) <= 2 * relative_error(first, ref) + 1e-6
+    # The unsplit hub is one warp's sum of 10^5 terms: fp32 error as torch's, not as the pieces'.
+    assert relative_error(one, ref) <= fp32_tolerance(a.csr, x, ref)
 
 
 @pytest.mark.parametrize("symmetric", [True, False])
@@ -127,7 +128,7 @@ def test_rejects_bad_inputs():
         csr_rows.spmm(x, csr.rowptr, csr.col, csr.values.double(), pieces, 100)
     with pytest.raises(RuntimeError, match="x must be 2-D with 100 rows"):
         csr_rows.spmm(x[:50], csr.rowptr, csr.col, csr.values, pieces, 100)
-    with pytest.raises(RuntimeError, match="col must be int32"):
+    with pytest.raises(RuntimeError, match="col must be Int, got Long"):
         csr_rows.spmm(x, csr.rowptr, csr.col.long(), csr.values, pieces, 100)
     with pytest.raises(RuntimeError, match="bias must be 1-D with 4 entries"):
         csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, torch.zeros(5, device="cuda"))
