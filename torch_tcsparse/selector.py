@@ -62,7 +62,7 @@ oracle better on that GPU); it runs unless ``"csr"`` is predicted faster, or the
 predicted less than its ``csr_margin`` faster (a calibrated safety margin per kernel: a wrong
 kernel must not cost more than cuSPARSE; the balanced kernel's extra zeroing launch and atomics
 make its prediction the less certain on small graphs). Where it may run, ``"rows"`` then replaces
-that choice when predicted faster than it.
+that choice when predicted at least ``rows_margin`` faster than it.
 """
 from __future__ import annotations
 
@@ -418,6 +418,7 @@ class Calibration:
     l2_bytes: int = DEFAULT_L2_BYTES  # used only without a CUDA device
     dtype_buckets: dict = field(default_factory=dict)  # "float16" / "bfloat16" -> buckets of their own
     kernel_rule: str = "ar"  # between the kernels: "ar" (DTC-SpMM's threshold) or "cost" (predicted time)
+    rows_margin: float = 0.0  # "rows" replaces the choice only when predicted this fraction faster
 
     @classmethod
     def load(cls, family: str) -> "Calibration":
@@ -441,6 +442,7 @@ class Calibration:
             int(data.get("l2_bytes", DEFAULT_L2_BYTES)),
             {name: buckets(table) for name, table in data.get("dtype_buckets", {}).items()},
             str(data.get("kernel_rule", "ar")),
+            float(data.get("rows_margin", 0.0)),
         )
 
     def constants(self, path: str, n: int, dtype: torch.dtype = torch.float32) -> dict:
@@ -709,9 +711,10 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
 
 
 def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration) -> tuple[str, str]:
-    """``_decide_tc_or_csr``'s choice, or "rows" where it may run and is predicted faster."""
+    """``_decide_tc_or_csr``'s choice, or "rows" where it may run and is predicted at least the
+    calibration's ``rows_margin`` faster."""
     choice, reason = _decide_tc_or_csr(candidates, costs, ar, blocks, calibration)
-    if "rows" in candidates and costs["rows"] < costs[choice]:
+    if "rows" in candidates and costs["rows"] < (1.0 - calibration.rows_margin) * costs[choice]:
         return "rows", f"{reason}; rows predicted faster still ({costs['rows']:.1f} us)"
     return choice, reason
 
