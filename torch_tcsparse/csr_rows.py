@@ -12,12 +12,13 @@ from typing import NamedTuple
 import torch
 
 from . import _ext
+from .formats.csr import INT32_MAX
 
 # Nonzeros per piece: rows longer than this are split and their pieces summed with atomics. On
 # an H200, 256 beat 1024 on R-MAT (hubs of 10^5 nonzeros) and matched it elsewhere.
 PIECE_NNZ = 256
 # Deterministic mode: no row is split, so every output is one warp's sum in a fixed order.
-UNSPLIT = (1 << 31) - 1
+UNSPLIT = INT32_MAX
 
 
 class RowPieces(NamedTuple):
@@ -41,9 +42,15 @@ def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ) -> RowPieces:
     return RowPieces(piece_rows.int(), piece_starts.int(), split_rows.int(), piece_nnz)
 
 
-def applies(x: torch.Tensor, rowptr: torch.Tensor) -> bool:
-    """Whether the rows kernel can multiply by this operand: float32 on CUDA, int32 indices."""
-    return x.is_cuda and x.dtype == torch.float32 and rowptr.dtype == torch.int32
+def piece_size() -> int:
+    """Nonzeros per piece for a product run now: no row is split under deterministic algorithms."""
+    return UNSPLIT if torch.are_deterministic_algorithms_enabled() else PIECE_NNZ
+
+
+def check_indices(rowptr: torch.Tensor) -> None:
+    """The kernel reads int32 indices (X's dtype and device are checked with the path)."""
+    if rowptr.dtype != torch.int32:
+        raise ValueError(f"path 'rows' needs int32 indices (under 2^31 nonzeros), got {rowptr.dtype}")
 
 
 def spmm(x, rowptr, col, values, pieces: RowPieces, num_cols: int, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -106,10 +106,8 @@ def csr_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
 
 
 def rows_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
-    if layout.csr_rowptr.dtype != torch.int32:
-        raise ValueError(f"path 'rows' needs int32 indices (under 2^31 nonzeros), got {layout.csr_rowptr.dtype}")
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    pieces = csr_rows.row_pieces(layout.csr_rowptr, csr_rows.UNSPLIT if deterministic else csr_rows.PIECE_NNZ)
+    csr_rows.check_indices(layout.csr_rowptr)
+    pieces = csr_rows.row_pieces(layout.csr_rowptr, csr_rows.piece_size())
     csr_values = values.float()[layout.csr_gather]
     return csr_rows.spmm(x, layout.csr_rowptr, layout.csr_col, csr_values, pieces, layout.num_cols)
 

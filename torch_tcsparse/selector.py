@@ -78,6 +78,7 @@ import numpy as np
 import torch
 
 from . import csr_rows
+from .formats.csr import index_dtype_for
 from .formats.metcf import BALANCE_CHUNK, MetcfLayout
 from .ops import KERNEL_DTYPES
 
@@ -767,7 +768,7 @@ def _candidates(dtype: torch.dtype, device: torch.device, shape: MatrixShape) ->
     int32 indices (under 2^31 rows, columns and nonzeros), always "csr"."""
     if not _kernels_usable(dtype, device):
         return ("csr",)
-    int32_indices = max(shape.rows, shape.num_cols, shape.nnz) <= csr_rows.UNSPLIT
+    int32_indices = index_dtype_for(shape.rows, shape.num_cols, shape.nnz) == torch.int32
     return CHOICES if dtype == torch.float32 and int32_indices else tuple(c for c in CHOICES if c != "rows")
 
 

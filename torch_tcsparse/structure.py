@@ -40,10 +40,9 @@ class Structure:
         scale 21)."""
         return csr_values.new_empty(csr_values.shape).index_put((self.layout.csr_gather,), csr_values)
 
-    def row_pieces(self, deterministic: bool) -> csr_rows.RowPieces:
-        """The "rows" kernel's split of the CSR rows, built on first need (a host sync) and kept;
-        deterministic products split no row."""
-        piece_nnz = csr_rows.UNSPLIT if deterministic else csr_rows.PIECE_NNZ
+    def row_pieces(self, piece_nnz: int) -> csr_rows.RowPieces:
+        """The "rows" kernel's split of the CSR rows into pieces of ``piece_nnz`` nonzeros, built
+        on first need (a host sync) and kept."""
         if piece_nnz not in self._row_pieces:
             self._row_pieces[piece_nnz] = csr_rows.row_pieces(self.rowptr, piece_nnz)
         return self._row_pieces[piece_nnz]

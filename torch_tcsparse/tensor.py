@@ -240,7 +240,7 @@ class TCSparseTensor(torch.Tensor):
         """Y = A @ X for X of shape [K] or [K, N]; differentiable for X and the values. Under
         ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does.
         ``bias`` (shape [N], X's dtype and device; differentiable) is added to every row of Y;
-        on the "csr" path within the product (cuSPARSE starts from the bias instead of zeros)."""
+        on the CSR paths within the product (each starts from the bias instead of zeros)."""
         # The per-call path reads the plain tensors the subclass holds: attributes of the
         # subclass itself (shape, device, dtype) go through __torch_function__ on every access.
         autocast_dtype = _autocast_dtype(self._values, other)
@@ -318,10 +318,8 @@ class TCSparseTensor(torch.Tensor):
             matrix = self._torch_csr()
             return lambda x, bias: ops.torch_sparse_product(matrix, x.contiguous(), bias)
         s, values = self._structure, self._values
-        if not csr_rows.applies(values, s.rowptr):
-            raise ValueError(f"path 'rows' needs float32 values on CUDA and int32 indices (under 2^31 nonzeros), "
-                             f"got {values.dtype} on {values.device} with {s.rowptr.dtype} indices")
-        pieces = s.row_pieces(torch.are_deterministic_algorithms_enabled())
+        csr_rows.check_indices(s.rowptr)
+        pieces = s.row_pieces(csr_rows.piece_size())
         return lambda x, bias: csr_rows.spmm(x, s.rowptr, s.col, values, pieces, s.num_cols, bias)
 
     def _transposed_csr_product(self, path: str):
