@@ -140,7 +140,7 @@ def first_choice_us(layout, n: int, dtype: torch.dtype, model, repeat: int = 5) 
         start = time.perf_counter()
         shape = MatrixShape.of(layout)
         built = time.perf_counter()
-        selector.select(shape, selector.n_bucket(n), model, measured_paths(dtype), dtype)
+        selector.select(shape, selector.n_bucket(n), model, CHOICES, dtype)
         totals.append((time.perf_counter() - start) * 1e6)
         shapes.append((built - start) * 1e6)
     return statistics.median(totals), statistics.median(shapes), totals[0]
@@ -150,7 +150,7 @@ def measure_paths(a: TCSparseTensor, xs, repeat: int, rounds: int = ROUNDS) -> d
     """Microseconds per call of every path: the median of ``rounds`` interleaved rounds, each
     the median of ``repeat / rounds`` samples, so that a drift of the machine (clocks, host
     load) falls on all paths alike instead of on whichever was timed during it."""
-    paths = measured_paths(a.dtype)
+    paths = CHOICES
     calls = {path: (lambda x, p=path: a.matmul(x, path=p)) for path in paths}
     batches = {path: batch_for(call, xs) for path, call in calls.items()}
     per_round = max(5, repeat // rounds)
@@ -160,11 +160,6 @@ def measure_paths(a: TCSparseTensor, xs, repeat: int, rounds: int = ROUNDS) -> d
         for path, call in calls.items():
             samples[path].append(1e3 * time_cuda(call, xs, reps=per_round, batch=batches[path], warmup_ms=warmup_ms))
     return {path: statistics.median(values) for path, values in samples.items()}
-
-
-def measured_paths(dtype: torch.dtype) -> tuple:
-    """Every path that runs for X of ``dtype``: "rows" is float32 only."""
-    return CHOICES if dtype == torch.float32 else tuple(p for p in CHOICES if p != "rows")
 
 
 def record_dtype(record: dict) -> torch.dtype:

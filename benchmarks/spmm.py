@@ -1,5 +1,5 @@
-"""SpMM benchmark: our ME-TCF kernels and (float32) our CUDA-core "rows" kernel against cuSPARSE (torch.sparse.mm on CSR) and PyG's
-message-passing aggregation, per graph, N and dtype, all in the dtype under test (float32 runs
+"""SpMM benchmark: our ME-TCF kernels and our CUDA-core "rows" kernel against cuSPARSE
+(torch.sparse.mm on CSR) and PyG's message-passing aggregation, per graph, N and dtype, all in the dtype under test (float32 runs
 with TF32 allowed). Correctness first (against cuSPARSE's fp32 result), then CUDA-event medians
 with rotated X buffers; a call shorter than about half a millisecond is timed over back-to-back
 calls per sample (``common.batch_for``), so small graphs compare throughput, not launch jitter. Rows of float16/bfloat16 also give the speedup over our own float32 (TF32)
@@ -117,8 +117,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             errors = {}
             times = {}
             ours = {kernel: (lambda x, k=kernel: kernels.spmm(x, kernel_values, layout, k)) for kernel in ("base", "balanced")}
-            if dtype == torch.float32:
-                ours["rows"] = lambda x: csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, num_cols)
+            ours["rows"] = lambda x: csr_rows.spmm(x, csr.rowptr, csr.col, edge_values, pieces, num_cols)
             for path, run in ours.items():
                 got = run(xs[0][0]).float()
                 errors[path] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))

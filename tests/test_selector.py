@@ -307,13 +307,13 @@ def test_rows_replaces_the_choice_only_when_predicted_faster():
     assert explanation.bytes_moved["rows"] == explanation.bytes_moved["csr"]
 
 
-def test_rows_is_a_candidate_for_float32_with_int32_indices(monkeypatch):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rows_is_a_candidate_with_int32_indices(monkeypatch, dtype):
     monkeypatch.setattr(selector, "_kernels_usable", lambda dtype, device: True)
     cuda = torch.device("cuda")
-    assert "rows" in selector._candidates(torch.float32, cuda, shape([4] * 12))
-    assert "rows" not in selector._candidates(torch.float16, cuda, shape([4] * 12))
+    assert "rows" in selector._candidates(dtype, cuda, shape([4] * 12))
     huge = shape([4] * 12, nnz=1 << 31)
-    assert "rows" not in selector._candidates(torch.float32, cuda, huge)
+    assert "rows" not in selector._candidates(dtype, cuda, huge)
 
 
 def test_rows_caps_the_longest_row_at_a_piece():

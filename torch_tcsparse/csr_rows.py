@@ -1,7 +1,8 @@
 """The ``"rows"`` path: the CUDA-core CSR SpMM of ``csrc/csr_rows_spmm.h``, one warp per row piece.
 
 It serves graphs whose row windows share few columns (R-MAT, uniform random), where Tensor-Core
-blocks hold a few nonzeros each, and it is exact fp32 (plain FMAs, no TF32 rounding). The split
+blocks hold a few nonzeros each. It takes float32, float16 or bfloat16 (values, X, bias and Y in
+one dtype) and sums in fp32 with plain FMAs (no TF32 rounding; 16-bit outputs rounded once). The split
 into pieces depends only on ``rowptr``: ``row_pieces`` builds it once per matrix (one host sync,
 for the number of long rows) and the matrix keeps it.
 """
@@ -22,10 +23,11 @@ UNSPLIT = INT32_MAX
 
 
 class RowPieces(NamedTuple):
-    """The pieces past the first of every row longer than ``piece_nnz``: ``piece_rows`` and
-    ``piece_starts`` (int32, one entry per such piece) and the long rows (``split_rows``)."""
+    """Every piece of the rows longer than ``piece_nnz`` (``split_rows``, ascending): its row as
+    an index into ``split_rows`` (``piece_slots``) and its first nonzero (``piece_starts``), all
+    int32. Shorter rows are one piece each and need no entry."""
 
-    piece_rows: torch.Tensor
+    piece_slots: torch.Tensor
     piece_starts: torch.Tensor
     split_rows: torch.Tensor
     piece_nnz: int
@@ -34,12 +36,12 @@ class RowPieces(NamedTuple):
 def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ) -> RowPieces:
     degree = rowptr[1:] - rowptr[:-1]
     split_rows = torch.nonzero(degree > piece_nnz).flatten()
-    extra = (degree[split_rows].long() - 1) // piece_nnz
-    piece_rows = split_rows.repeat_interleave(extra)
-    first_extra = torch.cumsum(extra, 0) - extra
-    rank = torch.arange(piece_rows.numel(), device=rowptr.device) - first_extra.repeat_interleave(extra)
-    piece_starts = rowptr[piece_rows].long() + (rank + 1) * piece_nnz
-    return RowPieces(piece_rows.int(), piece_starts.int(), split_rows.int(), piece_nnz)
+    count = (degree[split_rows].long() + piece_nnz - 1) // piece_nnz
+    piece_slots = torch.arange(split_rows.numel(), device=rowptr.device).repeat_interleave(count)
+    first_piece = torch.cumsum(count, 0) - count
+    rank = torch.arange(piece_slots.numel(), device=rowptr.device) - first_piece.repeat_interleave(count)
+    piece_starts = rowptr[split_rows].long().repeat_interleave(count) + rank * piece_nnz
+    return RowPieces(piece_slots.int(), piece_starts.int(), split_rows.int(), piece_nnz)
 
 
 def piece_size() -> int:
@@ -55,8 +57,9 @@ def check_indices(rowptr: torch.Tensor) -> None:
 
 def spmm(x, rowptr, col, values, pieces: RowPieces, num_cols: int, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Y = A @ x (+ bias on every row) for the CSR (rowptr, col, values) split by ``pieces``;
-    x may be a column slice of a wider tensor (any row stride), Y is contiguous."""
+    x may be a column slice of a wider tensor (any row stride), Y is contiguous; values and bias
+    in x's dtype."""
     return _ext.load().csr_rows_spmm(
-        x, rowptr, col, values, pieces.piece_rows, pieces.piece_starts, pieces.split_rows, num_cols,
+        x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts, pieces.split_rows, num_cols,
         pieces.piece_nnz, bias,
     )

@@ -6,7 +6,8 @@ and its values in block order) by a dense ``x`` of shape [K, N]. ``path`` picks 
 - ``"base"`` / ``"balanced"``: the Tensor-Core CUDA kernels (``kernels.py``);
 - ``"csr"``: ``torch.sparse.mm`` on the layout's CSR arrays (cuSPARSE on CUDA, MKL or
   native on CPU): the fast CPU path and the vendor fallback;
-- ``"rows"``: the CUDA-core CSR kernel (``csr_rows.py``), float32 on CUDA with int32 indices;
+- ``"rows"``: the CUDA-core CSR kernel (``csr_rows.py``), on CUDA with int32 indices, in the
+  kernels' dtypes;
 - ``"reference"``: ME-TCF computed block by block with dense torch ops, the reference the CUDA
   kernels are tested against;
 - ``"auto"``: the kernel on CUDA where it supports the dtype, ``"csr"`` elsewhere.
@@ -40,10 +41,8 @@ CHUNK_ELEMENTS = 1 << 24
 def resolve_path(path: str, x: Tensor) -> str:
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if path in KERNEL_PATHS and not (x.is_cuda and x.dtype in KERNEL_DTYPES):
+    if path in KERNEL_PATHS + ("rows",) and not (x.is_cuda and x.dtype in KERNEL_DTYPES):
         raise ValueError(f"path {path!r} needs a CUDA tensor of dtype {KERNEL_DTYPES}, got {x.dtype} on {x.device}")
-    if path == "rows" and not (x.is_cuda and x.dtype == torch.float32):
-        raise ValueError(f"path 'rows' needs a float32 CUDA tensor, got {x.dtype} on {x.device}")
     if path == "csr" and not x.is_cuda and x.dtype not in CPU_CSR_DTYPES:
         raise ValueError(f"path 'csr' on the CPU supports {CPU_CSR_DTYPES}, got {x.dtype}; use 'reference' or 'auto'")
     if path != "auto":
@@ -108,7 +107,7 @@ def csr_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
 def rows_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
     csr_rows.check_indices(layout.csr_rowptr)
     pieces = csr_rows.row_pieces(layout.csr_rowptr, csr_rows.piece_size())
-    csr_values = values.float()[layout.csr_gather]
+    csr_values = values.to(x.dtype)[layout.csr_gather]
     return csr_rows.spmm(x, layout.csr_rowptr, layout.csr_col, csr_values, pieces, layout.num_cols)
 
 

@@ -28,7 +28,7 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
 - csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row + miss_nnz_us * nnz
   * miss`` (the gather of X per nonzero, the write of Y per row, the row-split imbalance of the
   longest row);
-- rows (our CUDA-core CSR kernel, float32 only): the same form with its own constants, the
+- rows (our CUDA-core CSR kernel): the same form with its own constants, the
   longest row capped at a piece (``csr_rows.PIECE_NNZ``: longer rows are split);
 - every path costs at least its ``floor_us``: the host-side cost of one call (Python, dispatch,
   launch), which is what a call on a small graph costs when calls run back to back.
@@ -764,12 +764,12 @@ def explain_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.
 
 
 def _candidates(dtype: torch.dtype, device: torch.device, shape: MatrixShape) -> tuple:
-    """Every path that can run: the kernels where built for the dtype, "rows" for float32 with
-    int32 indices (under 2^31 rows, columns and nonzeros), always "csr"."""
+    """Every path that can run: the kernels where built for the dtype, "rows" with them where
+    the indices are int32 (under 2^31 rows, columns and nonzeros), always "csr"."""
     if not _kernels_usable(dtype, device):
         return ("csr",)
     int32_indices = index_dtype_for(shape.rows, shape.num_cols, shape.nnz) == torch.int32
-    return CHOICES if dtype == torch.float32 and int32_indices else tuple(c for c in CHOICES if c != "rows")
+    return CHOICES if int32_indices else tuple(c for c in CHOICES if c != "rows")
 
 
 def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str, Explanation]:

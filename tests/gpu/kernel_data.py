@@ -48,3 +48,19 @@ def relative_error(out, ref):
     assert out.shape == ref.shape
     assert bool(torch.isfinite(out).all()), "output has NaN/inf: an entry was not written"
     return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def torch_dense_error(csr, x, ref):
+    """Relative error of torch's dense matmul in x's dtype on (up to) the first 256 rows."""
+    rows = min(csr.num_rows, 256)
+    row = csr.row_indices()
+    keep = row < rows
+    dense = torch.zeros(max(rows, 64), csr.num_cols, dtype=torch.float64, device="cuda")
+    dense.index_put_((row[keep].long(), csr.col[keep].long()), csr.values[keep].double(), accumulate=True)
+    got = (dense.to(x.dtype) @ x)[:rows].double()
+    exact = ref[:rows]
+    return float((got - exact).norm() / exact.norm().clamp_min(1e-30))
+
+
+def rounding_error(ref, dtype):
+    return float((ref.to(dtype).double() - ref).norm() / ref.norm().clamp_min(1e-30))

@@ -26,27 +26,13 @@ from .kernel_data import (
     random_matrix,
     reference,
     relative_error,
+    rounding_error,
+    torch_dense_error,
 )
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 DTYPES = [torch.float16, torch.bfloat16]
-
-
-def torch_dense_error(csr, x, ref):
-    """Relative error of torch's dense matmul in x's dtype on (up to) the first 256 rows."""
-    rows = min(csr.num_rows, 256)
-    row = csr.row_indices()
-    keep = row < rows
-    dense = torch.zeros(max(rows, 64), csr.num_cols, dtype=torch.float64, device="cuda")
-    dense.index_put_((row[keep].long(), csr.col[keep].long()), csr.values[keep].double(), accumulate=True)
-    got = (dense.to(x.dtype) @ x)[:rows].double()
-    exact = ref[:rows]
-    return float((got - exact).norm() / exact.norm().clamp_min(1e-30))
-
-
-def rounding_error(ref, dtype):
-    return float((ref.to(dtype).double() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
 def check(kernels, m, k, n, kernel, dtype, window=16, mean_degree=8, row_perm=False, x=None, **matrix):

@@ -1,7 +1,11 @@
 """GPU tests of the "rows" path (the CUDA-core CSR kernel) against a float64 reference.
 
-Fresh random data each run, outputs poisoned with NaN first; the tolerance is a multiple of
-torch's own float32 error (torch.sparse.mm, cuSPARSE) on the same data, since both sum in fp32.
+Fresh random data each run, outputs poisoned with NaN first. In float32 the tolerance is a
+multiple of torch's own error (torch.sparse.mm, cuSPARSE) on the same data, since both sum in
+fp32; in float16/bfloat16 (matrix and X rounded to the dtype first: they are the data) a multiple
+of the larger of torch's dense matmul error in that dtype and one rounding of the exact result,
+all that fp32 accumulation should add (under compute-sanitizer the rounding bound alone, as in
+test_kernels_16bit.py).
 """
 import pytest
 import torch
@@ -9,9 +13,22 @@ import torch
 from torch_tcsparse import TCSparseTensor, csr_rows
 from torch_tcsparse.formats.csr import from_coo
 
-from .kernel_data import HUB_NNZ, M_GRID, N_GRID, SUBSET, poison, random_matrix, reference, relative_error
+from .kernel_data import (
+    HUB_NNZ,
+    M_GRID,
+    N_GRID,
+    SUBSET,
+    poison,
+    random_matrix,
+    reference,
+    relative_error,
+    rounding_error,
+    torch_dense_error,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def fp32_tolerance(csr, x, ref):
@@ -20,57 +37,73 @@ def fp32_tolerance(csr, x, ref):
     return 4 * max(torch_error, 2.0**-24) + 1e-7
 
 
-def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree=8, **matrix):
+def tolerance(csr, x, product, ref):
+    """For the exact product ``product`` and the expected output ``ref`` (product + bias)."""
+    if x.dtype == torch.float32:
+        return fp32_tolerance(csr, x, product)
+    torch_error = 0.0 if SUBSET else torch_dense_error(csr, x, product)
+    return 4 * max(torch_error, rounding_error(ref, x.dtype)) + 1e-6
+
+
+def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree=8, dtype=torch.float32, **matrix):
     row, col, values = random_matrix(m, k, mean_degree, **matrix)
-    csr = from_coo(row, col, values, m, k)
+    csr = from_coo(row, col, values.to(dtype), m, k)
     pieces = csr_rows.row_pieces(csr.rowptr, piece_nnz)
-    x = torch.randn(k, n, device="cuda") if x is None else x
-    b = torch.randn(n, device="cuda") if bias else None
-    ref = reference(row, col, values, x, m) + (b.double() if bias else 0.0)
-    poison(m * n)
+    x = torch.randn(k, n, device="cuda").to(dtype) if x is None else x
+    b = torch.randn(n, device="cuda").to(dtype) if bias else None
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
+    ref = product + (b.double() if bias else 0.0)
+    poison(m * n * dtype.itemsize // 4 + 1)
     out = csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b)
     torch.cuda.synchronize()
+    assert out.dtype == dtype
     err = relative_error(out, ref)
     if ref.norm() == 0:
         assert err == 0.0
         return out
-    tolerance = fp32_tolerance(csr, x, ref - (b.double() if bias else 0.0))
-    assert err <= tolerance, f"relative error {err:.3g} over {tolerance:.3g} (m={m} k={k} n={n})"
+    limit = tolerance(csr, x, product, ref)
+    assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (m={m} k={k} n={n} {dtype})"
     return out
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", N_GRID)
 @pytest.mark.parametrize("m", M_GRID)
-def test_shape_grid(m, n):
-    check(m, m, n)
+def test_shape_grid(m, n, dtype):
+    check(m, m, n, dtype=dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1000, 5000), (5000, 300), (33, 1)])
-def test_rectangular(shape):
-    check(shape[0], shape[1], 64)
-    check(shape[0], shape[1], 13)
+def test_rectangular(shape, dtype):
+    check(shape[0], shape[1], 64, dtype=dtype)
+    check(shape[0], shape[1], 13, dtype=dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [7, 32] if SUBSET else [7, 32, 48, 128, 300])
 @pytest.mark.parametrize("bias", [False, True])
-def test_hub_row_split_into_pieces(n, bias):
-    """One row of 100,000+ nonzeros: hundreds of pieces summed with atomics onto the bias."""
+def test_hub_row_split_into_pieces(n, bias, dtype):
+    """One row of 100,000+ nonzeros: hundreds of pieces summed with atomics onto the bias (in an
+    fp32 scratch, rounded once, for 16-bit outputs)."""
     k = HUB_NNZ + 1000
-    check(2000, k, n, bias=bias, mean_degree=4, hub_row=1234, hub_nnz=HUB_NNZ)
+    check(2000, k, n, bias=bias, mean_degree=4, hub_row=1234, hub_nnz=HUB_NNZ, dtype=dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 47, 64, 256])
-def test_bias_on_every_row(n):
-    check(3000, 2000, n, bias=True, piece_nnz=5, mean_degree=6)  # split and whole rows alike
+def test_bias_on_every_row(n, dtype):
+    check(3000, 2000, n, bias=True, piece_nnz=5, mean_degree=6, dtype=dtype)  # split and whole rows alike
 
 
-def test_strided_and_transposed_x():
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_and_transposed_x(dtype):
     k = 900
-    wide = torch.randn(k, 52, device="cuda")
-    check(700, k, 47, x=wide[:, :47])  # rows 52 apart, odd width: the scalar gathers
-    check(700, k, 48, x=wide[:, :48])  # rows 52 apart, 16-byte aligned: the vector gathers
-    check(700, k, 40, x=wide[:, 1:41])  # not 16-byte aligned: the scalar gathers
-    check(700, k, 64, x=torch.randn(64, k, device="cuda").t())  # columns not contiguous
+    wide = torch.randn(k, 56, device="cuda").to(dtype)
+    check(700, k, 47, x=wide[:, :47], dtype=dtype)  # rows 56 apart, odd width: the scalar gathers
+    check(700, k, 48, x=wide[:, :48], dtype=dtype)  # rows 56 apart, 16-byte aligned: the vector gathers
+    check(700, k, 40, x=wide[:, 1:41], dtype=dtype)  # not 16-byte aligned: the scalar gathers
+    check(700, k, 64, x=torch.randn(64, k, device="cuda").to(dtype).t(), dtype=dtype)  # columns not contiguous
 
 
 def test_repeated_calls_and_deterministic_mode():
@@ -89,6 +122,35 @@ def test_repeated_calls_and_deterministic_mode():
     assert torch.equal(one, two)
     # The unsplit hub is one warp's sum of 10^5 terms: fp32 error as torch's, not as the pieces'.
     assert relative_error(one, ref) <= fp32_tolerance(a.csr, x, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_product_gradient_and_deterministic_mode(dtype):
+    """A 16-bit matrix times 16-bit X, and dX through its transpose, both in the dtype with fp32
+    sums: a 10^5-nonzero hub row split into pieces (summed in the fp32 scratch) in the product,
+    its columns spread over the transpose; unsplit and bitwise repeatable when deterministic."""
+    m, k = 3000, HUB_NNZ + 100
+    row, col, values = random_matrix(m, k, 6, hub_row=7, hub_nnz=HUB_NNZ)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(m, k)).to(dtype)
+    csr = a.csr
+    r, c = csr.row_indices().long(), csr.col.long()
+    x = torch.randn(k, 40, device="cuda").to(dtype).requires_grad_()
+    y = a.matmul(x, path="rows")
+    ref = reference(r, c, csr.values, x.detach(), m)
+    assert y.dtype == dtype
+    assert relative_error(y, ref) <= 4 * rounding_error(ref, dtype) + 1e-6
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    ref_dx = reference(c, r, csr.values, grad_y, k)
+    assert x.grad.dtype == dtype
+    assert relative_error(x.grad, ref_dx) <= 4 * rounding_error(ref_dx, dtype) + 1e-6
+    torch.use_deterministic_algorithms(True)
+    try:
+        one, two = a.matmul(x.detach(), path="rows"), a.matmul(x.detach(), path="rows")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(one, two)
+    assert relative_error(one, ref) <= 4 * rounding_error(ref, dtype) + 1e-6
 
 
 @pytest.mark.parametrize("symmetric", [True, False])
@@ -119,13 +181,17 @@ def test_gradients_through_the_rows_path(symmetric):
 def test_rejects_bad_inputs():
     row, col, values = random_matrix(100, 100, 5)
     a = TCSparseTensor.from_coo(row, col, values, shape=(100, 100))
-    with pytest.raises(ValueError, match="float32 CUDA tensor"):
+    with pytest.raises(ValueError, match="path 'rows' needs a CUDA tensor of dtype"):
         a.double().matmul(torch.randn(100, 4, device="cuda", dtype=torch.float64), path="rows")
     csr = a.csr
     pieces = csr_rows.row_pieces(csr.rowptr)
     x = torch.randn(100, 4, device="cuda")
-    with pytest.raises(RuntimeError, match="values must be float32"):
+    with pytest.raises(RuntimeError, match="values must be Float like x, got Double"):
         csr_rows.spmm(x, csr.rowptr, csr.col, csr.values.double(), pieces, 100)
+    with pytest.raises(RuntimeError, match="bias must be Half like x, got Float"):
+        csr_rows.spmm(x.half(), csr.rowptr, csr.col, csr.values.half(), pieces, 100, torch.zeros(4, device="cuda"))
+    with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16, got Double"):
+        csr_rows.spmm(x.double(), csr.rowptr, csr.col, csr.values.double(), pieces, 100)
     with pytest.raises(RuntimeError, match="x must be 2-D with 100 rows"):
         csr_rows.spmm(x[:50], csr.rowptr, csr.col, csr.values, pieces, 100)
     with pytest.raises(RuntimeError, match="col must be Int, got Long"):

@@ -1,8 +1,10 @@
 // Checks shared by the torch bindings (bindings.cpp, csr_rows_binding.cpp): messages that name
-// the problem and the value, raised through TORCH_CHECK.
+// the problem and the value, raised through TORCH_CHECK; and the dtype dispatch they share.
 #pragma once
 
 #include <ATen/ATen.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -38,6 +40,21 @@ inline void check_index(const at::Tensor& t, const char* name, at::ScalarType dt
     TCS_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
     TCS_CHECK(t.dim() == 1 && t.numel() == numel, name, " must be 1-D with ", numel, " entries, got shape ", t.sizes());
     TCS_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+// Calls f with a value of the CUDA element type matching `dtype` (float, __half, __nv_bfloat16).
+template <typename F>
+inline auto with_element_type(at::ScalarType dtype, F&& f) {
+    switch (dtype) {
+        case at::kFloat:
+            return f(float{});
+        case at::kHalf:
+            return f(__half{});
+        case at::kBFloat16:
+            return f(__nv_bfloat16{});
+        default:
+            TCS_CHECK(false, "the kernels take float32, float16 or bfloat16, got ", dtype);
+    }
 }
 
 inline void check_launch(cudaError_t err, const char* what) {

@@ -20,21 +20,7 @@ namespace {
 
 using tcsparse_binding::check_index;
 using tcsparse_binding::check_launch;
-
-// Calls f with a value of the CUDA element type matching `dtype` (float, __half, __nv_bfloat16).
-template <typename F>
-auto with_element_type(at::ScalarType dtype, F&& f) {
-    switch (dtype) {
-        case at::kFloat:
-            return f(float{});
-        case at::kHalf:
-            return f(__half{});
-        case at::kBFloat16:
-            return f(__nv_bfloat16{});
-        default:
-            TCS_CHECK(false, "the kernels take float32, float16 or bfloat16, got ", dtype);
-    }
-}
+using tcsparse_binding::with_element_type;
 
 // Past this the deterministic balanced kernel's per-chunk workspace is not worth its memory;
 // the base kernel (deterministic by construction: one thread block per window) runs instead.

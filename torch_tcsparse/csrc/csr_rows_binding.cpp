@@ -14,16 +14,18 @@ namespace {
 
 using tcsparse_binding::check_index;
 using tcsparse_binding::check_launch;
+using tcsparse_binding::with_element_type;
 
-void check_float(const at::Tensor& t, const char* name, const at::Device& device) {
+void check_operand(const at::Tensor& t, const char* name, const at::Device& device, at::ScalarType dtype) {
     TCS_CHECK(t.device() == device, name, " is on ", t.device(), " but the operands are on ", device);
-    TCS_CHECK(t.scalar_type() == at::kFloat, name, " must be float32, got ", t.scalar_type());
+    TCS_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, " like x, got ", t.scalar_type());
 }
 
 // Y = A @ x (+ bias) for the CSR (rowptr, col, values) split into pieces of piece_nnz nonzeros;
-// x may have any row stride (its columns contiguous), Y is contiguous.
+// x may have any row stride (its columns contiguous), Y is contiguous. x, values, bias and Y
+// share one dtype: float32, float16 or bfloat16.
 at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
-                         const at::Tensor& values, const at::Tensor& piece_rows, const at::Tensor& piece_starts,
+                         const at::Tensor& values, const at::Tensor& piece_slots, const at::Tensor& piece_starts,
                          const at::Tensor& split_rows, int64_t num_cols, int64_t piece_nnz,
                          const std::optional<at::Tensor>& bias) {
     TCS_CHECK(rowptr.is_cuda(), "rowptr must be a CUDA tensor, got device ", rowptr.device());
@@ -35,35 +37,49 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
               piece_nnz);
     check_index(rowptr, "rowptr", at::kInt, num_rows + 1, device);
     check_index(col, "col", at::kInt, nnz, device);
-    check_index(piece_rows, "piece_rows", at::kInt, piece_rows.numel(), device);
-    check_index(piece_starts, "piece_starts", at::kInt, piece_rows.numel(), device);
+    check_index(piece_slots, "piece_slots", at::kInt, piece_slots.numel(), device);
+    check_index(piece_starts, "piece_starts", at::kInt, piece_slots.numel(), device);
     check_index(split_rows, "split_rows", at::kInt, split_rows.numel(), device);
-    check_float(values, "values", device);
+    TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the operands are on ", device);
+    const at::ScalarType dtype = x.scalar_type();
+    TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+              "x must be float32, float16 or bfloat16, got ", dtype);
+    check_operand(values, "values", device, dtype);
     TCS_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
               values.sizes());
-    check_float(x, "x", device);
     TCS_CHECK(x.dim() == 2 && x.size(0) == num_cols, "x must be 2-D with ", num_cols, " rows, got shape ", x.sizes());
     const int64_t n = x.size(1);
     const at::Tensor xs = x.stride(1) == 1 && x.stride(0) >= n ? x : x.contiguous();
     const at::Tensor vc = values.contiguous();
     at::Tensor bc;
     if (bias.has_value()) {
-        check_float(*bias, "bias", device);
+        check_operand(*bias, "bias", device, dtype);
         TCS_CHECK(bias->dim() == 1 && bias->numel() == n, "bias must be 1-D with ", n, " entries, got shape ",
                   bias->sizes());
         bc = bias->contiguous();
     }
     const c10::cuda::CUDAGuard guard(device);
     at::Tensor y = at::empty({num_rows, n}, xs.options().memory_format(at::MemoryFormat::Contiguous));
-    const tcsparse::CsrRows a{rowptr.data_ptr<int32_t>(),       col.data_ptr<int32_t>(),
-                              vc.data_ptr<float>(),             piece_rows.data_ptr<int32_t>(),
-                              piece_starts.data_ptr<int32_t>(), split_rows.data_ptr<int32_t>(),
-                              num_rows,                         piece_rows.numel(),
-                              split_rows.numel(),               static_cast<int>(piece_nnz)};
-    check_launch(tcsparse::csr_rows_spmm(a, xs.data_ptr<float>(), std::max<int64_t>(xs.stride(0), 1), y.data_ptr<float>(),
-                                         std::max<int64_t>(n, 1), n, bias.has_value() ? bc.data_ptr<float>() : nullptr,
-                                         c10::cuda::getCurrentCUDAStream()),
-                 "csr_rows_spmm");
+    // 16-bit outputs of split rows are summed in fp32 first.
+    at::Tensor partial;
+    if (dtype != at::kFloat && split_rows.numel() > 0)
+        partial = at::empty({split_rows.numel(), n}, xs.options().dtype(at::kFloat));
+    const tcsparse::CsrRows a{rowptr.data_ptr<int32_t>(),      col.data_ptr<int32_t>(),
+                              piece_slots.data_ptr<int32_t>(), piece_starts.data_ptr<int32_t>(),
+                              split_rows.data_ptr<int32_t>(),  num_rows,
+                              piece_slots.numel(),             split_rows.numel(),
+                              static_cast<int>(piece_nnz)};
+    with_element_type(dtype, [&](auto element) {
+        using T = decltype(element);
+        const auto* bp = bias.has_value() ? reinterpret_cast<const T*>(bc.const_data_ptr()) : nullptr;
+        check_launch(tcsparse::csr_rows_spmm<T>(a, reinterpret_cast<const T*>(vc.const_data_ptr()),
+                                                reinterpret_cast<const T*>(xs.const_data_ptr()),
+                                                std::max<int64_t>(xs.stride(0), 1),
+                                                reinterpret_cast<T*>(y.mutable_data_ptr()), std::max<int64_t>(n, 1), n,
+                                                bp, partial.defined() ? partial.data_ptr<float>() : nullptr,
+                                                c10::cuda::getCurrentCUDAStream()),
+                     "csr_rows_spmm");
+    });
     return y;
 }
 
@@ -71,7 +87,7 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
 
 TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
     m.def(
-        "csr_rows_spmm(Tensor x, Tensor rowptr, Tensor col, Tensor values, Tensor piece_rows, Tensor piece_starts, "
+        "csr_rows_spmm(Tensor x, Tensor rowptr, Tensor col, Tensor values, Tensor piece_slots, Tensor piece_starts, "
         "Tensor split_rows, int num_cols, int piece_nnz, Tensor? bias) -> Tensor");
 }
 

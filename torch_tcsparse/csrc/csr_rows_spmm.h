@@ -9,20 +9,21 @@
 #pragma once
 
 #include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace tcsparse {
 
-// A canonical CSR (int32 indices, float32 values) split into pieces of at most `piece_nnz`
-// nonzeros: piece r (r < num_rows) is the start of row r; the pieces past the first of each
-// longer row are listed in (piece_rows, piece_starts). Rows longer than `piece_nnz` (split_rows)
-// are summed with atomics into an output that is first set to the bias (or zero); every other
-// row is written once. A power-law hub thus costs many short pieces, not one long warp.
+// The pattern of a canonical CSR (int32 indices) split into pieces of at most `piece_nnz`
+// nonzeros. Rows up to `piece_nnz` long are one piece each, taken by warp `row`; the rows longer
+// than that (split_rows, ascending) are cut into the listed pieces (piece_slots: the piece's
+// index into split_rows; piece_starts: its first nonzero), and their pieces are summed with fp32
+// atomics. A power-law hub thus costs many short pieces, not one long warp.
 struct CsrRows {
     const int32_t* rowptr;        // [num_rows + 1]
     const int32_t* col;           // [nnz]
-    const float* values;          // [nnz]
-    const int32_t* piece_rows;    // [num_pieces]
+    const int32_t* piece_slots;   // [num_pieces]
     const int32_t* piece_starts;  // [num_pieces]
     const int32_t* split_rows;    // [num_split_rows]
     int64_t num_rows;
@@ -31,9 +32,13 @@ struct CsrRows {
     int piece_nnz;
 };
 
-// Y[num_rows, n] = A @ X (+ bias on every row when bias is not null), all float32 and summed in
-// fp32 with ordinary FMAs (no TF32 rounding). X rows have stride ldx, Y rows ldy (>= n).
-cudaError_t csr_rows_spmm(const CsrRows& a, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n,
-                          const float* bias, cudaStream_t stream);
+// Y[num_rows, n] = A @ X (+ bias on every row when bias is not null) for T = float, __half or
+// __nv_bfloat16 (values, X, Y and bias all T), every product summed in fp32 with ordinary FMAs (no
+// TF32 rounding; 16-bit outputs are rounded once). X rows have stride ldx, Y rows ldy (>= n).
+// For 16-bit T, the split rows are summed in `partial` (float [num_split_rows, n], which the call
+// zeroes) and rounded into Y last; float Y takes the atomics itself (partial may be null).
+template <typename T>
+cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
+                          const T* bias, float* partial, cudaStream_t stream);
 
 }  // namespace tcsparse
