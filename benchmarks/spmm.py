@@ -30,23 +30,25 @@ from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
 
 LARGE_NNZ = 1_000_000
 
+# Loaders take the device (the CPU rebuilds a graph offline; synthetic graphs then come from the
+# CPU's random stream, a different draw of the same law).
 SYNTHETIC = {
-    "rmat18": lambda: synthetic.rmat(18, seed=1, device="cuda"),
-    "rmat21": lambda: synthetic.rmat(21, seed=1, device="cuda"),
-    "uniform_1M_d16": lambda: synthetic.uniform(1_000_000, 16, seed=1, device="cuda"),
-    "sbm_132k_shuffled": lambda: synthetic.sbm(132_000, 600, 1000, shuffled=True, seed=1, device="cuda"),
-    "sbm_132k_ordered": lambda: synthetic.sbm(132_000, 600, 1000, shuffled=False, seed=1, device="cuda"),
-    "band_16384_b64": lambda: synthetic.band(16384, 64, device="cuda"),
-    "uniform_4267_d900": lambda: synthetic.uniform(4267, 900, seed=1, device="cuda"),
+    "rmat18": lambda device="cuda": synthetic.rmat(18, seed=1, device=device),
+    "rmat21": lambda device="cuda": synthetic.rmat(21, seed=1, device=device),
+    "uniform_1M_d16": lambda device="cuda": synthetic.uniform(1_000_000, 16, seed=1, device=device),
+    "sbm_132k_shuffled": lambda device="cuda": synthetic.sbm(132_000, 600, 1000, shuffled=True, seed=1, device=device),
+    "sbm_132k_ordered": lambda device="cuda": synthetic.sbm(132_000, 600, 1000, shuffled=False, seed=1, device=device),
+    "band_16384_b64": lambda device="cuda": synthetic.band(16384, 64, device=device),
+    "uniform_4267_d900": lambda device="cuda": synthetic.uniform(4267, 900, seed=1, device=device),
 }
 
 
 def npz_loader(path: Path):
-    def load():
+    def load(device="cuda"):
         adj = npz.load_adjacency(path)
         coo = adj.tocoo()
-        row = torch.from_numpy(coo.row.astype("int64")).cuda()
-        col = torch.from_numpy(coo.col.astype("int64")).cuda()
+        row = torch.from_numpy(coo.row.astype("int64")).to(device)
+        col = torch.from_numpy(coo.col.astype("int64")).to(device)
         return row, col, adj.shape
     return load
 

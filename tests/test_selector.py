@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from torch_tcsparse import csr_rows, selector
+from torch_tcsparse.datasets import synthetic
 from torch_tcsparse.formats.inputs import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
 from torch_tcsparse.selector import (
@@ -323,6 +324,14 @@ def test_rows_caps_the_longest_row_at_a_piece():
     assert costs["rows"] < 2 * csr_rows.PIECE_NNZ
 
 
+def test_rows_pays_the_split_launch_only_when_a_row_is_split():
+    m = model(rows={"split_launch_us": 7.0, "floor_us": 0.0})
+    unsplit, split = shape([4] * 12), dataclasses.replace(shape([4] * 12), split_rows=3)
+    costs = {s.split_rows: rank(s, 32, m, ("rows",)).costs_us["rows"] for s in (unsplit, split)}
+    assert costs[3] == pytest.approx(costs[0] + 7.0)
+    assert rank(split, 32, m).features["split_rows"] == 3
+
+
 def test_kernels_left_out_of_candidates():
     explanation = rank(shape([4] * 12), 32, model(csr={"launch_us": 1e9}), candidates=("csr",))
     assert explanation.choice == "csr"
@@ -415,6 +424,7 @@ def test_conversion_host_copies_match_the_device_layout():
     assert counts.window_offsets.tolist() == layout.window_offsets.tolist()
     assert counts.chunk_offsets.tolist() == layout.chunk_offsets.tolist()
     assert counts.max_row_nnz == int((layout.csr_rowptr[1:] - layout.csr_rowptr[:-1]).max())
+    assert counts.split_rows == int(((layout.csr_rowptr[1:] - layout.csr_rowptr[:-1]) > csr_rows.PIECE_NNZ).sum()) == 1
     # The shape built from them equals the one read back from the tensors alone.
     from_host = MatrixShape.of(layout)
     rebuilt = type(layout).from_tensors(layout.tensors(), layout.window, layout.num_rows, layout.num_cols)
@@ -422,6 +432,7 @@ def test_conversion_host_copies_match_the_device_layout():
     read_back = MatrixShape.of(rebuilt)
     assert from_host.window_blocks.tolist() == read_back.window_blocks.tolist()
     assert from_host.max_row_nnz == read_back.max_row_nnz
+    assert from_host.split_rows == read_back.split_rows == 1
     for given, computed in zip(from_host._chunk_prefixes, read_back._chunk_prefixes):
         assert given.tolist() == computed.tolist()
     assert from_host.summary == read_back.summary
@@ -563,3 +574,72 @@ def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
     scored = bench.score(records, shapes, info, fitted)
     assert scored["hit_rate"] >= 0.9
     assert scored["worst_vs_csr"] <= 1.10
+
+
+def made_up_run(bench, tmp_path, name, scale=1.0):
+    """A run of a made-up device whose times are the default calibration's predictions (times
+    ``scale``), saved as benchmarks/selector.py saves one: (folder, records, shapes, info)."""
+    info = {
+        "name": "made-up GPU", "family": "madeup", "sm_count": 16,
+        "occupancy": {p: {str(n): 4 for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
+        "slices": {p: {str(n): selector.default_column_slices(n) for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
+    }
+    truth = Calibration.load("default")
+    rng = np.random.default_rng(1)
+    shapes, records = {}, []
+    for i in range(6):
+        blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 300 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
+        shapes[f"g{i}"] = MatrixShape(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i), 100 * i, split_rows=i % 2)
+        for n in selector.BUCKETS:
+            record = {"graph": f"g{i}", "n": n, "dtype": "float32", "choice_us": 100.0,
+                      "launch": {p: [4, selector.default_column_slices(n)] for p in selector.KERNEL_CHOICES}}
+            costs = rank(shapes[f"g{i}"], n, bench.model_for(info, truth, record)).costs_us
+            records.append({**record, "times_us": {p: t * scale for p, t in costs.items()}})
+    bench.save(tmp_path / name, records, shapes, info)
+    return tmp_path / name, records, shapes, info
+
+
+def test_benchmark_saves_split_rows_and_fills_them_for_older_runs(tmp_path, monkeypatch):
+    bench = selector_benchmark()
+    folder, _, shapes, _ = made_up_run(bench, tmp_path, "run")
+    assert {name: s.split_rows for name, s in bench.load_saved(folder)[1].items()} == {
+        name: s.split_rows for name, s in shapes.items()}
+    # A run saved before the split rows were: its meta rows end at the columns.
+    with np.load(folder / "shapes.npz") as arrays:
+        older = {key: arrays[key][:5] if key.endswith("/meta") else arrays[key] for key in arrays.files}
+    np.savez_compressed(folder / "shapes.npz", **older)
+    monkeypatch.setattr(bench, "split_rows_of", lambda name: 40 + int(name[1:]))
+    assert {name: s.split_rows for name, s in bench.load_saved(folder)[1].items()} == {
+        f"g{i}": 40 + i for i in range(6)}
+
+
+def test_benchmark_split_rows_of_a_suite_graph_rebuilt_on_the_cpu():
+    bench = selector_benchmark()
+    row, col, n = synthetic.band(600, 300)
+    bench.spmm_suite.SYNTHETIC["test_band"] = lambda device="cuda": synthetic.band(600, 300, device=device)
+    try:
+        assert bench.split_rows_of("test_band") == int((torch.bincount(row, minlength=n) > csr_rows.PIECE_NNZ).sum())
+    finally:
+        del bench.spmm_suite.SYNTHETIC["test_band"]
+
+
+def test_benchmark_leaves_stale_times_out_and_one_run_out(tmp_path, capsys):
+    import json
+
+    bench = selector_benchmark()
+    first, records, _, _ = made_up_run(bench, tmp_path, "first")
+    second, _, _, _ = made_up_run(bench, tmp_path, "second", scale=1.1)
+    (first / "stale.json").write_text(json.dumps({"stale": [{"path": "rows", "n": 256, "why": "test"}]}))
+    loaded = bench.load_saved(first)[0]
+    assert all(("rows" in r["times_us"]) == (r["n"] != 256) for r in loaded)
+    # Merged: each path's geometric mean over the runs that measured it.
+    merged = bench.load_runs([first, second])[0]
+    at_256 = next(r for r in merged if r["n"] == 256)
+    original = next(r for r in records if r["n"] == 256 and r["graph"] == at_256["graph"])
+    assert at_256["times_us"]["rows"] == pytest.approx(1.1 * original["times_us"]["rows"])
+    assert at_256["times_us"]["csr"] == pytest.approx(1.1**0.5 * original["times_us"]["csr"])
+
+    bench.main(["--refit-from", f"{first},{second}", "--leave-one-run-out", "--out", str(tmp_path / "out")])
+    table = capsys.readouterr().out
+    assert table.count("fitted on the others") == 2 and table.count("default.json") == 2
+    assert (tmp_path / "out" / "leave_one_run_out.txt").read_text() == table

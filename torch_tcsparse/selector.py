@@ -29,7 +29,10 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
   * miss`` (the gather of X per nonzero, the write of Y per row, the row-split imbalance of the
   longest row);
 - rows (our CUDA-core CSR kernel): the same form with its own constants, the
-  longest row capped at a piece (``csr_rows.PIECE_NNZ``: longer rows are split);
+  longest row capped at a piece (``csr_rows.PIECE_NNZ``: longer rows are split), plus
+  ``split_launch_us`` when any row is split: the kernel that first sets those rows of Y is a launch
+  of its own, and the split pieces run last, with atomics (fitted 4-8 us on an H200, more than a
+  launch; it decides between rows and csr on small power-law graphs, where they are close);
 - every path costs at least its ``floor_us``: the host-side cost of one call (Python, dispatch,
   launch), which is what a call on a small graph costs when calls run back to back.
 
@@ -188,6 +191,7 @@ class MatrixShape:
     nnz: int
     max_row_nnz: int
     cols: int | None = None  # columns of A (rows of X); None: as many as rows
+    split_rows: int = 0  # rows longer than csr_rows.PIECE_NNZ (split into pieces by "rows")
     # (chunks, TC blocks, non-empty windows) before each window, when already known (the
     # conversion's host copies); else computed on first need.
     prefixes: tuple | None = field(default=None, compare=False, repr=False)
@@ -200,12 +204,13 @@ class MatrixShape:
         if counts is not None:
             offsets = counts.window_offsets
             return cls(layout.window, np.diff(offsets), layout.num_rows, layout.nnz, counts.max_row_nnz,
-                       layout.num_cols, (counts.chunk_offsets, offsets, counts.nonempty_before))
+                       layout.num_cols, counts.split_rows, (counts.chunk_offsets, offsets, counts.nonempty_before))
         offsets, rowptr = layout.window_offsets, layout.csr_rowptr
         blocks = offsets[1:] - offsets[:-1]
         longest = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
-        host = torch.cat([blocks, longest.to(blocks.dtype)]).cpu().numpy().astype(np.int64)
-        return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]), layout.num_cols)
+        split = csr_rows.split_row_count(rowptr)
+        host = torch.cat([blocks, longest.to(blocks.dtype), split.to(blocks.dtype)]).cpu().numpy().astype(np.int64)
+        return cls(layout.window, host[:-2], layout.num_rows, layout.nnz, int(host[-2]), layout.num_cols, int(host[-1]))
 
     @property
     def num_cols(self) -> int:
@@ -626,7 +631,7 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
         "balanced": kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"], miss)
         + balanced["zero_us"] * launch.zeroed_windows * shape.window,
         "csr": _csr_time_us(csr, shape, shape.max_row_nnz, miss),
-        "rows": _csr_time_us(constants["rows"], shape, min(shape.max_row_nnz, csr_rows.PIECE_NNZ), miss),
+        "rows": _rows_time_us(constants["rows"], shape, miss),
     }
     # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
     # that small graphs cost: back-to-back calls then run at the rate the host issues them.
@@ -642,6 +647,11 @@ def _csr_time_us(constants: dict, shape: MatrixShape, longest: int, miss: float)
         + constants["max_row_us"] * longest
         + constants.get("miss_nnz_us", 0.0) * shape.nnz * miss
     )
+
+
+def _rows_time_us(constants: dict, shape: MatrixShape, miss: float) -> float:
+    split_launch = constants.get("split_launch_us", 0.0) if shape.split_rows else 0.0
+    return _csr_time_us(constants, shape, min(shape.max_row_nnz, csr_rows.PIECE_NNZ), miss) + split_launch
 
 
 def approximation_ratio(shape: MatrixShape, prediction: Prediction) -> float:
@@ -699,6 +709,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "windows_over_32_blocks": shape.summary.split_windows,
         "balanced_zeroed_windows": launch.zeroed_windows,
         "max_row_nnz": shape.max_row_nnz,
+        "split_rows": shape.split_rows,
         "column_slices": slices["base"],
         "x_share_beyond_l2": prediction.miss,
     }

@@ -33,10 +33,10 @@ csr_gather     int32    [nnz]                  CSR-order values are ``values[csr
 ============== ======== ====================== ============================================
 
 ``host_counts`` (``HostCounts``): the window and chunk offsets, the non-empty windows before each
-window and the longest row, copied to the host by the conversion in the synchronization it needs
-anyway (the block count sizes the arrays), so the kernel selector neither reads the device again
-nor recomputes prefix sums. Layouts rebuilt from tensors alone (``from_tensors``) have none; the
-selector then reads them back once.
+window, the longest row and the rows longer than a ``"rows"`` piece, copied to the host by the
+conversion in the synchronization it needs anyway (the block count sizes the arrays), so the
+kernel selector neither reads the device again nor recomputes prefix sums. Layouts rebuilt from
+tensors alone (``from_tensors``) have none; the selector then reads them back once.
 
 Index arrays over the nonzeros (the gathers) are int32, int64 only past 2**31 - 1 nonzeros: on a
 graph of 63M nonzeros each int64 gather would cost 0.5 GB of GPU memory.
@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import _ext
+from .. import _ext, csr_rows
 from .csr import CSR, index_dtype_for
 
 # TC blocks handled by one thread block of the balanced kernel. 32 blocks of 16x8 are 4096
@@ -173,12 +173,14 @@ class MetcfLayout:
 
 @dataclass(frozen=True)
 class HostCounts:
-    """Host copies of per-window prefix sums (int64 numpy, length windows + 1) and the longest row."""
+    """Host copies of per-window prefix sums (int64 numpy, length windows + 1), the longest row and
+    the rows the "rows" path splits into pieces."""
 
     window_offsets: np.ndarray
     chunk_offsets: np.ndarray
     nonempty_before: np.ndarray  # windows with at least one block before each window
     max_row_nnz: int
+    split_rows: int  # rows longer than csr_rows.PIECE_NNZ
 
 
 def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
@@ -351,8 +353,11 @@ class _KernelBuild:
         stride = self.num_windows + 1
         window_offsets = counts[:stride].to(torch.int32)
         chunk_offsets = counts[stride : 2 * stride].to(torch.int32)
-        host = counts.cpu().numpy()
-        host_counts = HostCounts(host[:stride], host[stride : 2 * stride], host[2 * stride : 3 * stride], int(host[-1]))
+        # The split rows ride along in the one copy the conversion makes.
+        host = torch.cat([counts, csr_rows.split_row_count(self.csr.rowptr)]).cpu().numpy()
+        host_counts = HostCounts(
+            host[:stride], host[stride : 2 * stride], host[2 * stride : 3 * stride], int(host[-2]), int(host[-1])
+        )
         return window_offsets, chunk_offsets, host_counts
 
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
@@ -373,7 +378,7 @@ def _read_back_counts(window_offsets, chunk_offsets, blocks_per_window, rowptr) 
     row_lengths = rowptr[1:] - rowptr[:-1]
     longest = row_lengths.max().view(1) if row_lengths.numel() else rowptr.new_zeros(1)
     nonempty_before = _exclusive_cumsum((blocks_per_window > 0).long())
-    parts = [window_offsets, chunk_offsets, nonempty_before, longest.long()]
+    parts = [window_offsets, chunk_offsets, nonempty_before, longest.long(), csr_rows.split_row_count(rowptr)]
     host = torch.cat(parts).cpu().numpy()
-    offsets, chunks, nonempty, _ = np.split(host, np.cumsum([p.numel() for p in parts])[:-1])
-    return HostCounts(offsets, chunks, nonempty, int(host[-1]))
+    offsets, chunks, nonempty, _, _ = np.split(host, np.cumsum([p.numel() for p in parts])[:-1])
+    return HostCounts(offsets, chunks, nonempty, int(host[-2]), int(host[-1]))
