@@ -1,8 +1,8 @@
 """How good is the kernel selector? Measure every path (the oracle) and compare with the choice.
 
 For each graph of the SpMM suite (``benchmarks/spmm.py``) and N in {32, 64, 128, 256}: time
-``A.matmul(X, path=p)`` for p in base, balanced, csr and (float32) rows (TF32, X rotated out of L2, as the SpMM
-benchmark times them, in interleaved rounds); the oracle is the fastest. The selector's choice is scored by hit rate (within 5% of the
+``A.matmul(X, path=p)`` for p in base, balanced, csr and rows (TF32, X rotated out of L2, as the
+SpMM benchmark times them, in interleaved rounds); the oracle is the fastest. The selector's choice is scored by hit rate (within 5% of the
 oracle), geomean loss against the oracle and worst ratio against csr (cuSPARSE). With
 ``--calibrate`` the constants of ``torch_tcsparse/calibration/<family>.json`` are fitted twice:
 on half of the graphs (alternate ones, by nonzeros), scored on both halves, which estimates how
@@ -160,11 +160,10 @@ def measure_paths(a: TCSparseTensor, xs, repeat: int, rounds: int = ROUNDS) -> d
     """Microseconds per call of every path: the median of ``rounds`` interleaved rounds, each
     the median of ``repeat / rounds`` samples, so that a drift of the machine (clocks, host
     load) falls on all paths alike instead of on whichever was timed during it."""
-    paths = CHOICES
-    calls = {path: (lambda x, p=path: a.matmul(x, path=p)) for path in paths}
+    calls = {path: (lambda x, p=path: a.matmul(x, path=p)) for path in CHOICES}
     batches = {path: batch_for(call, xs) for path, call in calls.items()}
     per_round = max(5, repeat // rounds)
-    samples = {path: [] for path in paths}
+    samples = {path: [] for path in CHOICES}
     for round_index in range(rounds):
         warmup_ms = 25.0 if round_index == 0 else 5.0  # later rounds follow a warm GPU
         for path, call in calls.items():
