@@ -82,8 +82,9 @@ def timed(fn, device, repeats: int):
 
 
 def spmm_ms(csr, perm, n: int, device):
-    """Median ms per call of A @ X through TCSparseTensor with the given row permutation (None: no
-    reordering); X rotated out of L2, small graphs timed over back-to-back calls (``batch_for``)."""
+    """(median ms per call of A @ X through TCSparseTensor with the given row permutation (None:
+    no reordering), the path the library picked); X rotated out of L2, small graphs timed over
+    back-to-back calls (``batch_for``)."""
     from torch_tcsparse.tensor import TCSparseTensor
 
     row = csr.row_indices()
@@ -91,7 +92,7 @@ def spmm_ms(csr, perm, n: int, device):
                                 reorder="none" if perm is None else perm)
     xs = [(torch.randn(csr.num_cols, n, device=device),) for _ in range(rotation_count(csr.num_cols * n * 4))]
     call = lambda x: a @ x  # noqa: E731
-    return time_cuda(call, xs, batch=batch_for(call, xs))
+    return time_cuda(call, xs, batch=batch_for(call, xs)), a.explain(n).choice
 
 
 def main() -> None:
@@ -133,8 +134,8 @@ def main() -> None:
         csr = from_coo(row, col, None, num_nodes, num_nodes)
         del row, col
         base = build_metcf(csr, args.window)[0].stats()
-        base_ms = spmm_ms(csr, None, args.n, device) if with_spmm else float("nan")
-        rows.append(record(name, csr, "none", base, base, 0.0, base_ms, base_ms))
+        base_ms, base_path = spmm_ms(csr, None, args.n, device) if with_spmm else (float("nan"), "")
+        rows.append(record(name, csr, "none", base, base, 0.0, base_ms, base_ms, base_path))
         for method in methods:
             if method == "rcm" and csr.nnz > args.rcm_max_nnz:
                 print(f"skip rcm on {name}: {csr.nnz:,} nonzeros > --rcm-max-nnz", flush=True)
@@ -147,8 +148,8 @@ def main() -> None:
                                       device, args.repeats)
                 label = method
             stats = build_metcf(csr, args.window, perm)[0].stats()
-            ms = spmm_ms(csr, perm, args.n, device) if with_spmm else float("nan")
-            rows.append(record(name, csr, label, stats, base, seconds, base_ms, ms))
+            ms, path = spmm_ms(csr, perm, args.n, device) if with_spmm else (float("nan"), "")
+            rows.append(record(name, csr, label, stats, base, seconds, base_ms, ms, path))
             print(format_row(rows[-1]), flush=True)
         del csr
         if device.type == "cuda":
@@ -166,7 +167,7 @@ def main() -> None:
         print(format_row(r))
 
 
-def record(graph, csr, method, stats, base, seconds, base_ms, ms) -> dict:
+def record(graph, csr, method, stats, base, seconds, base_ms, ms, path) -> dict:
     return {
         "graph": graph,
         "rows": csr.num_rows,
@@ -180,17 +181,18 @@ def record(graph, csr, method, stats, base, seconds, base_ms, ms) -> dict:
         "reorder_s": seconds,
         "spmm_ms_none": base_ms,
         "spmm_ms": ms,
+        "path": path,
     }
 
 
 HEADER = (f"{'graph':<26}{'nnz':>11} {'method':<16}{'TC blocks':>11}{'vs none':>8}{'MeanNnzTC':>10}"
-          f"{'gain':>7}{'blk/win std':>12}{'reorder s':>10}{'SpMM ms':>9}{'(none)':>8}")
+          f"{'gain':>7}{'blk/win std':>12}{'reorder s':>10}{'SpMM ms':>9}{'(none)':>8}  path")
 
 
 def format_row(r: dict) -> str:
     return (f"{r['graph'][:25]:<26}{r['nnz']:>11,} {r['method'][:15]:<16}{r['tc_blocks']:>11,}"
             f"{r['blocks_vs_none']:>8.3f}{r['mean_nnz_tc']:>10.2f}{r['mean_nnz_tc_gain']:>7.2f}"
-            f"{r['blocks_per_window_std']:>12.1f}{r['reorder_s']:>10.3f}{r['spmm_ms']:>9.3f}{r['spmm_ms_none']:>8.3f}")
+            f"{r['blocks_per_window_std']:>12.1f}{r['reorder_s']:>10.3f}{r['spmm_ms']:>9.3f}{r['spmm_ms_none']:>8.3f}  {r['path']}")
 
 
 if __name__ == "__main__":

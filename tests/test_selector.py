@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from torch_tcsparse import csr_rows, selector
+from torch_tcsparse import TCSparseTensor, csr_rows, selector
 from torch_tcsparse.datasets import synthetic
 from torch_tcsparse.formats.inputs import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
@@ -233,6 +233,34 @@ def test_miss_terms_price_x_beyond_l2():
     assert far.features["x_share_beyond_l2"] > 0.95 and near.features["x_share_beyond_l2"] == 0.0
     assert far.costs_us["csr"] - near.costs_us["csr"] == pytest.approx(1e-3 * 384 * far.features["x_share_beyond_l2"])
     assert far.costs_us["base"] > near.costs_us["base"]
+
+
+@pytest.mark.parametrize("ratio", [0.4, 1.3])
+def test_rows_order_scales_the_rows_time(ratio):
+    """A reordered matrix's rows path: its time (all but the split rows' launch) scales by
+    1 - ROWS_ORDER_GAIN x (1 - ratio), down when the order brings rows that share columns
+    together, up when it parts them."""
+    m = model(rows={"miss_nnz_us": 1e-3, "split_launch_us": 0.0})
+    given = MatrixShape(16, np.asarray([4] * 12), rows=192, nnz=384, max_row_nnz=1, cols=1 << 22)
+    ordered = dataclasses.replace(given, rows_share_ratio=ratio)
+    before, after = rank(given, 128, m), rank(ordered, 128, m)
+    assert after.features["rows_share_ratio"] == ratio
+    expected = 1 - selector.ROWS_ORDER_GAIN * (1 - ratio)
+    assert after.costs_us["rows"] == pytest.approx(before.costs_us["rows"] * expected)
+    assert after.costs_us["csr"] == before.costs_us["csr"]  # cuSPARSE runs the rows as given
+
+
+def test_structure_knows_its_rows_order(monkeypatch):
+    from torch_tcsparse.reorder import locality
+
+    monkeypatch.setattr(locality, "GROUP_ROWS", 2)
+    # Rows 0 and 2 share columns {0, 1}, rows 1 and 3 share {5, 6}.
+    row, col = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]), torch.tensor([0, 1, 5, 6, 0, 1, 5, 6])
+    given = TCSparseTensor.from_coo(row, col, torch.ones(8), shape=(4, 7))
+    paired = TCSparseTensor.from_coo(row, col, torch.ones(8), shape=(4, 7), reorder=torch.tensor([0, 2, 1, 3]))
+    assert given._structure.selection.rows_share_ratio == 1.0
+    assert paired._structure.selection.rows_share_ratio == 0.5
+    assert paired.explain(128).features["rows_share_ratio"] == 0.5
 
 
 def test_chunks_of_a_layout():

@@ -4,7 +4,9 @@ It serves graphs whose row windows share few columns (R-MAT, uniform random), wh
 blocks hold a few nonzeros each. It takes float32, float16 or bfloat16 (values, X, bias and Y in
 one dtype) and sums in fp32 with plain FMAs (no TF32 rounding; 16-bit outputs rounded once). The split
 into pieces depends only on ``rowptr``: ``row_pieces`` builds it once per matrix (one host sync,
-for the number of long rows) and the matrix keeps it.
+for the number of long rows) and the matrix keeps it. A reordered matrix runs its rows in the
+reordering's order (rows sharing columns side by side, their rows of X found in L2), from a
+row-permuted copy of its CSR that the matrix keeps too.
 """
 from __future__ import annotations
 
@@ -65,11 +67,25 @@ def check_indices(rowptr: torch.Tensor) -> None:
         raise ValueError(f"path 'rows' needs int32 indices (under 2^31 nonzeros), got {rowptr.dtype}")
 
 
-def spmm(x, rowptr, col, values, pieces: RowPieces, num_cols: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+def permuted_rows(rowptr: torch.Tensor, col: torch.Tensor, perm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CSR's rows in the order ``perm`` (``perm[i]``: the row placed at ``i``), with the
+    original column ids: (rowptr, col, gather), gather[k] the canonical nonzero at position k
+    (int32, like the indices)."""
+    degree = (rowptr[1:] - rowptr[:-1]).long()[perm]
+    starts = torch.cumsum(degree, 0) - degree
+    gather = torch.repeat_interleave(rowptr[:-1].long()[perm] - starts, degree)
+    gather += torch.arange(gather.numel(), device=gather.device)
+    permuted_rowptr = torch.cat([starts, degree.sum().view(1)]).to(rowptr.dtype)
+    return permuted_rowptr, col[gather], gather.to(rowptr.dtype)
+
+
+def spmm(x, rowptr, col, values, pieces: RowPieces, num_cols: int, bias: torch.Tensor | None = None,
+         row_map: torch.Tensor | None = None) -> torch.Tensor:
     """Y = A @ x (+ bias on every row) for the CSR (rowptr, col, values) split by ``pieces``;
     x may be a column slice of a wider tensor (any row stride), Y is contiguous; values and bias
-    in x's dtype."""
+    in x's dtype. ``row_map`` (int32, a permutation) writes CSR row i to row ``row_map[i]`` of Y:
+    a reordered matrix's rows run in its order (``permuted_rows``) and Y comes out in the user's."""
     return _ext.load().csr_rows_spmm(
         x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts, pieces.split_rows, num_cols,
-        pieces.piece_nnz, bias,
+        pieces.piece_nnz, bias, row_map,
     )

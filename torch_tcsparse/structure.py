@@ -3,12 +3,26 @@ the transpose built on first need. Tensors that differ only in values (``with_va
 ``Structure``, so conversion and transposition are paid once."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from . import csr_rows
 from .formats.csr import CSR, transpose
 from .formats.metcf import build_metcf
+from .reorder.locality import share_ratio
 from .selector import SelectionCache
+
+
+class RowsCsr(NamedTuple):
+    """The CSR of the "rows" kernel: its rows in the order the warps take them, original column
+    ids; ``gather`` (canonical nonzero of each entry) and ``row_map`` (Y row of each row) are
+    None when that is the canonical order."""
+
+    rowptr: torch.Tensor
+    col: torch.Tensor
+    gather: torch.Tensor | None
+    row_map: torch.Tensor | None
 
 
 class Structure:
@@ -24,7 +38,9 @@ class Structure:
         self.layout, _ = build_metcf(csr, window, row_perm)
         self._transpose: Structure | None = None
         self._row_pieces: dict[int, csr_rows.RowPieces] = {}
-        self.selection = SelectionCache()
+        self._rows_csr: RowsCsr | None = None
+        ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
+        self.selection = SelectionCache(ratio)
 
     @property
     def nnz(self) -> int:
@@ -41,11 +57,23 @@ class Structure:
         return csr_values.new_empty(csr_values.shape).index_put((self.layout.csr_gather,), csr_values)
 
     def row_pieces(self, piece_nnz: int) -> csr_rows.RowPieces:
-        """The "rows" kernel's split of the CSR rows into pieces of ``piece_nnz`` nonzeros, built
-        on first need (a host sync) and kept."""
+        """The "rows" kernel's split of the rows of ``rows_csr`` into pieces of ``piece_nnz``
+        nonzeros, built on first need (a host sync) and kept."""
         if piece_nnz not in self._row_pieces:
-            self._row_pieces[piece_nnz] = csr_rows.row_pieces(self.rowptr, piece_nnz)
+            self._row_pieces[piece_nnz] = csr_rows.row_pieces(self.rows_csr().rowptr, piece_nnz)
         return self._row_pieces[piece_nnz]
+
+    def rows_csr(self) -> RowsCsr:
+        """The CSR the "rows" kernel reads: ours, or for a reordered matrix a copy with the rows
+        in the reordering's order (built on first need and kept: a contiguous stream of indices
+        in the order the warps take them, 5% faster on R-MAT than reading ours in that order)."""
+        if self._rows_csr is None:
+            if self.row_perm is None:
+                self._rows_csr = RowsCsr(self.rowptr, self.col, None, None)
+            else:
+                rowptr, col, gather = csr_rows.permuted_rows(self.rowptr, self.col, self.row_perm)
+                self._rows_csr = RowsCsr(rowptr, col, gather, self.layout.row_map[: self.num_rows])
+        return self._rows_csr
 
     def csr(self, values: torch.Tensor) -> CSR:
         return CSR(self.rowptr, self.col, values, self.num_rows, self.num_cols)
@@ -119,6 +147,7 @@ class Structure:
         moved.col_perm = None if self.col_perm is None else self.col_perm.to(device)
         moved._transpose = None
         moved._row_pieces = {}
+        moved._rows_csr = None
         return moved
 
     def stats(self, value_bytes: int = 4) -> dict:

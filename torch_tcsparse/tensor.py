@@ -81,7 +81,7 @@ class TCSparseTensor(torch.Tensor):
         out._csr_matrix = out._csr_t = None
         out._casts = {}
         out._block_values_built = None  # see _block_values
-        out._operands = {}  # see _operand_values
+        out._operands = {}  # see _operand_values and _rows_values
         return out
 
     @property
@@ -317,10 +317,21 @@ class TCSparseTensor(torch.Tensor):
         if path == "csr":
             matrix = self._torch_csr()
             return lambda x, bias: ops.torch_sparse_product(matrix, x.contiguous(), bias)
-        s, values = self._structure, self._values
+        s = self._structure
         csr_rows.check_indices(s.rowptr)
-        pieces = s.row_pieces(csr_rows.piece_size())
-        return lambda x, bias: csr_rows.spmm(x, s.rowptr, s.col, values, pieces, s.num_cols, bias)
+        rows, pieces = s.rows_csr(), s.row_pieces(csr_rows.piece_size())
+        values = self._rows_values()
+        return lambda x, bias: csr_rows.spmm(x, rows.rowptr, rows.col, values, pieces, s.num_cols, bias, rows.row_map)
+
+    def _rows_values(self) -> torch.Tensor:
+        """The values in the order of the structure's ``rows_csr`` (a reordered matrix's rows
+        in its order), gathered once and kept while the values need no gradient."""
+        gather = self._structure.rows_csr().gather
+        if gather is None:
+            return self._values
+        if "rows" not in self._operands:
+            self._operands["rows"] = self._values[gather]
+        return self._operands["rows"]
 
     def _transposed_csr_product(self, path: str):
         return self._csr_transpose()._csr_product(path)

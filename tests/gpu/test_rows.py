@@ -103,6 +103,48 @@ def test_strided_and_transposed_x(dtype):
     check(700, k, 64, x=torch.randn(64, k, device="cuda").to(dtype).t(), dtype=dtype)  # columns not contiguous
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [7, 32] if SUBSET else [7, 32, 128, 300])
+@pytest.mark.parametrize("bias", [False, True])
+def test_reordered_matrix_runs_rows_in_its_order(n, bias, dtype):
+    """A reordered matrix runs its rows in its order from a row-permuted CSR, written through the
+    row map: Y in the user's order, the split hub's pieces (atomics) included."""
+    m, k = 3000, HUB_NNZ + 1000
+    row, col, values = random_matrix(m, k, 6, hub_row=1234, hub_nnz=HUB_NNZ)
+    perm = torch.randperm(m, device="cuda")
+    a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k), reorder=perm)
+    rows = a._structure.rows_csr()
+    assert torch.equal(rows.row_map.long(), perm)
+    assert torch.equal(rows.col, a.csr.col[rows.gather.long()])
+    csr = a.csr
+    x = torch.randn(k, n, device="cuda").to(dtype)
+    b = torch.randn(n, device="cuda").to(dtype) if bias else None
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
+    ref = product + (b.double() if bias else 0.0)
+    poison(m * n * dtype.itemsize // 4 + 1)
+    out = a.matmul(x, path="rows", bias=b)
+    torch.cuda.synchronize()
+    err, limit = relative_error(out, ref), tolerance(csr, x, product, ref)
+    assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (n={n} {dtype})"
+
+
+def test_reordered_gradients_through_the_rows_path():
+    """dX of a reordered square matrix with an unsymmetric pattern: A^T (its own structure)
+    runs its rows in the same symmetric order."""
+    m = k = 400
+    row, col, values = random_matrix(m, k, 7)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(m, k), reorder="degree")
+    assert a._structure.rows_csr().row_map is not None
+    assert a._structure.transposed().rows_csr().row_map is not None
+    dense = a.to_dense().double()
+    x = torch.randn(k, 40, device="cuda", requires_grad=True)
+    y = a.matmul(x, path="rows")
+    torch.testing.assert_close(y.double(), dense @ x.detach().double(), rtol=1e-5, atol=1e-5)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    torch.testing.assert_close(x.grad.double(), dense.t() @ grad_y.double(), rtol=1e-5, atol=1e-5)
+
+
 def test_repeated_calls_and_deterministic_mode():
     m, k = 3000, HUB_NNZ + 100
     row, col, values = random_matrix(m, k, 6, hub_row=7, hub_nnz=HUB_NNZ)
@@ -196,5 +238,9 @@ def test_rejects_bad_inputs():
         csr_rows.spmm(x[:50], csr.rowptr, csr.col, csr.values, pieces, 100)
     with pytest.raises(RuntimeError, match="col must be Int, got Long"):
         csr_rows.spmm(x, csr.rowptr, csr.col.long(), csr.values, pieces, 100)
+    with pytest.raises(RuntimeError, match="row_map must be 1-D with 100 entries"):
+        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(99, device="cuda").int())
+    with pytest.raises(RuntimeError, match="row_map must be Int, got Long"):
+        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(100, device="cuda"))
     with pytest.raises(RuntimeError, match="bias must be 1-D with 4 entries"):
         csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, torch.zeros(5, device="cuda"))

@@ -23,11 +23,13 @@ void check_operand(const at::Tensor& t, const char* name, const at::Device& devi
 
 // Y = A @ x (+ bias) for the CSR (rowptr, col, values) split into pieces of piece_nnz nonzeros;
 // x may have any row stride (its columns contiguous), Y is contiguous. x, values, bias and Y
-// share one dtype: float32, float16 or bfloat16.
+// share one dtype: float32, float16 or bfloat16. row_map, when given, is the row of Y each CSR row
+// goes to: a permutation of the rows (not checked here, which would cost a host sync per call;
+// callers pass a TCSparseTensor's, checked when it was built).
 at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
                          const at::Tensor& values, const at::Tensor& piece_slots, const at::Tensor& piece_starts,
                          const at::Tensor& split_rows, int64_t num_cols, int64_t piece_nnz,
-                         const std::optional<at::Tensor>& bias) {
+                         const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& row_map) {
     TCS_CHECK(rowptr.is_cuda(), "rowptr must be a CUDA tensor, got device ", rowptr.device());
     TCS_CHECK(rowptr.dim() == 1 && rowptr.numel() >= 1, "rowptr must be 1-D with num_rows + 1 entries, got shape ",
               rowptr.sizes());
@@ -40,6 +42,7 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
     check_index(piece_slots, "piece_slots", at::kInt, piece_slots.numel(), device);
     check_index(piece_starts, "piece_starts", at::kInt, piece_slots.numel(), device);
     check_index(split_rows, "split_rows", at::kInt, split_rows.numel(), device);
+    if (row_map.has_value()) check_index(*row_map, "row_map", at::kInt, num_rows, device);
     TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the operands are on ", device);
     const at::ScalarType dtype = x.scalar_type();
     TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
@@ -64,7 +67,9 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
     at::Tensor partial;
     if (dtype != at::kFloat && split_rows.numel() > 0)
         partial = at::empty({split_rows.numel(), n}, xs.options().dtype(at::kFloat));
-    const tcsparse::CsrRows a{rowptr.data_ptr<int32_t>(),      col.data_ptr<int32_t>(),
+    const tcsparse::CsrRows a{rowptr.data_ptr<int32_t>(),
+                              col.data_ptr<int32_t>(),
+                              row_map.has_value() ? row_map->data_ptr<int32_t>() : nullptr,
                               piece_slots.data_ptr<int32_t>(), piece_starts.data_ptr<int32_t>(),
                               split_rows.data_ptr<int32_t>(),  num_rows,
                               piece_slots.numel(),             split_rows.numel(),
@@ -88,7 +93,7 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
 TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
     m.def(
         "csr_rows_spmm(Tensor x, Tensor rowptr, Tensor col, Tensor values, Tensor piece_slots, Tensor piece_starts, "
-        "Tensor split_rows, int num_cols, int piece_nnz, Tensor? bias) -> Tensor");
+        "Tensor split_rows, int num_cols, int piece_nnz, Tensor? bias, Tensor? row_map=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {

@@ -80,6 +80,10 @@ __device__ __forceinline__ Piece piece_of(const CsrRows& a, int64_t warp) {
     return {row, begin, min(begin + a.piece_nnz, a.rowptr[row + 1]), slot};
 }
 
+__device__ __forceinline__ int64_t output_row(const CsrRows& a, int32_t row) {
+    return a.row_map != nullptr ? __ldg(a.row_map + row) : row;
+}
+
 // Columns [tile * tile_cols, ...) of every row piece; nv: vectors of V elements in this tile.
 template <typename T, int L, int CH, int V>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
@@ -133,15 +137,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
 #pragma unroll
             for (int q = 0; q < V; ++q) acc[c][q] += __shfl_xor_sync(0xffffffffu, acc[c][q], offset);
     if (group != 0) return;
+    const int64_t y_row = output_row(a, piece.row);
     float* sum = nullptr;  // where a split row's pieces meet, in fp32
     if (piece.slot >= 0) {
         if constexpr (std::is_same_v<T, float>) {
-            sum = y + piece.row * ldy + col0;
+            sum = y + y_row * ldy + col0;
         } else {
             sum = partial + piece.slot * n + col0;
         }
     }
-    T* out = y + piece.row * ldy + col0;
+    T* out = y + y_row * ldy + col0;
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
         const int v = lane_in_group + c * L;
@@ -163,27 +168,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
 }
 
 // Float rows summed with atomics start from the bias (or zero).
-__global__ void init_split_rows_kernel(const int32_t* __restrict__ rows, int64_t num_rows, float* __restrict__ y,
-                                       int64_t ldy, int64_t n, const float* __restrict__ bias) {
-    const int64_t total = num_rows * n;
+__global__ void init_split_rows_kernel(CsrRows a, float* __restrict__ y, int64_t ldy, int64_t n,
+                                       const float* __restrict__ bias) {
+    const int64_t total = a.num_split_rows * n;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / n, c = i % n;
-        y[rows[r] * ldy + c] = bias != nullptr ? bias[c] : 0.f;
+        y[output_row(a, a.split_rows[r]) * ldy + c] = bias != nullptr ? bias[c] : 0.f;
     }
 }
 
 // 16-bit rows summed in fp32 are rounded into Y once, with the bias.
 template <typename T>
-__global__ void finish_split_rows_kernel(const int32_t* __restrict__ rows, int64_t num_rows,
-                                         const float* __restrict__ partial, T* __restrict__ y, int64_t ldy, int64_t n,
-                                         const T* __restrict__ bias) {
-    const int64_t total = num_rows * n;
+__global__ void finish_split_rows_kernel(CsrRows a, const float* __restrict__ partial, T* __restrict__ y, int64_t ldy,
+                                         int64_t n, const T* __restrict__ bias) {
+    const int64_t total = a.num_split_rows * n;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / n, c = i % n;
         const float b = bias != nullptr ? Element<T>::to_float(bias[c]) : 0.f;
-        y[rows[r] * ldy + c] = Element<T>::from_float(partial[i] + b);
+        y[output_row(a, a.split_rows[r]) * ldy + c] = Element<T>::from_float(partial[i] + b);
     }
 }
 
@@ -242,8 +246,7 @@ cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t
     const int64_t split_total = a.num_split_rows * n;
     if (split_total > 0) {
         if constexpr (kFloat) {
-            init_split_rows_kernel<<<grid_stride_blocks(split_total), 256, 0, stream>>>(a.split_rows,
-                                                                                        a.num_split_rows, y, ldy, n, bias);
+            init_split_rows_kernel<<<grid_stride_blocks(split_total), 256, 0, stream>>>(a, y, ldy, n, bias);
         } else {
             if (partial == nullptr) return cudaErrorInvalidValue;
             if (cudaError_t err = cudaMemsetAsync(partial, 0, split_total * sizeof(float), stream); err != cudaSuccess)
@@ -257,8 +260,8 @@ cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t
                                    : launch_scalar(a, values, x, ldx, y, ldy, n, bias, partial, stream);
     if constexpr (!kFloat) {
         if (err == cudaSuccess && split_total > 0) {
-            finish_split_rows_kernel<T><<<grid_stride_blocks(split_total), 256, 0, stream>>>(
-                a.split_rows, a.num_split_rows, partial, y, ldy, n, bias);
+            finish_split_rows_kernel<T>
+                <<<grid_stride_blocks(split_total), 256, 0, stream>>>(a, partial, y, ldy, n, bias);
             return cudaGetLastError();
         }
     }

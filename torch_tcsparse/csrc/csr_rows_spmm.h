@@ -20,9 +20,15 @@ namespace tcsparse {
 // than that (split_rows, ascending) are cut into the listed pieces (piece_slots: the piece's
 // index into split_rows; piece_starts: its first nonzero), and their pieces are summed with fp32
 // atomics. A power-law hub thus costs many short pieces, not one long warp.
+//
+// `row_map` (null: the identity) is the row of Y that each CSR row is written to. A reordered
+// matrix passes its rows in the reordering's order with their original column ids: rows that
+// share columns then run side by side and find their rows of X still in L2 (on an H200, R-MAT 21
+// at N = 128 in degree order: 4.35 against 4.67 ms), while X and Y stay in the user's order.
 struct CsrRows {
     const int32_t* rowptr;        // [num_rows + 1]
     const int32_t* col;           // [nnz]
+    const int32_t* row_map;       // [num_rows] or null
     const int32_t* piece_slots;   // [num_pieces]
     const int32_t* piece_starts;  // [num_pieces]
     const int32_t* split_rows;    // [num_split_rows]
