@@ -24,7 +24,7 @@ from .. import csr_rows
 from ..formats.csr import CSR
 from ..formats.metcf import count_blocks
 from .. import selector
-from .locality import share_ratio
+from .locality import distinct_share
 
 # "tca" wins on every real graph measured; "degree" costs one sort and wins on R-MAT, whose
 # hubs share columns (scale 18: MeanNnzTC 1.31x against tca's 1.27x); "shuffle" is the third
@@ -45,15 +45,17 @@ def _synchronize(device: torch.device) -> None:
 def _predictor(csr: CSR, window: int, n: int):
     """A function of a row permutation (None: rows as given) returning the matrix's TC blocks
     and the selector's predicted microseconds of every path times an operand of ``n`` columns,
-    on the matrix's device. Row lengths do not depend on the permutation: computed once."""
+    on the matrix's device. Row lengths and the given order's locality do not depend on the
+    permutation: computed once."""
     row_nnz = csr.rowptr[1:] - csr.rowptr[:-1]
     max_row = int(row_nnz.max()) if row_nnz.numel() else 0
     split_rows = int(csr_rows.split_row_count(csr.rowptr))
+    given_share = distinct_share(csr.rowptr, csr.col, csr.num_cols, None)
     model = selector.device_model(csr.col.device)
 
     def predict(perm) -> tuple[int, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
-        ratio = 1.0 if perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, perm)
+        ratio = 1.0 if perm is None else distinct_share(csr.rowptr, csr.col, csr.num_cols, perm) / given_share
         shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row, csr.num_cols, split_rows,
                                      rows_share_ratio=ratio)
         return int(per_window.sum()), dict(selector.predict(shape, n, model).costs_us)

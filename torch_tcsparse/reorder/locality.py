@@ -24,12 +24,9 @@ def distinct_share(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int, perm:
     if nnz == 0:
         return 1.0
     degree = (rowptr[1:] - rowptr[:-1]).long()
-    group_of_row = torch.arange(degree.numel(), device=col.device) // GROUP_ROWS
-    if perm is not None:
-        position = torch.empty_like(group_of_row)
-        position[perm] = torch.arange(degree.numel(), device=col.device)
-        group_of_row = position // GROUP_ROWS
-    keys = group_of_row.repeat_interleave(degree) * max(num_cols, 1) + col.long()
+    rows = torch.arange(degree.numel(), device=col.device)
+    position = rows if perm is None else torch.empty_like(rows).scatter_(0, perm.long(), rows)
+    keys = (position // GROUP_ROWS).repeat_interleave(degree) * max(num_cols, 1) + col.long()
     return torch.unique(keys).numel() / nnz
 
 
