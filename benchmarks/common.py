@@ -79,3 +79,16 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     dst = torch.empty_like(src)
     ms = time_cuda(lambda: dst.copy_(src), [()], warmup=3, reps=20)
     return 2 * nbytes / (ms * 1e-3)
+
+
+def settle(a, x: torch.Tensor, limit: int = 100) -> str:
+    """Run ``a @ x`` until the choice for x's N has been measured (``torch_tcsparse.trials``);
+    the path products of that N then run."""
+    selection = a._structure.selection
+    for _ in range(limit):
+        a @ x
+        torch.cuda.synchronize()
+        path = selection.settled(x.shape[1], x.dtype, x.device)
+        if path is not None:
+            return path
+    raise RuntimeError(f"the choice for N={x.shape[1]} did not settle in {limit} products")

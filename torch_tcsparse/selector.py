@@ -87,7 +87,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from . import csr_rows
+from . import csr_rows, trials
 from .formats.csr import index_dtype_for
 from .formats.metcf import BALANCE_CHUNK, MetcfLayout
 from .ops import KERNEL_DTYPES
@@ -580,6 +580,7 @@ class Explanation:
     costs_us: dict
     bytes_moved: dict
     candidates: tuple = field(default=CHOICES)
+    measured_us: dict = field(default_factory=dict)  # median us per path, once the choice was measured
 
     @property
     def ar_kernel(self) -> str:
@@ -602,6 +603,8 @@ class Explanation:
                 f"bytes moved (MB): {row(self.bytes_moved, lambda v: f'{v / 1e6:.2f}')}",
                 f"candidates: {', '.join(self.candidates)}",
             ]
+            + ([f"measured (us, median of the first products): {row(self.measured_us, lambda v: f'{v:.1f}')}"]
+               if self.measured_us else [])
         )
 
 
@@ -678,11 +681,16 @@ def approximation_ratio(shape: MatrixShape, prediction: Prediction) -> float:
 
 
 def select(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32) -> str:
-    """The path ``rank`` would choose, without building its explanation (what a product pays for
-    on its first call at an N bucket)."""
+    """The path ``rank`` would choose, without building its explanation."""
+    return predicted_choice(shape, n, model, candidates, dtype)[0]
+
+
+def predicted_choice(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32):
+    """``select``'s path and the predicted cost of every path (what a product pays for on its
+    first call at an N bucket)."""
     prediction = predict(shape, n, model, dtype)
     ar = approximation_ratio(shape, prediction) if model.calibration.kernel_rule == "ar" else None
-    return _decide(candidates, prediction.costs_us, ar, shape.tc_blocks, model.calibration)[0]
+    return _decide(candidates, prediction.costs_us, ar, shape.tc_blocks, model.calibration)[0], prediction.costs_us
 
 
 def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32) -> Explanation:
@@ -806,7 +814,8 @@ def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str
 
 
 class SelectionCache:
-    """Choices for one matrix, computed once per (N bucket, dtype, device); explanations built
+    """Choices for one matrix, computed once per (N bucket, dtype, device), and measured on its
+    first products where the prediction leaves close candidates (``trials``); explanations built
     only when asked for. A ``Structure`` holds one; the matrix's block counts come from the host
     copies its conversion made; a reordered matrix's ``rows_share_ratio`` comes from the
     ``Structure``, which knows the order."""
@@ -815,8 +824,9 @@ class SelectionCache:
         self.rows_share_ratio = rows_share_ratio
         self._shape: MatrixShape | None = None
         self._explanations: dict = {}
-        self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path
-        self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> path
+        self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
+        self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
+        self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> settled path
 
     def _shape_of(self, layout: MetcfLayout) -> MatrixShape:
         if self._shape is None:
@@ -824,24 +834,54 @@ class SelectionCache:
         return self._shape
 
     def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:
+        """The prediction's explanation, with the measured times and the settled path once the
+        choice has been measured."""
         device = torch.device(layout.device if device is None else device)
         key = (n_bucket(n), dtype, device)
         if key not in self._explanations:
             self._explanations[key] = self._outside_graphs(explain_shape, layout, n, dtype, device)
-        return self._explanations[key]
+        explanation = self._explanations[key]
+        state = self._by_bucket.get(key)
+        if isinstance(state, trials.Trial):
+            return replace(explanation, reason=f"{explanation.reason}; being measured: {', '.join(state.paths)}")
+        if key in self._measured:
+            measured = self._measured[key]
+            return replace(
+                explanation, choice=state, measured_us=measured,
+                reason=f"measured fastest of {', '.join(measured)} on the first products; "
+                f"predicted {explanation.choice} ({explanation.reason})",
+            )
+        return explanation
 
-    def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> str:
+    def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None):
+        """(path, timer) of one product: the timer to run it in while the choice is measured,
+        else None."""
         # Called on every product: one dict lookup on the caller's own arguments, no bucketing
-        # or device normalisation once an N has been seen.
+        # or device normalisation once the choice for an N has settled.
         key = (n, dtype, device)
         choice = self._choices.get(key)
-        if choice is None:
-            normalized = torch.device(layout.device if device is None else device)
-            bucket = (n_bucket(n), dtype, normalized)
-            if bucket not in self._by_bucket:
-                self._by_bucket[bucket] = self._outside_graphs(_select_shape, layout, n, dtype, normalized)
-            choice = self._choices[key] = self._by_bucket[bucket]
-        return choice
+        if choice is not None:
+            return choice, None
+        normalized = torch.device(layout.device if device is None else device)
+        bucket = (n_bucket(n), dtype, normalized)
+        state = self._by_bucket.get(bucket)
+        if state is None:
+            state = self._by_bucket[bucket] = self._outside_graphs(_first_choice, layout, n, dtype, normalized)
+        if isinstance(state, trials.Trial):
+            if not trials.allowed(normalized):
+                return state.paths[0], None
+            measured = state.result()
+            if measured is None:
+                return state.next()
+            self._measured[bucket] = measured
+            state = self._by_bucket[bucket] = min(measured, key=measured.get)
+        self._choices[key] = state
+        return state, None
+
+    def settled(self, n: int, dtype: torch.dtype, device) -> str | None:
+        """The path products with these arguments run for good, or None while it is being measured
+        (or before the first product)."""
+        return self._choices.get((n, dtype, device))
 
     def _outside_graphs(self, compute, layout: MetcfLayout, n: int, dtype: torch.dtype, device: torch.device):
         """``compute(shape, n, dtype, device)``; a layout without host copies is read back,
@@ -856,5 +896,13 @@ class SelectionCache:
         return len(self._by_bucket.keys() | self._explanations.keys())
 
 
-def _select_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> str:
-    return select(shape, n_bucket(n), device_model(device), _candidates(dtype, device, shape), dtype)
+def _first_choice(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device):
+    """The predicted path, or the ``trials.Trial`` that measures it against its close
+    candidates."""
+    candidates = _candidates(dtype, device, shape)
+    choice, costs = predicted_choice(shape, n_bucket(n), device_model(device), candidates, dtype)
+    if trials.allowed(device):
+        paths = trials.shortlist(choice, costs, candidates)
+        if len(paths) > 1:
+            return trials.Trial(paths)
+    return choice

@@ -254,9 +254,20 @@ class TCSparseTensor(torch.Tensor):
         if vector:
             x = x.unsqueeze(1)
         s = self._structure
+        timer = None
         if path == "auto" and ops.kernels_apply(x):
-            path = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
+            path, timer = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
         path = ops.resolve_path(path, x)
+        if timer is None:
+            y = self._product(x, path, bias)
+        else:
+            with timer:  # the choice is being measured (torch_tcsparse.trials)
+                y = self._product(x, path, bias)
+        return y.squeeze(1) if vector else y
+
+    def _product(self, x: torch.Tensor, path: str, bias: torch.Tensor | None) -> torch.Tensor:
+        """A @ x (+ bias) on a resolved path, with the autograd the operands need."""
+        s = self._structure
         values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
         x_needs_grad = torch.is_grad_enabled() and x.requires_grad
         if torch.compiler.is_compiling() or values_need_grad:
@@ -268,18 +279,14 @@ class TCSparseTensor(torch.Tensor):
             # "csr" costs what torch.sparse.mm costs; the bias goes in with the product.
             product = self._csr_product(path)
             if x_needs_grad:
-                y = ops.ProductGradX.apply(x, product, functools.partial(self._transposed_csr_product, path), bias)
-            else:
-                y = product(x, bias)
-            bias = None
+                return ops.ProductGradX.apply(x, product, functools.partial(self._transposed_csr_product, path), bias)
+            return product(x, bias)
         elif x_needs_grad:
             values, values_t = self._operand_values(path), self._operand_values(path, transpose=True)
             y = ops.SpMMGradX.apply(x, values, values_t, s.layout, s.transposed().layout, path)
         else:
             y = ops.run_spmm(x, self._operand_values(path), s.layout, path, validated=True)
-        if bias is not None:
-            y = y + bias
-        return y.squeeze(1) if vector else y
+        return y if bias is None else y + bias
 
     def _operand_values(self, path: str, transpose: bool = False) -> torch.Tensor:
         """Block-order values for ``path`` (fp32 for the kernels, converted once, not per call),

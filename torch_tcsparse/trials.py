@@ -1,0 +1,121 @@
+"""Measured choice: the selector's close candidates timed on a matrix's first products.
+
+The simulation (``selector``) ranks the paths, but its costs carry errors: 10-25% on small
+power-law graphs, where "rows", "csr" and the Tensor-Core kernels are close; a host faster or
+slower than the one it was fitted on; kernels that changed since the fit. On a fresh H200 run the
+model alone picked a path within 5% of the fastest on 86% of (graph, N) pairs in float32 and once
+ran 1.26x slower than cuSPARSE; every miss had the fastest path predicted within 30% of the choice.
+
+So, like ``torch.backends.cudnn.benchmark`` but with no extra work, the first products of a matrix
+at an N bucket run each candidate predicted within ``MARGIN`` of the choice in turn: one untimed
+round (lazy kernel loading, cold caches), then ``TIMED_ROUNDS`` rounds timed with CUDA events
+around the whole call, host side included, since that is what a call on a small graph costs. The
+events are read only once they have completed (``Event.query``), never with a synchronisation;
+meanwhile the predicted choice runs. The bucket then settles on the candidate with the lowest
+median. Every candidate computes the same product: outputs differ only by rounding, and only
+during those first calls.
+
+Not measured, the predicted choice runs from the first call: with
+``torch.use_deterministic_algorithms(True)`` (the path would depend on timings), while a CUDA graph
+is being captured, inside ``torch.compile``, when the prediction leaves no close candidate, and
+after ``set_enabled(False)``.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+MARGIN = 0.3
+UNTIMED_ROUNDS = 1
+TIMED_ROUNDS = 3
+
+_enabled = True
+
+
+def set_enabled(enabled: bool) -> None:
+    """Turn measured choices on (the default) or off, for every matrix from the next choice on:
+    off, a path is the simulation's prediction alone."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
+def is_enabled() -> bool:
+    return _enabled
+
+
+def allowed(device: torch.device) -> bool:
+    """Whether a choice on ``device`` may be measured now."""
+    return (
+        _enabled
+        and device.type == "cuda"
+        and not torch.are_deterministic_algorithms_enabled()
+        and not torch.compiler.is_compiling()
+        and not torch.cuda.is_current_stream_capturing()
+    )
+
+
+def shortlist(choice: str, costs_us: dict, candidates) -> tuple[str, ...]:
+    """The predicted choice first, then every other candidate predicted within ``MARGIN`` of it."""
+    limit = (1.0 + MARGIN) * costs_us[choice]
+    return (choice,) + tuple(p for p in candidates if p != choice and costs_us[p] <= limit)
+
+
+class CudaTimer:
+    """Events on the current stream around one call (a context manager)."""
+
+    def __init__(self):
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+        self.failed = False
+
+    def __enter__(self) -> "CudaTimer":
+        self._start.record()
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self._end.record()
+        else:
+            self.failed = True
+
+    def done(self) -> bool:
+        return self.failed or self._end.query()
+
+    def elapsed_us(self) -> float:
+        return float("inf") if self.failed else 1e3 * self._start.elapsed_time(self._end)
+
+
+class Trial:
+    """The calls that measure ``paths`` for one (matrix, N bucket, dtype, device): ``next`` gives
+    the path of each call, with a timer to run it in or None; ``result`` gives the median
+    microseconds per path once every timed call has completed, else None."""
+
+    def __init__(self, paths: tuple[str, ...], timer=None):
+        self.paths = paths
+        self._timer = timer or CudaTimer
+        self._schedule = list(paths) * (UNTIMED_ROUNDS + TIMED_ROUNDS)
+        self._untimed = len(paths) * UNTIMED_ROUNDS
+        self._calls = 0
+        self._timers: dict[str, list] = {path: [] for path in paths}
+
+    def next(self):
+        """(path, timer or None) of the next call; the predicted choice untimed once the
+        schedule has run out, while its last events complete."""
+        if self._calls >= len(self._schedule):
+            return self.paths[0], None
+        path = self._schedule[self._calls]
+        timed = self._calls >= self._untimed
+        self._calls += 1
+        if not timed:
+            return path, None
+        timer = self._timer()
+        self._timers[path].append(timer)
+        return path, timer
+
+    def result(self) -> dict | None:
+        if self._calls < len(self._schedule):
+            return None
+        if not all(timer.done() for timers in self._timers.values() for timer in timers):
+            return None
+        return {path: statistics.median(t.elapsed_us() for t in timers) for path, timers in self._timers.items()}
