@@ -21,7 +21,7 @@ import torch
 
 # Runs from a plain checkout too (the package need not be installed).
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-from common import batch_for, out_dir, rotation_count, time_cuda  # noqa: E402
+from common import batch_for, out_dir, rotation_count, settle, time_cuda  # noqa: E402
 
 from torch_tcsparse import kernels  # noqa: E402
 from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
@@ -83,7 +83,7 @@ def timed(fn, device, repeats: int):
 
 def spmm_ms(csr, perm, n: int, device):
     """(median ms per call of A @ X through TCSparseTensor with the given row permutation (None:
-    no reordering), the path the library picked); X rotated out of L2, small graphs timed over
+    no reordering), the path the library settled on); X rotated out of L2, small graphs timed over
     back-to-back calls (``batch_for``)."""
     from torch_tcsparse.tensor import TCSparseTensor
 
@@ -91,8 +91,9 @@ def spmm_ms(csr, perm, n: int, device):
     a = TCSparseTensor.from_coo(row, csr.col.long(), csr.values, shape=(csr.num_rows, csr.num_cols),
                                 reorder="none" if perm is None else perm)
     xs = [(torch.randn(csr.num_cols, n, device=device),) for _ in range(rotation_count(csr.num_cols * n * 4))]
+    path = settle(a, xs[0][0])  # the choice measured on the first products (torch_tcsparse.trials)
     call = lambda x: a @ x  # noqa: E731
-    return time_cuda(call, xs, batch=batch_for(call, xs)), a.explain(n).choice
+    return time_cuda(call, xs, batch=batch_for(call, xs)), path
 
 
 def main() -> None:

@@ -557,9 +557,9 @@ def selector_benchmark():
     return bench
 
 
-def test_benchmark_times_first_choices_on_fresh_shapes():
-    median_us, shape_us, cold_us = selector_benchmark().first_choice_us(small_layout(), 128, torch.float32, model())
-    assert 0 < shape_us <= median_us and cold_us > 0
+def test_benchmark_times_first_choices_on_fresh_caches():
+    median_us, cold_us = selector_benchmark().first_choice_us(small_layout(), 128, torch.float32)
+    assert median_us > 0 and cold_us > 0
 
 
 def test_benchmark_refits_and_scores_offline(tmp_path, capsys):

@@ -366,16 +366,17 @@ def balanced_makespan_units(
         return _balanced_one_item_per_warp(summary, slices, segment_units, split_units)
     upper = (shape.num_windows + summary.tc_blocks // BALANCE_CHUNK + 1) * slices
     per = -(-items // min(upper, slots))
-    starts = np.arange(0, items, per)
-    ends = np.minimum(starts + per, items)
+    bounds = np.append(np.arange(0, items, per), items)  # warp i takes [bounds[i], bounds[i + 1])
+    ends = bounds[1:]
 
     def before(item: np.ndarray):  # TC blocks and first chunks over the items < item; is item a first chunk
         blocks, firsts, first = shape.before_chunks(item % chunks)
         laps = item // chunks  # whole slices before item
         return laps * summary.tc_blocks + blocks, laps * shape.nonempty_windows + firsts, first
 
-    start_blocks, start_firsts, start_first = before(starts)
-    end_blocks, end_firsts, end_first = before(ends)
+    at_bounds = before(bounds)
+    start_blocks, start_firsts, start_first = (part[:-1] for part in at_bounds)
+    end_blocks, end_firsts, end_first = (part[1:] for part in at_bounds)
     blocks = end_blocks - start_blocks
     starts_inside = ~start_first  # the range begins in the middle of a window
     ends_inside = (ends < items) & ~end_first  # the next item continues the last window
@@ -437,6 +438,8 @@ class Calibration:
     dtype_buckets: dict = field(default_factory=dict)  # "float16" / "bfloat16" -> buckets of their own
     kernel_rule: str = "ar"  # between the kernels: "ar" (DTC-SpMM's threshold) or "cost" (predicted time)
     rows_margin: float = 0.0  # "rows" replaces the choice only when predicted this fraction faster
+    # (path, n, dtype) -> constants, filled by ``constants`` (a first choice looks up all four)
+    _resolved: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def load(cls, family: str) -> "Calibration":
@@ -466,14 +469,18 @@ class Calibration:
     def constants(self, path: str, n: int, dtype: torch.dtype = torch.float32) -> dict:
         """The constants of ``path`` for N = ``n`` and X of ``dtype`` (its own buckets if it has
         some, else float32's): those of the nearest bucket at or below, the per-column ones
-        scaled by n / bucket."""
-        table = self.dtype_buckets.get(dtype_name(dtype), self.buckets)
-        known = sorted(table)
-        bucket = max([b for b in known if b <= n], default=known[0])
-        constants = dict(table[bucket][path])
-        for key in SCALE_WITH_N:
-            if key in constants:
-                constants[key] *= n / bucket
+        scaled by n / bucket. Shared between calls: read, do not modify."""
+        key = (path, n, dtype)
+        constants = self._resolved.get(key)
+        if constants is None:
+            table = self.dtype_buckets.get(dtype_name(dtype), self.buckets)
+            known = sorted(table)
+            bucket = max([b for b in known if b <= n], default=known[0])
+            constants = dict(table[bucket][path])
+            for name in SCALE_WITH_N:
+                if name in constants:
+                    constants[name] *= n / bucket
+            self._resolved[key] = constants
         return constants
 
 
@@ -508,18 +515,18 @@ class DeviceModel:
     cuda_index: int | None  # None: no CUDA device, occupancy from the calibration's defaults
     l2_bytes: int = DEFAULT_L2_BYTES
 
-    def resident(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None) -> int:
-        """Warps of ``path``'s kernel resident per SM at N = ``n`` for X of ``dtype`` on a matrix
-        of ``windows`` row windows (None: a large one)."""
+    def launch(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None):
+        """(warps of ``path``'s kernel resident per SM, warps per row window or chunk along N) at
+        N = ``n`` for X of ``dtype`` on a matrix of ``windows`` row windows (None: a large one)."""
         if self.cuda_index is None:
-            return int(self.calibration.occupancy[path])
-        return _launch_shape(self.cuda_index, path, n, dtype, windows, _tf32_allowed())[0]
+            return int(self.calibration.occupancy[path]), default_column_slices(n, dtype)
+        return _launch_shape(self.cuda_index, path, n, dtype, windows, _tf32_allowed())
+
+    def resident(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None) -> int:
+        return self.launch(path, n, dtype, windows)[0]
 
     def slices(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None) -> int:
-        """Warps per row window (or chunk) along N of ``path``'s kernel at N = ``n``."""
-        if self.cuda_index is None:
-            return default_column_slices(n, dtype)
-        return _launch_shape(self.cuda_index, path, n, dtype, windows, _tf32_allowed())[1]
+        return self.launch(path, n, dtype, windows)[1]
 
 
 def _tf32_allowed() -> bool:
@@ -633,8 +640,9 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
     base, balanced, csr = constants["base"], constants["balanced"], constants["csr"]
     kernel_dtype = dtype if dtype in KERNEL_DTYPES else torch.float32
     windows = shape.num_windows
-    slices = {path: max(1, model.slices(path, n, kernel_dtype, windows)) for path in KERNEL_CHOICES}
-    slots = {path: model.sm_count * max(1, model.resident(path, n, kernel_dtype, windows)) for path in KERNEL_CHOICES}
+    launches = {path: model.launch(path, n, kernel_dtype, windows) for path in KERNEL_CHOICES}
+    slices = {path: max(1, launch[1]) for path, launch in launches.items()}
+    slots = {path: model.sm_count * max(1, launch[0]) for path, launch in launches.items()}
 
     base_units, base_work = base_makespan_units(shape, slices["base"], slots["base"], base["block_units"])
     launch = balanced_makespan_units(

@@ -1,0 +1,51 @@
+"""GPU tests of measured choices (torch_tcsparse.trials): every product of a trial is right, the
+choice settles on a measured candidate, and no trial runs where timing is not allowed."""
+import pytest
+import torch
+
+from torch_tcsparse import TCSparseTensor, trials
+
+from .kernel_data import random_matrix, reference, relative_error
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def matrix(m=3000):
+    row, col, values = random_matrix(m, m, 10)
+    return TCSparseTensor.from_coo(row, col, values, shape=(m, m)), (row, col, values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_every_product_of_a_trial_is_right_and_the_choice_settles(kernels, monkeypatch, dtype):
+    monkeypatch.setattr(trials, "MARGIN", 100.0)  # every path a candidate
+    a, (row, col, values) = matrix()
+    a = a.to(dtype)
+    x = torch.randn(a.shape[1], 64, device="cuda").to(dtype)
+    expected = reference(row, col, values.to(dtype), x, a.shape[0])
+    limit = 4 * 4 * (trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS)
+    bound = 4e-3  # TF32 Tensor Cores, or one float16 rounding of the output, with room
+    for _ in range(limit):
+        y = a @ x
+        assert relative_error(y, expected) < bound
+        torch.cuda.synchronize()
+        settled = a._structure.selection.settled(64, dtype, x.device)
+        if settled is not None:
+            break
+    assert settled is not None, f"no settled path after {limit} products"
+    explanation = a.explain(64)
+    assert explanation.choice == settled
+    assert set(explanation.measured_us) == set(explanation.candidates)
+    assert min(explanation.measured_us, key=explanation.measured_us.get) == settled
+
+
+def test_no_trial_in_deterministic_mode(kernels, monkeypatch):
+    monkeypatch.setattr(trials, "MARGIN", 100.0)
+    a, _ = matrix()
+    x = torch.randn(a.shape[1], 32, device="cuda")
+    torch.use_deterministic_algorithms(True)
+    try:
+        a @ x
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert a._structure.selection.settled(32, x.dtype, x.device) == a.explain(32).choice
+    assert a.explain(32).measured_us == {}
