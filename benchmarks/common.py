@@ -81,12 +81,14 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
-def settle(a, x: torch.Tensor, limit: int = 100) -> str:
+def settle(a, x: torch.Tensor, limit: int = 128, group: int = 8) -> str:
     """Run ``a @ x`` until the choice for x's N has been measured (``torch_tcsparse.trials``);
-    the path products of that N then run."""
+    the path products of that N then run. Products go back to back in groups, as in a training
+    loop (a synchronisation after each would time every candidate from an idle GPU)."""
     selection = a._structure.selection
-    for _ in range(limit):
-        a @ x
+    for _ in range(0, limit, group):
+        for _ in range(group):
+            a @ x
         torch.cuda.synchronize()
         path = selection.settled(x.shape[1], x.dtype, x.device)
         if path is not None:

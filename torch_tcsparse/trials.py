@@ -28,7 +28,7 @@ import torch
 
 MARGIN = 0.3
 UNTIMED_ROUNDS = 1
-TIMED_ROUNDS = 3
+TIMED_ROUNDS = 5
 
 _enabled = True
 
