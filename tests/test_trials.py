@@ -62,6 +62,12 @@ def test_trial_runs_an_untimed_round_then_timed_rounds_in_turn():
     assert trial.result() == {"rows": statistics.median(rows_us), "csr": statistics.median(csr_us)}
 
 
+def test_fastest_gives_a_near_tie_to_csr():
+    assert trials.fastest({"rows": 40.0, "base": 45.0}) == "rows"
+    assert trials.fastest({"rows": 40.0, "csr": 41.9}) == "csr"
+    assert trials.fastest({"rows": 40.0, "csr": 42.1}) == "rows"
+
+
 def test_a_failed_call_times_as_infinite():
     timer = trials.CudaTimer.__new__(trials.CudaTimer)
     timer.failed = True

@@ -72,7 +72,9 @@ oracle better on that GPU); it runs unless ``"csr"`` is predicted faster, or the
 predicted less than its ``csr_margin`` faster (a calibrated safety margin per kernel: a wrong
 kernel must not cost more than cuSPARSE; the balanced kernel's extra zeroing launch and atomics
 make its prediction the less certain on small graphs). Where it may run, ``"rows"`` then replaces
-that choice when predicted at least ``rows_margin`` faster than it.
+that choice when predicted at least ``rows_margin`` faster than it. Where other paths are predicted
+within ``trials.MARGIN`` of that choice, ``SelectionCache`` measures them on the matrix's first
+products and keeps the fastest (``trials``).
 """
 from __future__ import annotations
 
@@ -882,7 +884,7 @@ class SelectionCache:
             if measured is None:
                 return state.next()
             self._measured[bucket] = measured
-            state = self._by_bucket[bucket] = min(measured, key=measured.get)
+            state = self._by_bucket[bucket] = trials.fastest(measured)
         self._choices[key] = state
         return state, None
 
