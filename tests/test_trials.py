@@ -15,9 +15,10 @@ CUDA = torch.device("cuda", 0)
 
 
 class FakeTimer:
-    """A timer whose elapsed time the test sets; done once set."""
+    """A timer whose elapsed time per call the test sets; done once set."""
 
-    def __init__(self):
+    def __init__(self, calls=1):
+        self.calls = calls
         self.us = None
 
     def __enter__(self):
@@ -48,13 +49,17 @@ def test_shortlist_keeps_the_choice_first_and_the_close_candidates():
 
 def test_trial_runs_an_untimed_round_then_timed_rounds_in_turn():
     trial = trials.Trial(("rows", "csr"), timer=FakeTimer)
-    calls = [trial.next() for _ in range(2 * (trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS))]
-    assert [path for path, _ in calls] == ["rows", "csr"] * (trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS)
-    untimed = 2 * trials.UNTIMED_ROUNDS
+    rounds, per_sample = trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS, trials.CALLS_PER_SAMPLE
+    calls = [trial.next() for _ in range(2 * rounds * per_sample)]
+    assert [path for path, _ in calls] == (["rows"] * per_sample + ["csr"] * per_sample) * rounds
+    untimed = 2 * trials.UNTIMED_ROUNDS * per_sample
     assert all(timer is None for _, timer in calls[:untimed])
-    assert all(isinstance(timer, FakeTimer) for _, timer in calls[untimed:])
+    samples = calls[untimed::per_sample]  # the first call of each timed sample
+    for start, (path, timer) in zip(range(untimed, len(calls), per_sample), samples):
+        assert isinstance(timer, FakeTimer) and timer.calls == per_sample
+        assert all(other is timer for _, other in calls[start : start + per_sample])  # one timer per sample
     assert trial.result() is None  # events not completed
-    for i, (path, timer) in enumerate(calls[untimed:]):
+    for i, (path, timer) in enumerate(samples):
         timer.us = (10.0 if path == "rows" else 20.0) + i
     assert trial.next() == ("rows", None)  # schedule done: the predicted choice while waiting
     rows_us = [10.0 + i for i in range(0, 2 * trials.TIMED_ROUNDS, 2)]
@@ -93,13 +98,14 @@ def test_cache_measures_the_shortlist_then_settles_on_the_fastest(measured_cache
     measured = {"base": 30.0, "balanced": 20.0, "rows": 25.0}
     timers = []
     rounds = trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS
-    for _ in range(3 * rounds):
+    for _ in range(3 * rounds * trials.CALLS_PER_SAMPLE):
         path, timer = cache.choose(lay, 64, torch.float32, CUDA)
         assert cache.settled(64, torch.float32, CUDA) is None
         if timer is not None:
             timer.us = measured[path]
             timers.append(path)
-    assert sorted(set(timers)) == ["balanced", "base", "rows"] and len(timers) == 3 * trials.TIMED_ROUNDS
+    assert sorted(set(timers)) == ["balanced", "base", "rows"]
+    assert len(timers) == 3 * trials.TIMED_ROUNDS * trials.CALLS_PER_SAMPLE
     assert "being measured" in cache.explain(lay, 64, torch.float32, CUDA).reason
     assert cache.choose(lay, 64, torch.float32, CUDA) == ("balanced", None)
     assert cache.choose(lay, 50, torch.float32, CUDA) == ("balanced", None)  # same bucket
@@ -113,7 +119,7 @@ def test_cache_measures_the_shortlist_then_settles_on_the_fastest(measured_cache
 def test_cache_waits_for_the_events_with_the_predicted_choice(measured_cache):
     cache, lay = measured_cache
     rounds = trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS
-    pending = [cache.choose(lay, 64, torch.float32, CUDA)[1] for _ in range(3 * rounds)]
+    pending = [cache.choose(lay, 64, torch.float32, CUDA)[1] for _ in range(3 * rounds * trials.CALLS_PER_SAMPLE)]
     assert cache.choose(lay, 64, torch.float32, CUDA) == ("base", None)  # events not done yet
     for timer in filter(None, pending):
         timer.us = 1.0

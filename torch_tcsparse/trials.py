@@ -8,8 +8,9 @@ ran 1.26x slower than cuSPARSE; every miss had the fastest path predicted within
 
 So, like ``torch.backends.cudnn.benchmark`` but with no extra work, the first products of a matrix
 at an N bucket run each candidate predicted within ``MARGIN`` of the choice in turn: one untimed
-round (lazy kernel loading, cold caches), then ``TIMED_ROUNDS`` rounds timed with CUDA events
-around the whole call, host side included, since that is what a call on a small graph costs. The
+round (lazy kernel loading, cold caches), then ``TIMED_ROUNDS`` rounds, each ``CALLS_PER_SAMPLE``
+calls of one candidate timed with CUDA events around the whole calls, host side included, since
+that is what a call on a small graph costs (16 calls per candidate in all). The
 events are read only once they have completed (``Event.query``), never with a synchronisation;
 meanwhile the predicted choice runs. The bucket then settles on the candidate with the lowest
 median, or on "csr" (torch.sparse) when its median is within ``CSR_TIE`` of that: calls on small
@@ -31,7 +32,8 @@ import torch
 
 MARGIN = 0.3
 UNTIMED_ROUNDS = 1
-TIMED_ROUNDS = 5
+TIMED_ROUNDS = 3
+CALLS_PER_SAMPLE = 4
 CSR_TIE = 0.05
 
 _enabled = True
@@ -74,40 +76,51 @@ def fastest(measured_us: dict) -> str:
 
 
 class CudaTimer:
-    """Events on the current stream around one call (a context manager)."""
+    """Events on the current stream around ``calls`` consecutive calls, a context manager entered
+    once per call: the first records the start, the last the end."""
 
-    def __init__(self):
+    def __init__(self, calls: int = 1):
+        self.calls = calls
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+        self._entered = self._exited = 0
         self.failed = False
 
     def __enter__(self) -> "CudaTimer":
-        self._start.record()
+        if self._entered == 0:
+            self._start.record()
+        self._entered += 1
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        if exc_type is None:
-            self._end.record()
-        else:
+        if exc_type is not None:
             self.failed = True
+            return
+        self._exited += 1
+        if self._exited == self.calls:
+            self._end.record()
 
     def done(self) -> bool:
-        return self.failed or self._end.query()
+        return self.failed or (self._exited == self.calls and self._end.query())
 
     def elapsed_us(self) -> float:
-        return float("inf") if self.failed else 1e3 * self._start.elapsed_time(self._end)
+        """Microseconds per call."""
+        return float("inf") if self.failed else 1e3 * self._start.elapsed_time(self._end) / self.calls
 
 
 class Trial:
     """The calls that measure ``paths`` for one (matrix, N bucket, dtype, device): ``next`` gives
     the path of each call, with a timer to run it in or None; ``result`` gives the median
-    microseconds per path once every timed call has completed, else None."""
+    microseconds per call of each path once every timed call has completed, else None. A sample
+    is ``CALLS_PER_SAMPLE`` calls of one path back to back: on a small graph that is the
+    throughput of a loop of products, and the events' own cost is spread over them."""
 
     def __init__(self, paths: tuple[str, ...], timer=None):
         self.paths = paths
         self._timer = timer or CudaTimer
-        self._schedule = list(paths) * (UNTIMED_ROUNDS + TIMED_ROUNDS)
-        self._untimed = len(paths) * UNTIMED_ROUNDS
+        self._schedule = [path for _ in range(UNTIMED_ROUNDS + TIMED_ROUNDS) for path in paths
+                          for _ in range(CALLS_PER_SAMPLE)]
+        self._untimed = len(paths) * UNTIMED_ROUNDS * CALLS_PER_SAMPLE
         self._calls = 0
         self._timers: dict[str, list] = {path: [] for path in paths}
 
@@ -118,12 +131,13 @@ class Trial:
             return self.paths[0], None
         path = self._schedule[self._calls]
         timed = self._calls >= self._untimed
+        first_of_sample = self._calls % CALLS_PER_SAMPLE == 0
         self._calls += 1
         if not timed:
             return path, None
-        timer = self._timer()
-        self._timers[path].append(timer)
-        return path, timer
+        if first_of_sample:
+            self._timers[path].append(self._timer(CALLS_PER_SAMPLE))
+        return path, self._timers[path][-1]
 
     def result(self) -> dict | None:
         if self._calls < len(self._schedule):
