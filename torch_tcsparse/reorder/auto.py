@@ -24,7 +24,7 @@ from .. import csr_rows
 from ..formats.csr import CSR
 from ..formats.metcf import count_blocks
 from .. import selector
-from .locality import distinct_share
+from .locality import distinct_share, share_ratio
 
 # "tca" wins on every real graph measured; "degree" costs one sort and wins on R-MAT, whose
 # hubs share columns (scale 18: MeanNnzTC 1.31x against tca's 1.27x); "shuffle" is the third
@@ -55,7 +55,7 @@ def _predictor(csr: CSR, window: int, n: int):
 
     def predict(perm) -> tuple[int, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
-        ratio = 1.0 if perm is None else distinct_share(csr.rowptr, csr.col, csr.num_cols, perm) / given_share
+        ratio = 1.0 if perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, perm, given_share)
         shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row, csr.num_cols, split_rows,
                                      rows_share_ratio=ratio)
         return int(per_window.sum()), dict(selector.predict(shape, n, model).costs_us)

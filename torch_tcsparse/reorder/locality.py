@@ -30,8 +30,11 @@ def distinct_share(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int, perm:
     return torch.unique(keys).numel() / nnz
 
 
-def share_ratio(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int, perm: torch.Tensor) -> float:
-    """``distinct_share`` in the order ``perm`` over that in the given order: below 1 when the
-    order brings rows that share columns together (what the selector's rows cost reads)."""
-    given = distinct_share(rowptr, col, num_cols, None)
-    return distinct_share(rowptr, col, num_cols, perm) / given
+def share_ratio(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int, perm: torch.Tensor,
+                given_share: float | None = None) -> float:
+    """``distinct_share`` in the order ``perm`` over that in the given order (``given_share``, when
+    the caller already has it): below 1 when the order brings rows that share columns together
+    (what the selector's rows cost reads)."""
+    if given_share is None:
+        given_share = distinct_share(rowptr, col, num_cols, None)
+    return distinct_share(rowptr, col, num_cols, perm) / given_share
