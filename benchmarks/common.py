@@ -81,16 +81,20 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
-def settle(a, x: torch.Tensor, limit: int = 128, group: int = 8) -> str:
-    """Run ``a @ x`` until the choice for x's N has been measured (``torch_tcsparse.trials``);
-    the path products of that N then run. Products go back to back in groups, as in a training
-    loop (a synchronisation after each would time every candidate from an idle GPU)."""
+def settle(a, xs, limit: int = 128, group: int = 8) -> str:
+    """Run ``a @ x`` until the choice for the operands' N has been measured
+    (``torch_tcsparse.trials``); the path products of that N then run. ``xs``: the operands the
+    benchmark times, used in turn, so that the trial sees X where the timings see it (rotated out
+    of L2, or not); a trial timed on one X kept in L2 while the timings rotated X preferred the
+    paths that gather most, 20% off on planetoid_pubmed. Products go back to back in groups, as in
+    a training loop (a synchronisation after each would time every candidate from an idle GPU)."""
     selection = a._structure.selection
-    for _ in range(0, limit, group):
-        for _ in range(group):
-            a @ x
+    x0 = xs[0]
+    for start in range(0, limit, group):
+        for i in range(start, start + group):
+            a @ xs[i % len(xs)]
         torch.cuda.synchronize()
-        path = selection.settled(x.shape[1], x.dtype, x.device)
+        path = selection.settled(x0.shape[1], x0.dtype, x0.device)
         if path is not None:
             return path
-    raise RuntimeError(f"the choice for N={x.shape[1]} did not settle in {limit} products")
+    raise RuntimeError(f"the choice for N={x0.shape[1]} did not settle in {limit} products")

@@ -126,7 +126,7 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                       for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
                 times = measure_paths(a, xs, repeat)
                 choice_us, cold_us = first_choice_us(layout, n, dtype)
-                settled, measured = measured_choice(a, xs[0][0])
+                settled, measured = measured_choice(a, [x for (x,) in xs])
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
                 records.append({"graph": name, "n": n, "dtype": selector.dtype_name(dtype), "times_us": times,
@@ -157,13 +157,13 @@ def first_choice_us(layout, n: int, dtype: torch.dtype, repeat: int = 5) -> tupl
     return statistics.median(totals), totals[0]
 
 
-def measured_choice(a: TCSparseTensor, x: torch.Tensor) -> tuple[str, dict]:
+def measured_choice(a: TCSparseTensor, xs: list) -> tuple[str, dict]:
     """The path ``A @ X`` settles on from a fresh cache (``torch_tcsparse.trials``), and the
     trial's median microseconds per candidate (empty when the prediction stood alone)."""
     s = a._structure
     s.selection = SelectionCache(s.selection.rows_share_ratio)
-    settled = settle(a, x)
-    return settled, a.explain(x.shape[1]).measured_us
+    settled = settle(a, xs)
+    return settled, a.explain(xs[0].shape[1]).measured_us
 
 
 def measure_paths(a: TCSparseTensor, xs, repeat: int, rounds: int = ROUNDS) -> dict:

@@ -73,6 +73,11 @@ def test_fastest_gives_a_near_tie_to_csr():
     assert trials.fastest({"rows": 40.0, "csr": 42.1}) == "rows"
 
 
+def test_a_timer_needs_a_call_to_lead_in():
+    with pytest.raises(ValueError, match="at least 2 calls"):
+        trials.CudaTimer(1)
+
+
 def test_a_failed_call_times_as_infinite():
     timer = trials.CudaTimer.__new__(trials.CudaTimer)
     timer.failed = True

@@ -9,8 +9,9 @@ ran 1.26x slower than cuSPARSE; every miss had the fastest path predicted within
 So, like ``torch.backends.cudnn.benchmark`` but with no extra work, the first products of a matrix
 at an N bucket run each candidate predicted within ``MARGIN`` of the choice in turn: one untimed
 round (lazy kernel loading, cold caches), then ``TIMED_ROUNDS`` rounds, each ``CALLS_PER_SAMPLE``
-calls of one candidate timed with CUDA events around the whole calls, host side included, since
-that is what a call on a small graph costs (16 calls per candidate in all). The
+calls of one candidate timed with CUDA events from the end of the first to the end of the last,
+host side included, since that is what a call on a small graph costs (16 calls per candidate in
+all). The
 events are read only once they have completed (``Event.query``), never with a synchronisation;
 meanwhile the predicted choice runs. The bucket then settles on the candidate with the lowest
 median, or on "csr" (torch.sparse) when its median is within ``CSR_TIE`` of that: calls on small
@@ -77,19 +78,23 @@ def fastest(measured_us: dict) -> str:
 
 class CudaTimer:
     """Events on the current stream around ``calls`` consecutive calls, a context manager entered
-    once per call: the first records the start, the last the end."""
+    once per call. The first call only leads in: the start event follows it, the end event
+    follows the last, and the span is divided by the ``calls - 1`` calls between. An event
+    recorded before the first call would time from wherever the GPU stood: idle after a
+    synchronisation, it counts the host time of that call too, which (in the benchmarks' groups
+    of 8 products) fell on the same candidates in every round and cost one of them 10-20% on a
+    small graph."""
 
-    def __init__(self, calls: int = 1):
+    def __init__(self, calls: int = 2):
+        if calls < 2:
+            raise ValueError(f"a timer needs at least 2 calls (one leads in), got {calls}")
         self.calls = calls
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
-        self._entered = self._exited = 0
+        self._exited = 0
         self.failed = False
 
     def __enter__(self) -> "CudaTimer":
-        if self._entered == 0:
-            self._start.record()
-        self._entered += 1
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
@@ -97,7 +102,9 @@ class CudaTimer:
             self.failed = True
             return
         self._exited += 1
-        if self._exited == self.calls:
+        if self._exited == 1:
+            self._start.record()
+        elif self._exited == self.calls:
             self._end.record()
 
     def done(self) -> bool:
@@ -105,7 +112,7 @@ class CudaTimer:
 
     def elapsed_us(self) -> float:
         """Microseconds per call."""
-        return float("inf") if self.failed else 1e3 * self._start.elapsed_time(self._end) / self.calls
+        return float("inf") if self.failed else 1e3 * self._start.elapsed_time(self._end) / (self.calls - 1)
 
 
 class Trial:

@@ -1,5 +1,7 @@
 """GPU tests of measured choices (torch_tcsparse.trials): every product of a trial is right, the
 choice settles on a measured candidate, and no trial runs where timing is not allowed."""
+import time
+
 import pytest
 import torch
 
@@ -49,3 +51,24 @@ def test_no_trial_in_deterministic_mode(kernels, monkeypatch):
         torch.use_deterministic_algorithms(False)
     assert a._structure.selection.settled(32, x.dtype, x.device) == a.explain(32).choice
     assert a.explain(32).measured_us == {}
+
+
+def test_a_timer_leaves_out_what_precedes_its_first_call():
+    """A stall of the host before the first kernel (the GPU idle after a synchronisation) is not
+    timed; the calls after the first are."""
+    cycles = 2_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    kernel_us = 1e3 * start.elapsed_time(end)
+    timer = trials.CudaTimer(3)
+    for call in range(3):
+        with timer:
+            if call == 0:
+                time.sleep(0.05)
+            torch.cuda._sleep(cycles)
+    torch.cuda.synchronize()
+    assert timer.done()
+    assert 0.5 * kernel_us < timer.elapsed_us() < 3 * kernel_us
