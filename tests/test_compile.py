@@ -25,7 +25,7 @@ def op_call(a, path):
     layout = s.layout.tensors()
 
     def product(x, values):
-        return torch.ops.tcsparse.spmm(x, values, layout, [], s.window, s.num_rows, s.num_cols, path)
+        return torch.ops.tcsparse.spmm(x, values, layout, [], s.window, s.num_rows, s.num_cols, path, [])
 
     return product
 

@@ -182,7 +182,7 @@ def op_arguments(path, with_transpose=True):
     layout_t = a.t()._structure.layout.tensors() if with_transpose else []
     x = torch.randn(14, 3, dtype=torch.float64, requires_grad=True)
     values = a._block_values.clone().requires_grad_()
-    return a, (x, values, structure.layout.tensors(), layout_t, structure.window, 23, 14, path)
+    return a, (x, values, structure.layout.tensors(), layout_t, structure.window, 23, 14, path, [])
 
 
 @pytest.mark.parametrize("path", ["reference", "csr", "auto"])
@@ -210,9 +210,9 @@ def test_opcheck_sddmm_and_its_values():
 
 def test_op_output_matches_dense_in_block_order():
     a, dense = matrix()
-    _, (x, values, layout, layout_t, window, m, k, _) = op_arguments("reference")
+    _, (x, values, layout, layout_t, window, m, k, _, _) = op_arguments("reference")
     for path in ["reference", "csr"]:
-        y = torch.ops.tcsparse.spmm(x.detach(), values.detach(), layout, layout_t, window, m, k, path)
+        y = torch.ops.tcsparse.spmm(x.detach(), values.detach(), layout, layout_t, window, m, k, path, [])
         torch.testing.assert_close(y, dense @ x.detach())
 
 

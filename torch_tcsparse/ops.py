@@ -104,9 +104,14 @@ def csr_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
     return torch.sparse.mm(matrix, x)
 
 
-def rows_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
+def rows_spmm(x: Tensor, values: Tensor, layout: MetcfLayout, row_pieces: list[Tensor]) -> Tensor:
+    """The "rows" path on the layout's CSR, split by ``row_pieces`` (``csr_rows.RowPieces``' three
+    tensors for ``csr_rows.piece_size()``), or by a split built here when the list is empty."""
     csr_rows.check_indices(layout.csr_rowptr)
-    pieces = csr_rows.row_pieces(layout.csr_rowptr, csr_rows.piece_size())
+    if row_pieces:
+        pieces = csr_rows.RowPieces(*row_pieces, csr_rows.piece_size())
+    else:
+        pieces = csr_rows.row_pieces(layout.csr_rowptr, csr_rows.piece_size())
     csr_values = values.to(x.dtype)[layout.csr_gather]
     return csr_rows.spmm(x, layout.csr_rowptr, layout.csr_col, csr_values, pieces, layout.num_cols)
 
@@ -133,20 +138,26 @@ def spmm(
     num_rows: int,
     num_cols: int,
     path: str,
+    row_pieces: list[Tensor],
 ) -> Tensor:
     """Y[num_rows, N] = A @ x for the ME-TCF matrix A given by ``layout`` and block-order ``values``.
 
     ``layout_t`` is the transpose's layout (for the backward) or an empty list when no gradient
-    for ``x`` is needed."""
-    return run_spmm(x, values, _layout(layout, window, num_rows, num_cols), path)
+    for ``x`` is needed. ``row_pieces``, read by the "rows" path only: the split of the layout's
+    CSR into pieces (``csr_rows.RowPieces``' three tensors, for ``csr_rows.piece_size()``), then
+    the transpose's when ``layout_t`` is given; the split needs a host sync to build, so a
+    TCSparseTensor passes the one it keeps. Empty: built at each call."""
+    return run_spmm(x, values, _layout(layout, window, num_rows, num_cols), path, row_pieces=row_pieces[:3])
 
 
-def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bool = False) -> Tensor:
+def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bool = False,
+             row_pieces: list[Tensor] = ()) -> Tensor:
     """The body of ``tcsparse::spmm`` without the op's dispatch, for eager calls that need no
     autograd: on small graphs the custom-op machinery costs more than the kernel itself.
     ``values`` may be float32 whatever x's dtype (the kernels take fp32 values). ``validated``:
     the operands and the path come from a TCSparseTensor that checked and resolved them, so
-    neither is checked again (the kernels go through kernels.launch_spmm)."""
+    neither is checked again (the kernels go through kernels.launch_spmm). ``row_pieces``: as
+    ``spmm``'s, for this layout alone."""
     if not validated:
         path = resolve_path(path, x)
     if a.nnz == 0 or x.shape[1] == 0:
@@ -156,7 +167,7 @@ def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bo
             return kernels.launch_spmm(x, values, a, path == "balanced")
         return kernels.spmm(x, values, a, path)
     if path == "rows":
-        return rows_spmm(x, values, a)
+        return rows_spmm(x, values, a, list(row_pieces))
     # The torch engines accumulate in their own precision; autocast, which already picked the
     # operands' dtype, must not recast their internal products (the kernels ignore autocast).
     with torch.autocast(x.device.type, enabled=False):
@@ -213,7 +224,7 @@ class ProductGradX(torch.autograd.Function):
 
 
 @spmm.register_fake
-def _(x, values, layout, layout_t, window, num_rows, num_cols, path):
+def _(x, values, layout, layout_t, window, num_rows, num_cols, path, row_pieces):
     return x.new_empty(num_rows, x.shape[1])
 
 
@@ -233,25 +244,27 @@ def _(grad_y, x, layout, window, num_rows, num_cols):
 
 
 def _spmm_setup_context(ctx, inputs, output):
-    x, values, layout, layout_t, window, num_rows, num_cols, path = inputs
-    ctx.save_for_backward(x, values, *layout, *layout_t)
-    ctx.sizes = (len(layout), window, num_rows, num_cols, path)
+    x, values, layout, layout_t, window, num_rows, num_cols, path, row_pieces = inputs
+    ctx.save_for_backward(x, values, *layout, *layout_t, *row_pieces)
+    ctx.sizes = (len(layout), len(layout_t), window, num_rows, num_cols, path)
 
 
 def _spmm_backward(ctx, grad_y):
-    count, window, num_rows, num_cols, path = ctx.sizes
+    count, count_t, window, num_rows, num_cols, path = ctx.sizes
     x, values, *arrays = ctx.saved_tensors
-    layout, layout_t = arrays[:count], arrays[count:]
+    layout, layout_t, row_pieces = arrays[:count], arrays[count : count + count_t], arrays[count + count_t :]
     grad_x = grad_values = None
     if ctx.needs_input_grad[0]:
         if not layout_t:
             raise RuntimeError("tcsparse::spmm was called without the transpose layout; it cannot compute dX")
         values_t = values[_layout(layout_t, window, num_cols, num_rows).transpose_gather]
-        grad_x = spmm(grad_y, values_t, layout_t, layout, window, num_cols, num_rows, path)
+        # The transpose's pieces first: its product is the one this call runs.
+        pieces_t = row_pieces[3:] + row_pieces[:3] if len(row_pieces) == 6 else []
+        grad_x = spmm(grad_y, values_t, layout_t, layout, window, num_cols, num_rows, path, pieces_t)
     if ctx.needs_input_grad[1]:
         grad_values = sddmm(grad_y, x, layout, window, num_rows, num_cols)
     no_grad_for = [None] * count
-    return grad_x, grad_values, no_grad_for, [None] * len(layout_t), None, None, None, None
+    return grad_x, grad_values, no_grad_for, [None] * len(layout_t), None, None, None, None, [None] * len(row_pieces)
 
 
 spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup_context)

@@ -37,7 +37,7 @@ class Structure:
         self.method = method
         self.layout, _ = build_metcf(csr, window, row_perm)
         self._transpose: Structure | None = None
-        self._row_pieces: dict[int, csr_rows.RowPieces] = {}
+        self._row_pieces: dict[tuple[int, bool], csr_rows.RowPieces] = {}
         self._rows_csr: RowsCsr | None = None
         ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
         self.selection = SelectionCache(ratio)
@@ -56,12 +56,15 @@ class Structure:
         scale 21)."""
         return csr_values.new_empty(csr_values.shape).index_put((self.layout.csr_gather,), csr_values)
 
-    def row_pieces(self, piece_nnz: int) -> csr_rows.RowPieces:
+    def row_pieces(self, piece_nnz: int, canonical: bool = False) -> csr_rows.RowPieces:
         """The "rows" kernel's split of the rows of ``rows_csr`` into pieces of ``piece_nnz``
-        nonzeros, built on first need (a host sync) and kept."""
-        if piece_nnz not in self._row_pieces:
-            self._row_pieces[piece_nnz] = csr_rows.row_pieces(self.rows_csr().rowptr, piece_nnz)
-        return self._row_pieces[piece_nnz]
+        nonzeros, built on first need (a host sync) and kept. ``canonical``: of the canonical
+        CSR instead (what ``tcsparse::spmm`` reads); the same for a matrix in its given order."""
+        key = (piece_nnz, canonical and self.row_perm is not None)
+        if key not in self._row_pieces:
+            rowptr = self.rowptr if key[1] else self.rows_csr().rowptr
+            self._row_pieces[key] = csr_rows.row_pieces(rowptr, piece_nnz)
+        return self._row_pieces[key]
 
     def rows_csr(self) -> RowsCsr:
         """The CSR the "rows" kernel reads: ours, or for a reordered matrix a copy with the rows

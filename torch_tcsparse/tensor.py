@@ -273,7 +273,8 @@ class TCSparseTensor(torch.Tensor):
         if torch.compiler.is_compiling() or values_need_grad:
             values = s.to_block_order(self._values) if values_need_grad else self._block_values
             layout_t = s.transposed().layout.tensors() if x_needs_grad else []
-            y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path)
+            pieces = self._op_row_pieces(path, x_needs_grad)
+            y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path, pieces)
         elif path in ops.CSR_PATHS:
             # The CSR paths read the CSR-order values the tensor holds: no per-call gather, so
             # "csr" costs what torch.sparse.mm costs; the bias goes in with the product.
@@ -287,6 +288,21 @@ class TCSparseTensor(torch.Tensor):
         else:
             y = ops.run_spmm(x, self._operand_values(path), s.layout, path, validated=True)
         return y if bias is None else y + bias
+
+    def _op_row_pieces(self, path: str, with_transpose: bool) -> list[torch.Tensor]:
+        """``tcsparse::spmm``'s ``row_pieces``: the structure's splits of its canonical CSR (and
+        of the transpose's), kept across calls. A split not built yet is built outside any
+        compiled graph (its size is data-dependent)."""
+        if path != "rows":
+            return []
+        s = self._structure
+        structures = (s, s.transposed()) if with_transpose else (s,)
+
+        def splits():
+            size = csr_rows.piece_size()
+            return [t for structure in structures for t in structure.row_pieces(size, canonical=True)[:3]]
+
+        return torch.compiler.disable(splits)() if torch.compiler.is_compiling() else splits()
 
     def _operand_values(self, path: str, transpose: bool = False) -> torch.Tensor:
         """Block-order values for ``path`` (fp32 for the kernels, converted once, not per call),

@@ -244,3 +244,34 @@ def test_rejects_bad_inputs():
         csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(100, device="cuda"))
     with pytest.raises(RuntimeError, match="bias must be 1-D with 4 entries"):
         csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, torch.zeros(5, device="cuda"))
+
+
+@pytest.mark.parametrize("reorder", ["none", "degree"])
+def test_values_with_gradient_keep_the_split_of_long_rows(reorder):
+    """With values that need a gradient, products go through the tcsparse::spmm op: its "rows"
+    path reads the split the matrix keeps (of its CSR and of the transpose's), so a call after the
+    first makes no host synchronisation, and a hub split into pieces still sums right both ways."""
+    m, k = 3000, HUB_NNZ + 100
+    row, col, values = random_matrix(m, k, 6, hub_row=7, hub_nnz=HUB_NNZ)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(m, k), reorder=reorder)
+    csr = a.csr
+    r, c = csr.row_indices().long(), csr.col.long()
+    v = csr.values.clone().requires_grad_()
+    weighted = a.with_values(v)
+    x = torch.randn(k, 40, device="cuda", requires_grad=True)
+    weighted.matmul(x, path="rows").sum().backward()  # builds and keeps the splits
+    x.grad = v.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        y = weighted.matmul(x, path="rows")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    ref = reference(r, c, csr.values, x.detach(), m)
+    assert relative_error(y, ref) <= fp32_tolerance(csr, x.detach(), ref)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    ref_dx = reference(c, r, csr.values, grad_y, k)
+    assert relative_error(x.grad, ref_dx) <= 1e-5
+    ref_dv = (grad_y.double()[r] * x.detach().double()[c]).sum(1)
+    assert relative_error(v.grad, ref_dv) <= 1e-5
