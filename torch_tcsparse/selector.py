@@ -82,6 +82,7 @@ import functools
 import heapq
 import json
 import re
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -872,6 +873,7 @@ class SelectionCache:
         choice = self._choices.get(key)
         if choice is not None:
             return choice, None
+        started = time.perf_counter()
         normalized = torch.device(layout.device if device is None else device)
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
@@ -882,7 +884,10 @@ class SelectionCache:
                 return state.paths[0], None
             measured = state.result()
             if measured is None:
-                return state.next()
+                path, timer = state.next()
+                if timer is not None:
+                    timer.charge(time.perf_counter() - started)
+                return path, timer
             self._measured[bucket] = measured
             state = self._by_bucket[bucket] = trials.fastest(measured)
         self._choices[key] = state

@@ -9,16 +9,16 @@ ran 1.26x slower than cuSPARSE; every miss had the fastest path predicted within
 So, like ``torch.backends.cudnn.benchmark`` but with no extra work, the first products of a matrix
 at an N bucket run each candidate predicted within ``MARGIN`` of the choice in turn: one untimed
 round (lazy kernel loading, cold caches), then ``TIMED_ROUNDS`` rounds, each ``CALLS_PER_SAMPLE``
-calls of one candidate timed with CUDA events from the end of the first to the end of the last,
-host side included, since that is what a call on a small graph costs (16 calls per candidate in
-all). The
-events are read only once they have completed (``Event.query``), never with a synchronisation;
-meanwhile the predicted choice runs. The bucket then settles on the candidate with the lowest
-median, or on "csr" (torch.sparse) when its median is within ``CSR_TIE`` of that: calls on small
-graphs are bound by the host, where single timings differ by 5-15% from one call to the next, and
-cuSPARSE is what the user would run without us (on two H200 runs this took the worst settled
-choice from 1.16-1.26x cuSPARSE's time to 1.04-1.07x, and missed the fastest no more often). Every candidate computes the same product: outputs differ only by rounding, and only
-during those first calls.
+calls of one candidate timed with CUDA events (``CudaTimer``: 16 calls per candidate in all). The
+host side counts, since that is what a call on a small graph costs, but not the trial's own host
+time. The events are read only once they have completed (``Event.query``), never with a
+synchronisation; meanwhile the predicted choice runs. The bucket then settles on the candidate
+with the lowest median, or on "csr" (torch.sparse) when its median is within ``CSR_TIE`` of that:
+calls on small graphs are bound by the host, where single timings differ by 5-15% from one call
+to the next, and cuSPARSE is what the user would run without us (on two H200 runs this took the
+worst settled choice from 1.16-1.26x cuSPARSE's time to 1.04-1.07x, and missed the fastest no
+more often). Every candidate computes the same product: outputs differ only by rounding, and
+only during those first calls.
 
 Not measured, the predicted choice runs from the first call: with
 ``torch.use_deterministic_algorithms(True)`` (the path would depend on timings), while a CUDA graph
@@ -28,6 +28,7 @@ after ``set_enabled(False)``.
 from __future__ import annotations
 
 import statistics
+import time
 
 import torch
 
@@ -76,43 +77,81 @@ def fastest(measured_us: dict) -> str:
     return best
 
 
+def per_call_us(span_ms: float, overhead_s: float, device_bound: bool, calls: int) -> float:
+    """Microseconds per timed call of a sample: the events' span over the ``calls`` calls, less
+    the host time the trial itself spent inside it (``overhead_s``) when the GPU kept up with the
+    host. Bound by the host, the GPU waits out that time too, so it would count against the paths
+    that cost the most on the host (torch.sparse, 45 us a call on one H200 host) and for none of
+    the paths the GPU is slower on; bound by the GPU, the queue hides it."""
+    span_us = 1e3 * span_ms
+    if not device_bound:
+        # The floor only guards against clocks that disagree: the overhead sits inside the span.
+        span_us = max(span_us - 1e6 * overhead_s, 0.1 * span_us)
+    return span_us / calls
+
+
 class CudaTimer:
     """Events on the current stream around ``calls`` consecutive calls, a context manager entered
-    once per call. The first call only leads in: the start event follows it, the end event
-    follows the last, and the span is divided by the ``calls - 1`` calls between. An event
-    recorded before the first call would time from wherever the GPU stood: idle after a
-    synchronisation, it counts the host time of that call too, which (in the benchmarks' groups
-    of 8 products) fell on the same candidates in every round and cost one of them 10-20% on a
-    small graph."""
+    once per call (``calls`` >= 3).
 
-    def __init__(self, calls: int = 2):
-        if calls < 2:
-            raise ValueError(f"a timer needs at least 2 calls (one leads in), got {calls}")
+    The first call only leads in: the start event follows it, the end event the last call, and
+    the span is divided by the ``calls - 1`` calls between. An event recorded before the first
+    call would time from wherever the GPU stood: idle after a synchronisation, it counts the
+    host time of that call too, which (in the benchmarks' groups of 8 products) fell on the same
+    candidates in every round and cost one of them 10-20% on a small graph.
+
+    Whether the GPU or the host set the pace: an event follows the last call but one, and when the
+    last call has been issued the GPU either has passed it (it waited for the host) or not (work
+    queued up). The host time the trial spends in the span (choosing, events: ``charge`` and this
+    timer's own exits) is then taken out of host-bound samples (``per_call_us``)."""
+
+    def __init__(self, calls: int = 3):
+        if calls < 3:
+            raise ValueError(f"a timer needs at least 3 calls (one leads in), got {calls}")
         self.calls = calls
         self._start = torch.cuda.Event(enable_timing=True)
+        self._before_last = torch.cuda.Event()
         self._end = torch.cuda.Event(enable_timing=True)
         self._exited = 0
+        self._overhead_s = 0.0
+        self._device_bound = False
         self.failed = False
+
+    def charge(self, seconds: float) -> None:
+        """Host time the caller spent on the trial for the coming call."""
+        if self._exited:  # inside the span
+            self._overhead_s += seconds
 
     def __enter__(self) -> "CudaTimer":
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
+        entered = time.perf_counter()
         if exc_type is not None:
             self.failed = True
             return
         self._exited += 1
         if self._exited == 1:
             self._start.record()
+            return
+        if self._exited == self.calls - 1:
+            self._before_last.record()
         elif self._exited == self.calls:
+            self._device_bound = not self._before_last.query()
+            self._overhead_s += time.perf_counter() - entered
             self._end.record()
+            return
+        self._overhead_s += time.perf_counter() - entered
 
     def done(self) -> bool:
         return self.failed or (self._exited == self.calls and self._end.query())
 
     def elapsed_us(self) -> float:
         """Microseconds per call."""
-        return float("inf") if self.failed else 1e3 * self._start.elapsed_time(self._end) / (self.calls - 1)
+        if self.failed:
+            return float("inf")
+        span_ms = self._start.elapsed_time(self._end)
+        return per_call_us(span_ms, self._overhead_s, self._device_bound, self.calls - 1)
 
 
 class Trial:

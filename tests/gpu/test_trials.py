@@ -53,22 +53,50 @@ def test_no_trial_in_deterministic_mode(kernels, monkeypatch):
     assert a.explain(32).measured_us == {}
 
 
-def test_a_timer_leaves_out_what_precedes_its_first_call():
-    """A stall of the host before the first kernel (the GPU idle after a synchronisation) is not
-    timed; the calls after the first are."""
-    cycles = 2_000_000
+def sleep_kernel_us(cycles):
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     torch.cuda._sleep(cycles)
     end.record()
     end.synchronize()
-    kernel_us = 1e3 * start.elapsed_time(end)
-    timer = trials.CudaTimer(3)
-    for call in range(3):
+    return 1e3 * start.elapsed_time(end)
+
+
+def timed_sample(cycles, host_stall_s=0.0, charged=False, lead_in_stall_s=0.0, calls=4):
+    """A CudaTimer over ``calls`` calls of one sleep kernel each; before every call but the
+    first the host stalls ``host_stall_s``, charged to the timer as the trial's own if
+    ``charged``; before the first, ``lead_in_stall_s``."""
+    timer = trials.CudaTimer(calls)
+    torch.cuda.synchronize()
+    for call in range(calls):
+        stall = lead_in_stall_s if call == 0 else host_stall_s
+        started = time.perf_counter()
+        time.sleep(stall)
+        if charged and call:
+            timer.charge(time.perf_counter() - started)
         with timer:
-            if call == 0:
-                time.sleep(0.05)
             torch.cuda._sleep(cycles)
     torch.cuda.synchronize()
     assert timer.done()
-    assert 0.5 * kernel_us < timer.elapsed_us() < 3 * kernel_us
+    return timer.elapsed_us()
+
+
+def test_a_timer_leaves_out_what_precedes_its_first_call():
+    """A stall of the host before the first kernel (the GPU idle after a synchronisation) is not
+    timed; the calls after the first are."""
+    kernel_us = sleep_kernel_us(2_000_000)
+    assert 0.5 * kernel_us < timed_sample(2_000_000, lead_in_stall_s=0.05) < 3 * kernel_us
+
+
+def test_a_timer_leaves_out_the_trials_host_time_where_the_gpu_waits_for_it():
+    """Short kernels behind 3 ms host stalls: charged to the trial, the stalls are left out;
+    uncharged (the product's own host time), they are the cost of a call."""
+    assert timed_sample(1000, host_stall_s=0.003, charged=True) < 1000
+    assert timed_sample(1000, host_stall_s=0.003, charged=False) > 2500
+
+
+def test_a_timer_keeps_the_gpu_time_where_the_host_waits_for_it():
+    """Long kernels, each queued behind the last: the span is the GPU's, whatever the host did."""
+    kernel_us = sleep_kernel_us(20_000_000)
+    measured = timed_sample(20_000_000, host_stall_s=0.0005, charged=True)
+    assert 0.8 * kernel_us < measured < 1.3 * kernel_us
