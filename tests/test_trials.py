@@ -70,6 +70,22 @@ def test_trial_runs_an_untimed_round_then_timed_rounds_in_turn():
     assert trial.result() == {"rows": statistics.median(rows_us), "csr": statistics.median(csr_us)}
 
 
+def test_samples_last_about_sample_us_by_the_prediction():
+    assert trials.sample_calls(trials.SAMPLE_US / 10) == 10
+    assert trials.sample_calls(trials.SAMPLE_US) == trials.CALLS_PER_SAMPLE
+    assert trials.sample_calls(0.0) == trials.MAX_CALLS_PER_SAMPLE
+
+
+def test_each_path_samples_its_own_number_of_calls():
+    trial = trials.Trial(("rows", "csr"), calls=(3, 5), timer=FakeTimer)
+    rounds = trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS
+    calls = [trial.next() for _ in range(8 * rounds)]
+    assert [path for path, _ in calls] == (["rows"] * 3 + ["csr"] * 5) * rounds
+    timed = calls[8 * trials.UNTIMED_ROUNDS :]
+    assert [timer.calls for path, timer in timed[::8]] == [3] * trials.TIMED_ROUNDS
+    assert [timer.calls for path, timer in timed[3::8]] == [5] * trials.TIMED_ROUNDS
+
+
 def test_fastest_gives_a_near_tie_to_csr():
     assert trials.fastest({"rows": 40.0, "base": 45.0}) == "rows"
     assert trials.fastest({"rows": 40.0, "csr": 41.9}) == "csr"
@@ -104,6 +120,7 @@ def measured_cache(monkeypatch):
     monkeypatch.setattr(selector, "predicted_choice", lambda *args: ("base", costs))
     monkeypatch.setattr(trials, "allowed", lambda device: True)
     monkeypatch.setattr(trials, "CudaTimer", FakeTimer)
+    monkeypatch.setattr(trials, "SAMPLE_US", 0.0)  # samples of CALLS_PER_SAMPLE calls
     return SelectionCache(), layout()
 
 

@@ -919,5 +919,5 @@ def _first_choice(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.
     if trials.allowed(device):
         paths = trials.shortlist(choice, costs, candidates)
         if len(paths) > 1:
-            return trials.Trial(paths)
+            return trials.Trial(paths, tuple(trials.sample_calls(costs[path]) for path in paths))
     return choice

@@ -8,10 +8,11 @@ ran 1.26x slower than cuSPARSE; every miss had the fastest path predicted within
 
 So, like ``torch.backends.cudnn.benchmark`` but with no extra work, the first products of a matrix
 at an N bucket run each candidate predicted within ``MARGIN`` of the choice in turn: one untimed
-round (lazy kernel loading, cold caches), then ``TIMED_ROUNDS`` rounds, each ``CALLS_PER_SAMPLE``
-calls of one candidate timed with CUDA events (``CudaTimer``: 16 calls per candidate in all). The
-host side counts, since that is what a call on a small graph costs, but not the trial's own host
-time. The events are read only once they have completed (``Event.query``), never with a
+round (lazy kernel loading, cold caches), then ``TIMED_ROUNDS`` rounds, each a sample of every
+candidate: back-to-back calls timed with CUDA events (``CudaTimer``), as many as last about
+``SAMPLE_US`` by the prediction, at least ``CALLS_PER_SAMPLE`` (``sample_calls``). The host side
+counts, since that is what a call on a small graph costs, but not the trial's own host time. The
+events are read only once they have completed (``Event.query``), never with a
 synchronisation; meanwhile the predicted choice runs. The bucket then settles on the candidate
 with the lowest median, or on "csr" (torch.sparse) when its median is within ``CSR_TIE`` of that:
 calls on small graphs are bound by the host, where single timings differ by 5-15% from one call
@@ -36,6 +37,8 @@ MARGIN = 0.3
 UNTIMED_ROUNDS = 1
 TIMED_ROUNDS = 3
 CALLS_PER_SAMPLE = 4
+SAMPLE_US = 400.0
+MAX_CALLS_PER_SAMPLE = 32
 CSR_TIE = 0.05
 
 _enabled = True
@@ -154,19 +157,33 @@ class CudaTimer:
         return per_call_us(span_ms, self._overhead_s, self._device_bound, self.calls - 1)
 
 
+def sample_calls(predicted_us: float) -> int:
+    """Calls in a sample of a path predicted to take ``predicted_us`` a call: enough for about
+    ``SAMPLE_US``, at least ``CALLS_PER_SAMPLE``. A call on a small graph costs tens of
+    microseconds of host time, and one hiccup of the host moved a sample of 3 timed calls by up
+    to 50% (an H200 run: the trial's time over the benchmark's between 0.86 and 1.5 on one pair in
+    five), more than the paths differ by."""
+    return int(min(MAX_CALLS_PER_SAMPLE, max(CALLS_PER_SAMPLE, -(-SAMPLE_US // max(predicted_us, 1.0)))))
+
+
 class Trial:
     """The calls that measure ``paths`` for one (matrix, N bucket, dtype, device): ``next`` gives
     the path of each call, with a timer to run it in or None; ``result`` gives the median
     microseconds per call of each path once every timed call has completed, else None. A sample
-    is ``CALLS_PER_SAMPLE`` calls of one path back to back: on a small graph that is the
-    throughput of a loop of products, and the events' own cost is spread over them."""
+    is ``calls[i]`` calls of ``paths[i]`` back to back (``CALLS_PER_SAMPLE`` if not given): on a
+    small graph that is the throughput of a loop of products, and the events' own cost is spread
+    over them."""
 
-    def __init__(self, paths: tuple[str, ...], timer=None):
+    def __init__(self, paths: tuple[str, ...], calls: tuple[int, ...] | None = None, timer=None):
         self.paths = paths
         self._timer = timer or CudaTimer
-        self._schedule = [path for _ in range(UNTIMED_ROUNDS + TIMED_ROUNDS) for path in paths
-                          for _ in range(CALLS_PER_SAMPLE)]
-        self._untimed = len(paths) * UNTIMED_ROUNDS * CALLS_PER_SAMPLE
+        per_sample = dict(zip(paths, calls or (CALLS_PER_SAMPLE,) * len(paths)))
+        # (path, calls in its sample) at the first call of each sample, None at the others.
+        self._schedule = []
+        for _ in range(UNTIMED_ROUNDS + TIMED_ROUNDS):
+            for path in paths:
+                self._schedule += [(path, per_sample[path])] + [(path, None)] * (per_sample[path] - 1)
+        self._untimed = sum(per_sample.values()) * UNTIMED_ROUNDS
         self._calls = 0
         self._timers: dict[str, list] = {path: [] for path in paths}
 
@@ -175,14 +192,13 @@ class Trial:
         schedule has run out, while its last events complete."""
         if self._calls >= len(self._schedule):
             return self.paths[0], None
-        path = self._schedule[self._calls]
+        path, sample_start = self._schedule[self._calls]
         timed = self._calls >= self._untimed
-        first_of_sample = self._calls % CALLS_PER_SAMPLE == 0
         self._calls += 1
         if not timed:
             return path, None
-        if first_of_sample:
-            self._timers[path].append(self._timer(CALLS_PER_SAMPLE))
+        if sample_start is not None:
+            self._timers[path].append(self._timer(sample_start))
         return path, self._timers[path][-1]
 
     def result(self) -> dict | None:
