@@ -81,7 +81,7 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
-def settle(a, xs, limit: int = 128, group: int = 8) -> str:
+def settle(a, xs, limit: int = 2048, group: int = 8) -> str:
     """Run ``a @ x`` until the choice for the operands' N has been measured
     (``torch_tcsparse.trials``); the path products of that N then run. ``xs``: the operands the
     benchmark times, used in turn, so that the trial sees X where the timings see it (rotated out
