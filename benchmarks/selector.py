@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import spmm as spmm_suite  # noqa: E402
 from common import batch_for, rotation_count, settle, time_cuda  # noqa: E402
 
-from torch_tcsparse import TCSparseTensor, csr_rows, selector  # noqa: E402
+from torch_tcsparse import TCSparseTensor, csr_rows, selector, trials  # noqa: E402
 from torch_tcsparse.formats.csr import from_coo  # noqa: E402
 from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape, SelectionCache  # noqa: E402
 
@@ -126,12 +126,13 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                       for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
                 times = measure_paths(a, xs, repeat)
                 choice_us, cold_us = first_choice_us(layout, n, dtype)
-                settled, measured = measured_choice(a, [x for (x,) in xs])
+                settled, measured, trial_calls = measured_choice(a, [x for (x,) in xs])
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
                 records.append({"graph": name, "n": n, "dtype": selector.dtype_name(dtype), "times_us": times,
                                 "choice_us": choice_us, "cold_choice_us": cold_us,
-                                "settled": settled, "trial_us": measured, "launch": launch})
+                                "settled": settled, "trial_us": measured, "trial_calls": trial_calls,
+                                "launch": launch})
                 print(f"{name:>24} N={n:<4} {selector.dtype_name(dtype):<9}"
                       + " ".join(f"{p}={t:9.1f}" for p, t in times.items())
                       + f"  first choice {choice_us:7.0f} us (median of 5, cold {cold_us:7.0f}); "
@@ -157,13 +158,25 @@ def first_choice_us(layout, n: int, dtype: torch.dtype, repeat: int = 5) -> tupl
     return statistics.median(totals), totals[0]
 
 
-def measured_choice(a: TCSparseTensor, xs: list) -> tuple[str, dict]:
-    """The path ``A @ X`` settles on from a fresh cache (``torch_tcsparse.trials``), and the
-    trial's median microseconds per candidate (empty when the prediction stood alone)."""
+def measured_choice(a: TCSparseTensor, xs: list) -> tuple[str, dict, dict]:
+    """The path ``A @ X`` settles on from a fresh cache (``torch_tcsparse.trials``), the
+    trial's median microseconds per candidate and its calls per candidate (both empty when the
+    prediction stood alone)."""
     s = a._structure
     s.selection = SelectionCache(s.selection.rows_share_ratio)
     settled = settle(a, xs)
-    return settled, a.explain(xs[0].shape[1]).measured_us
+    explanation = a.explain(xs[0].shape[1])
+    rounds = trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS
+    calls = {path: rounds * trials.sample_calls(explanation.costs_us[path]) for path in explanation.measured_us}
+    return settled, explanation.measured_us, calls
+
+
+def trial_cost(record: dict) -> float:
+    """What a trial costs beyond running the fastest path all along, in SpMMs of that path (by the
+    benchmark's times of each path)."""
+    times = record["times_us"]
+    best = min(times.values())
+    return sum(calls * (times[path] - best) for path, calls in record.get("trial_calls", {}).items()) / best
 
 
 def measure_paths(a: TCSparseTensor, xs, repeat: int, rounds: int = ROUNDS) -> dict:
@@ -549,6 +562,11 @@ def report(records, shapes, info, fits: dict) -> str:
                      f"max {max(cost.values()):.2f}, at most 0.5 on {sum(c <= 0.5 for c in cost.values())} of "
                      f"{len(cost)}; graphs of 1M+ nonzeros: median "
                      f"{np.median(large) if large else float('nan'):.2f}, max {max(large, default=float('nan')):.2f}")
+    for dtype in sorted({r.get("dtype", "float32") for r in records}):
+        costs = [trial_cost(r) for r in records if r.get("trial_calls") and r.get("dtype", "float32") == dtype]
+        if costs:
+            lines.append(f"trials ({dtype}): {len(costs)} pairs measured; cost beyond the fastest path all along, in "
+                         f"SpMMs: median {np.median(costs):.1f}, max {max(costs):.1f}")
     lines += ["", f"device: {info['name']} (family {info['family']}, {info['sm_count']} SMs), occupancy {info['occupancy']}"]
     for label, fit in fits.items():
         lines.append(f"fit on {label}: kernel rule {fit['kernel_rule']}, AR threshold {fit['ar_threshold']}, "
