@@ -80,19 +80,17 @@ def fastest(measured_us: dict) -> str:
     return best
 
 
-def per_call_us(span_ms: float, host_s: float, device_bound: bool, calls: int, last_device_us: float) -> float:
+def per_call_us(span_ms: float, host_s: float, device_bound: bool, calls: int) -> float:
     """Microseconds per timed call of a sample: the events' span over the ``calls`` calls where
-    the GPU set the pace (work queued up, the host's time hidden behind it). Where the GPU waited
-    for the host, the span also holds whatever the host did between and around the calls (the
-    trial's own bookkeeping, the caller's loop, a synchronisation: on an H200 host those took
-    host-bound samples 20-90% above the same calls back to back, torch.sparse's the most often);
-    a call then costs the larger of its own host time (``host_s`` over the calls, the trial's
-    share taken out) and the GPU time of the last call (``last_device_us``), which may exceed the
-    first without exceeding the trial's slower pace (a float16 product at 74 us of GPU time and
-    42 us of host time was timed at 52 us from the host alone)."""
+    the GPU set the pace (work queued up, the host's time hidden behind it), else the host's own
+    time in the calls (``host_s``, the trial's share taken out). Where the GPU waits for the host,
+    the span also holds whatever the host did between and around the calls: the trial's own
+    bookkeeping, the caller's loop, a synchronisation; on an H200 host those took host-bound
+    samples 20-90% above the same calls back to back, torch.sparse's (the heaviest on the host)
+    the most often, and decided against it on one pair in twenty."""
     if device_bound:
         return 1e3 * span_ms / calls
-    return max(1e6 * host_s / calls, last_device_us)
+    return 1e6 * host_s / calls
 
 
 class CudaTimer:
@@ -107,11 +105,7 @@ class CudaTimer:
     Whether the GPU or the host set the pace: an event follows the last call but one, and when
     the last call has been issued the GPU either has passed it (it waited for the host) or not
     (work queued up). Host-bound samples are timed on the host instead, from each call's start
-    to its end, less the trial's own time in it (``charge``). The last call's GPU time comes
-    from one more event, at its start: the GPU has finished the call before, so that event
-    stamps the host's moment on the GPU's clock, and the end event then runs past the host's
-    own time to it by the call's GPU time less the host's time after the call
-    (``per_call_us``)."""
+    to its end, less the trial's own time in it (``charge``): see ``per_call_us``."""
 
     def __init__(self, calls: int = 3):
         if calls < 3:
@@ -119,13 +113,10 @@ class CudaTimer:
         self.calls = calls
         self._start = torch.cuda.Event(enable_timing=True)
         self._before_last = torch.cuda.Event()
-        self._last_start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self._exited = 0
         self._started = 0.0
         self._host_s = 0.0
-        self._last_window_s = 0.0  # host time from the last call's start event to the end event
-        self._tail_s = 0.0  # host time from the last call's end to the end event
         self._device_bound = False
         self.failed = False
 
@@ -141,12 +132,6 @@ class CudaTimer:
             self._host_s -= seconds
 
     def __enter__(self) -> "CudaTimer":
-        if self._exited == self.calls - 1:
-            before = time.perf_counter()
-            self._last_start.record()
-            recorded = time.perf_counter()
-            self._host_s -= recorded - before
-            self._last_window_s = -recorded
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
@@ -163,10 +148,7 @@ class CudaTimer:
             self._before_last.record()
         elif self._exited == self.calls:
             self._device_bound = not self._before_last.query()
-            recording = time.perf_counter()
             self._end.record()
-            self._last_window_s += recording
-            self._tail_s = recording - ended
 
     def done(self) -> bool:
         return self.failed or (self._exited == self.calls and self._end.query())
@@ -176,9 +158,7 @@ class CudaTimer:
         if self.failed:
             return float("inf")
         span_ms = self._start.elapsed_time(self._end)
-        last_span_us = 1e3 * self._last_start.elapsed_time(self._end)
-        last_device_us = max(0.0, last_span_us - 1e6 * self._last_window_s) + 1e6 * self._tail_s
-        return per_call_us(span_ms, self._host_s, self._device_bound, self.calls - 1, last_device_us)
+        return per_call_us(span_ms, self._host_s, self._device_bound, self.calls - 1)
 
 
 def sample_calls(predicted_us: float) -> int:
