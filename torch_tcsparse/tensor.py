@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import time
 
 import torch
 
@@ -244,7 +243,6 @@ class TCSparseTensor(torch.Tensor):
         on the CSR paths within the product (each starts from the bias instead of zeros)."""
         # The per-call path reads the plain tensors the subclass holds: attributes of the
         # subclass itself (shape, device, dtype) go through __torch_function__ on every access.
-        started = time.perf_counter()  # for a trial's timer, where the choice is being measured
         autocast_dtype = _autocast_dtype(self._values, other)
         if autocast_dtype is not None:
             bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
@@ -263,7 +261,7 @@ class TCSparseTensor(torch.Tensor):
         if timer is None:
             y = self._product(x, path, bias)
         else:
-            with timer.call(started):  # the choice is being measured (torch_tcsparse.trials)
+            with timer:  # the choice is being measured (torch_tcsparse.trials)
                 y = self._product(x, path, bias)
         return y.squeeze(1) if vector else y
 

@@ -80,32 +80,33 @@ def fastest(measured_us: dict) -> str:
     return best
 
 
-def per_call_us(span_ms: float, host_s: float, device_bound: bool, calls: int) -> float:
-    """Microseconds per timed call of a sample: the events' span over the ``calls`` calls where
-    the GPU set the pace (work queued up, the host's time hidden behind it), else the host's own
-    time in the calls (``host_s``, the trial's share taken out). Where the GPU waits for the host,
-    the span also holds whatever the host did between and around the calls: the trial's own
-    bookkeeping, the caller's loop, a synchronisation; on an H200 host those took host-bound
-    samples 20-90% above the same calls back to back, torch.sparse's (the heaviest on the host)
-    the most often, and decided against it on one pair in twenty."""
-    if device_bound:
-        return 1e3 * span_ms / calls
-    return 1e6 * host_s / calls
+def per_call_us(span_ms: float, overhead_s: float, device_bound: bool, calls: int) -> float:
+    """Microseconds per timed call of a sample: the events' span over the ``calls`` calls, less
+    the host time the trial itself spent inside it (``overhead_s``) when the GPU kept up with the
+    host. Bound by the host, the GPU waits out that time too, so it would count against the paths
+    that cost the most on the host (torch.sparse, 45 us a call on one H200 host) and for none of
+    the paths the GPU is slower on; bound by the GPU, the queue hides it."""
+    span_us = 1e3 * span_ms
+    if not device_bound:
+        # The floor only guards against clocks that disagree: the overhead sits inside the span.
+        span_us = max(span_us - 1e6 * overhead_s, 0.1 * span_us)
+    return span_us / calls
 
 
 class CudaTimer:
-    """Events on the current stream around ``calls`` consecutive calls (``calls`` >= 3), each
-    run as ``with timer.call(started):`` where ``started`` is when the caller took the call.
+    """Events on the current stream around ``calls`` consecutive calls, a context manager entered
+    once per call (``calls`` >= 3).
 
     The first call only leads in: the start event follows it, the end event the last call, and
-    the span covers the ``calls - 1`` calls between. An event recorded before the first call
-    would time from wherever the GPU stood: idle after a synchronisation, it counts the host
-    time of that call too, which fell on the same candidates in every round.
+    the span is divided by the ``calls - 1`` calls between. An event recorded before the first
+    call would time from wherever the GPU stood: idle after a synchronisation, it counts the
+    host time of that call too, which (in the benchmarks' groups of 8 products) fell on the same
+    candidates in every round and cost one of them 10-20% on a small graph.
 
-    Whether the GPU or the host set the pace: an event follows the last call but one, and when
-    the last call has been issued the GPU either has passed it (it waited for the host) or not
-    (work queued up). Host-bound samples are timed on the host instead, from each call's start
-    to its end, less the trial's own time in it (``charge``): see ``per_call_us``."""
+    Whether the GPU or the host set the pace: an event follows the last call but one, and when the
+    last call has been issued the GPU either has passed it (it waited for the host) or not (work
+    queued up). The host time the trial spends in the span (choosing, events: ``charge`` and this
+    timer's own exits) is then taken out of host-bound samples (``per_call_us``)."""
 
     def __init__(self, calls: int = 3):
         if calls < 3:
@@ -115,27 +116,20 @@ class CudaTimer:
         self._before_last = torch.cuda.Event()
         self._end = torch.cuda.Event(enable_timing=True)
         self._exited = 0
-        self._started = 0.0
-        self._host_s = 0.0
+        self._overhead_s = 0.0
         self._device_bound = False
         self.failed = False
 
-    def call(self, started: float) -> "CudaTimer":
-        """This timer as the context of one call, taken by the caller at ``started``
-        (``time.perf_counter()``)."""
-        self._started = started
-        return self
-
     def charge(self, seconds: float) -> None:
-        """Host time the trial itself spent in the coming call (choosing its path)."""
-        if self._exited:
-            self._host_s -= seconds
+        """Host time the caller spent on the trial for the coming call."""
+        if self._exited:  # inside the span
+            self._overhead_s += seconds
 
     def __enter__(self) -> "CudaTimer":
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        ended = time.perf_counter()
+        entered = time.perf_counter()
         if exc_type is not None:
             self.failed = True
             return
@@ -143,12 +137,14 @@ class CudaTimer:
         if self._exited == 1:
             self._start.record()
             return
-        self._host_s += ended - self._started
         if self._exited == self.calls - 1:
             self._before_last.record()
         elif self._exited == self.calls:
             self._device_bound = not self._before_last.query()
+            self._overhead_s += time.perf_counter() - entered
             self._end.record()
+            return
+        self._overhead_s += time.perf_counter() - entered
 
     def done(self) -> bool:
         return self.failed or (self._exited == self.calls and self._end.query())
@@ -158,7 +154,7 @@ class CudaTimer:
         if self.failed:
             return float("inf")
         span_ms = self._start.elapsed_time(self._end)
-        return per_call_us(span_ms, self._host_s, self._device_bound, self.calls - 1)
+        return per_call_us(span_ms, self._overhead_s, self._device_bound, self.calls - 1)
 
 
 def sample_calls(predicted_us: float) -> int:
