@@ -81,13 +81,10 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
-def settle(a, xs, limit: int = 2048, group: int = 8) -> str:
+def settle(a, xs, limit: int = 64, group: int = 8) -> str:
     """Run ``a @ x`` until the choice for the operands' N has been measured
-    (``torch_tcsparse.trials``); the path products of that N then run. ``xs``: the operands the
-    benchmark times, used in turn, so that the trial sees X where the timings see it (rotated out
-    of L2, or not); a trial timed on one X kept in L2 while the timings rotated X preferred the
-    paths that gather most, 20% off on planetoid_pubmed. Products go back to back in groups, as in
-    a training loop (a synchronisation after each would time every candidate from an idle GPU)."""
+    (``torch_tcsparse.trials``: on the first product where timing is allowed); the path products
+    of that N then run. ``xs``: the operands the benchmark times, used in turn."""
     selection = a._structure.selection
     x0 = xs[0]
     for start in range(0, limit, group):

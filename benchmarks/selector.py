@@ -166,8 +166,8 @@ def measured_choice(a: TCSparseTensor, xs: list) -> tuple[str, dict, dict]:
     s.selection = SelectionCache(s.selection.rows_share_ratio)
     settled = settle(a, xs)
     explanation = a.explain(xs[0].shape[1])
-    rounds = trials.UNTIMED_ROUNDS + trials.TIMED_ROUNDS
-    calls = {path: rounds * trials.sample_calls(explanation.costs_us[path]) for path in explanation.measured_us}
+    calls = {path: trials.UNTIMED_CALLS + trials.TIMED_ROUNDS * trials.sample_calls(explanation.costs_us[path])
+             for path in explanation.measured_us}
     return settled, explanation.measured_us, calls
 
 

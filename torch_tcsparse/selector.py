@@ -74,7 +74,7 @@ kernel must not cost more than cuSPARSE; the balanced kernel's extra zeroing lau
 make its prediction the less certain on small graphs). Where it may run, ``"rows"`` then replaces
 that choice when predicted at least ``rows_margin`` faster than it. Where other paths are predicted
 within ``trials.MARGIN`` of that choice, ``SelectionCache`` measures them on the matrix's first
-products and keeps the fastest (``trials``).
+product and keeps the fastest (``trials``).
 """
 from __future__ import annotations
 
@@ -82,7 +82,6 @@ import functools
 import heapq
 import json
 import re
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -613,7 +612,7 @@ class Explanation:
                 f"bytes moved (MB): {row(self.bytes_moved, lambda v: f'{v / 1e6:.2f}')}",
                 f"candidates: {', '.join(self.candidates)}",
             ]
-            + ([f"measured (us, median of the first products): {row(self.measured_us, lambda v: f'{v:.1f}')}"]
+            + ([f"measured (us, median of the first product's samples): {row(self.measured_us, lambda v: f'{v:.1f}')}"]
                if self.measured_us else [])
         )
 
@@ -826,7 +825,7 @@ def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str
 
 class SelectionCache:
     """Choices for one matrix, computed once per (N bucket, dtype, device), and measured on its
-    first products where the prediction leaves close candidates (``trials``); explanations built
+    first product where the prediction leaves close candidates (``trials``); explanations built
     only when asked for. A ``Structure`` holds one; the matrix's block counts come from the host
     copies its conversion made; a reordered matrix's ``rows_share_ratio`` comes from the
     ``Structure``, which knows the order."""
@@ -854,44 +853,42 @@ class SelectionCache:
         explanation = self._explanations[key]
         state = self._by_bucket.get(key)
         if isinstance(state, trials.Trial):
-            return replace(explanation, reason=f"{explanation.reason}; being measured: {', '.join(state.paths)}")
+            return replace(explanation, reason=f"{explanation.reason}; to be measured: {', '.join(state.paths)}")
         if key in self._measured:
             measured = self._measured[key]
             return replace(
                 explanation, choice=state, measured_us=measured,
-                reason=f"measured fastest of {', '.join(measured)} on the first products; "
+                reason=f"measured fastest of {', '.join(measured)} on the first product; "
                 f"predicted {explanation.choice} ({explanation.reason})",
             )
         return explanation
 
     def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None):
-        """(path, timer) of one product: the timer to run it in while the choice is measured,
-        else None."""
+        """(path, trial) of one product: the ``trials.Trial`` to run it through (``measure``)
+        when this product is to measure the choice, else None."""
         # Called on every product: one dict lookup on the caller's own arguments, no bucketing
         # or device normalisation once the choice for an N has settled.
         key = (n, dtype, device)
         choice = self._choices.get(key)
         if choice is not None:
             return choice, None
-        started = time.perf_counter()
         normalized = torch.device(layout.device if device is None else device)
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
             state = self._by_bucket[bucket] = self._outside_graphs(_first_choice, layout, n, dtype, normalized)
         if isinstance(state, trials.Trial):
-            if not trials.allowed(normalized):
-                return state.paths[0], None
-            measured = state.result()
-            if measured is None:
-                path, timer = state.next()
-                if timer is not None:
-                    timer.charge(time.perf_counter() - started)
-                return path, timer
-            self._measured[bucket] = measured
-            state = self._by_bucket[bucket] = trials.fastest(measured)
+            return state.paths[0], state if trials.allowed(normalized) else None
         self._choices[key] = state
         return state, None
+
+    def measure(self, trial: trials.Trial, product):
+        """Run ``trial`` on ``product(path)`` (the caller's product on each path), settle its
+        bucket on the fastest path, and return the product."""
+        measured, output = trial.run(product)
+        self._measured[trial.key] = measured
+        self._by_bucket[trial.key] = trials.fastest(measured)
+        return output
 
     def settled(self, n: int, dtype: torch.dtype, device) -> str | None:
         """The path products with these arguments run for good, or None while it is being measured
@@ -919,5 +916,6 @@ def _first_choice(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.
     if trials.allowed(device):
         paths = trials.shortlist(choice, costs, candidates)
         if len(paths) > 1:
-            return trials.Trial(paths, tuple(trials.sample_calls(costs[path]) for path in paths))
+            calls = tuple(trials.sample_calls(costs[path]) for path in paths)
+            return trials.Trial(paths, calls, key=(n_bucket(n), dtype, device))
     return choice

@@ -254,15 +254,14 @@ class TCSparseTensor(torch.Tensor):
         if vector:
             x = x.unsqueeze(1)
         s = self._structure
-        timer = None
+        trial = None
         if path == "auto" and ops.kernels_apply(x):
-            path, timer = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
+            path, trial = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
         path = ops.resolve_path(path, x)
-        if timer is None:
+        if trial is None:
             y = self._product(x, path, bias)
-        else:
-            with timer:  # the choice is being measured (torch_tcsparse.trials)
-                y = self._product(x, path, bias)
+        else:  # this product measures the choice (torch_tcsparse.trials)
+            y = s.selection.measure(trial, lambda candidate: self._product(x, candidate, bias))
         return y.squeeze(1) if vector else y
 
     def _product(self, x: torch.Tensor, path: str, bias: torch.Tensor | None) -> torch.Tensor:
