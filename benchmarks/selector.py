@@ -390,7 +390,7 @@ def fit_bucket(records, shapes, n: int, info: dict, defaults: dict) -> dict:
 
     fitted = {"base": _rounded(base), "balanced": _rounded(balanced)}
     csr_names = ("launch_us", "nnz_us", "row_us", "max_row_us", "miss_nnz_us")
-    # rows also pays a launch that sets the rows it splits (selector._rows_time_us).
+    # rows also pays a launch that sets the rows it splits (selector.model._rows_time_us).
     split_launch = [float(s.split_rows > 0) for s in graph_shapes]
     for path, longest_cap, extra in (("csr", None, {}), ("rows", csr_rows.PIECE_NNZ, {"split_launch_us": split_launch})):
         if path not in measured:

@@ -9,7 +9,8 @@ import torch
 from torch_tcsparse import TCSparseTensor, csr_rows, selector
 from torch_tcsparse.datasets import synthetic
 from torch_tcsparse.formats.inputs import from_coo
-from torch_tcsparse.formats.metcf import build_metcf
+from torch_tcsparse.formats.metcf import BALANCE_CHUNK, build_metcf
+from torch_tcsparse.selector import model as cost_model
 from torch_tcsparse.selector import (
     Calibration,
     DeviceModel,
@@ -75,7 +76,7 @@ def test_batched_schedule_is_exact_up_to_the_exact_limit():
 
 def reference_balanced(window_blocks, slices, slots, segment_units, split_units):
     """metcf_balanced_kernel's split written out item by item: the cost of every thread block."""
-    chunk = selector.BALANCE_CHUNK
+    chunk = BALANCE_CHUNK
     chunk_window = [w for w, b in enumerate(window_blocks) for _ in range(-(-b // chunk))]
     chunk_size = [min(chunk, window_blocks[w] - chunk * chunk_window[:c].count(w)) for c, w in enumerate(chunk_window)]
     items = [(s, c) for s in range(slices) for c in range(len(chunk_window))]
@@ -338,11 +339,11 @@ def test_rows_replaces_the_choice_only_when_predicted_faster():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_rows_is_a_candidate_with_int32_indices(monkeypatch, dtype):
-    monkeypatch.setattr(selector, "_kernels_usable", lambda dtype, device: True)
+    monkeypatch.setattr(cost_model, "_kernels_usable", lambda dtype, device: True)
     cuda = torch.device("cuda")
-    assert "rows" in selector._candidates(dtype, cuda, shape([4] * 12))
+    assert "rows" in cost_model.runnable_paths(dtype, cuda, shape([4] * 12))
     huge = shape([4] * 12, nnz=1 << 31)
-    assert "rows" not in selector._candidates(dtype, cuda, huge)
+    assert "rows" not in cost_model.runnable_paths(dtype, cuda, huge)
 
 
 def test_rows_caps_the_longest_row_at_a_piece():

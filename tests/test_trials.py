@@ -7,7 +7,7 @@ import torch
 from torch_tcsparse import selector, trials
 from torch_tcsparse.formats.inputs import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
-from torch_tcsparse.selector import CHOICES, SelectionCache
+from torch_tcsparse.selector import CHOICES, SelectionCache, cache
 
 CUDA = torch.device("cuda", 0)
 
@@ -86,9 +86,9 @@ def measured_cache(monkeypatch):
     """A SelectionCache that believes it runs on CUDA with every path available, and predicts
     base at 10 us with balanced and rows close, csr far."""
     costs = {"base": 10.0, "balanced": 12.0, "csr": 30.0, "rows": 11.0}
-    monkeypatch.setattr(selector, "_candidates", lambda dtype, device, shape: CHOICES)
-    monkeypatch.setattr(selector, "predicted_choice", lambda *args: ("base", costs))
-    monkeypatch.setattr(selector, "explain_shape", lambda *args: selector.Explanation(
+    monkeypatch.setattr(cache, "runnable_paths", lambda dtype, device, shape: CHOICES)
+    monkeypatch.setattr(cache, "predicted_choice", lambda *args: ("base", costs))
+    monkeypatch.setattr(cache, "explain_shape", lambda *args: selector.Explanation(
         "base", "predicted", 64, torch.float32, "test", "test", {}, {}, {}, 1.0, 1.2, {}, {}))
     monkeypatch.setattr(trials, "allowed", lambda device: True)
     return SelectionCache(), layout()

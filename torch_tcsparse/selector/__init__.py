@@ -1,0 +1,155 @@
+"""Kernel selector: simulate the GPU's thread-block scheduling and pick the fastest SpMM path.
+
+DTC-SpMM (ASPLOS'24, section 4.5.2) decides between its base kernel (one thread block per row
+window) and its balanced kernel (fixed chunks of TC blocks, partial rows combined with atomics)
+by simulating how thread blocks land on the SMs: the approximation ratio AR is the makespan of
+base divided by the makespan of balanced, and balanced runs when AR exceeds a threshold (1.2,
+fitted on an RTX 4090). We keep that rule, with the threshold calibrated per GPU family, and add
+a cost model in microseconds for every path so that the chosen Tensor-Core kernel is also ranked
+against ``"csr"`` (torch.sparse, cuSPARSE): ``A @ X`` should never be meaningfully slower than it.
+
+The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of work is a warp
+(the scheduling slots are ``SMs x resident warps per SM``):
+
+- base: one warp per (window, column slice), the slices of a window adjacent, issued in window
+  order; the hardware gives each warp to the first slot that frees (list scheduling; warps are
+  in fact placed four at a time, as thread blocks, which the model ignores). A warp costs
+  ``block_units + tc_blocks of its window`` units;
+- balanced: a persistent grid of ``G = min(items, slots)`` warps over (slice, chunk) items,
+  slice-major; warp i takes the contiguous items [i * per, (i + 1) * per) and handles the
+  consecutive chunks of one window as one segment: it costs ``segment_units`` per segment, its TC
+  blocks, and ``split_units`` per segment whose window crosses its range boundary (the atomic
+  adds). All warps are co-resident, so the makespan is exact. A small kernel first zeroes the
+  rows of empty and cut windows (``zero_us`` per row);
+- a kernel's time is ``launch_us + (unit_us + miss_unit_us * miss) * work / slots + tail_us *
+  (makespan - work / slots)`` (``kernel_time_us``): the evenly spread work, then the imbalance
+  tail; ``miss`` is the share of X beyond L2 (``l2_miss_fraction``), which prices gathers that go
+  to memory (uniform 1M: X is 10x L2) against those served by L2 (the small real graphs);
+- csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row + miss_nnz_us * nnz
+  * miss`` (the gather of X per nonzero, the write of Y per row, the row-split imbalance of the
+  longest row);
+- rows (our CUDA-core CSR kernel): the same form with its own constants, the
+  longest row capped at a piece (``csr_rows.PIECE_NNZ``: longer rows are split), plus
+  ``split_launch_us`` when any row is split: the kernel that first sets those rows of Y is a launch
+  of its own, and the split pieces run last, with atomics (fitted 4-8 us on an H200, more than a
+  launch; it decides between rows and csr on small power-law graphs, where they are close);
+- every path costs at least its ``floor_us``: the host-side cost of one call (Python, dispatch,
+  launch), which is what a call on a small graph costs when calls run back to back;
+- a reordered matrix runs the rows path in its order; the order's ``rows_share_ratio``
+  (``reorder.locality.share_ratio``: distinct columns per group of rows against the given order)
+  scales the rows time by ``1 - ROWS_ORDER_GAIN * (1 - ratio)``. On an H200 the time saved per
+  unit of share removed was 0.09-0.26 on R-MAT 18/21 (degree, tca, rcm, shuffle orders), 0.23-0.33
+  on ogbl-ddi, 0.4-0.5 on the shuffled SBM (tca), 0.85 on the uniform graph (where the share
+  moved 6%); orders that raised the share (tca on gg_flickr) cost time in the same proportion.
+  0.2 sits in the R-MAT range, where the choice to reorder is close.
+
+On a GPU, resident blocks per SM and column slices come from the compiled kernels
+(``kernels.occupancy(path, n)``, ``kernels.column_slices(path, n)``); without one (tests, CPU
+explanations) from the documented defaults. Not modelled: the deterministic balanced variant
+(``torch.use_deterministic_algorithms``: a grid-stride loop and a workspace sum) and the cost of
+3xTF32 when TF32 is disallowed; the calibration is measured with TF32, as the SpMM benchmark.
+For float16/bfloat16 the launch shapes are those of the 16-bit kernels (wider column slices,
+which also depend on the window count), the bytes moved count 2-byte elements, and the constants
+are the dtype's own buckets where the calibration has them (``dtype_buckets``), else float32's.
+
+Constants live in ``calibration/<family>.json`` (one per GPU family, ``default.json`` when the
+family has none), per N bucket; ``benchmarks/selector.py --calibrate`` fits them on measurements.
+
+Simulation cost (a choice must cost at most half an SpMM). The conversion leaves the per-window
+prefix sums on the host (``MetcfLayout.host_counts``), so nothing is read from the device and no
+O(windows) prefix is recomputed here. A launch that fits in one wave (every warp resident at
+once, the small graphs) has a closed form, exact: base's makespan is its largest window, the
+balanced grid gives each warp one chunk. Beyond one wave, ``list_schedule_makespan`` is exact
+(vectorized in batches of up to one job per slot) up to ``EXACT_JOBS_PER_SLOT`` jobs per slot,
+and a fluid estimate beyond, in a few O(windows) numpy passes (``fluid_schedule``: within 5% of
+heapq list scheduling on random costs, half a job high on equal ones); the balanced grid is
+exact, from the prefix sums at its warp boundaries. ``select`` (what a product pays on its first
+call at an N bucket) builds no explanation; ``rank`` and ``explain`` do.
+
+Choice: the calibration's ``kernel_rule`` picks the kernel, either DTC-SpMM's (balanced when AR >
+``ar_threshold``) or the kernel with the lower predicted time (the rule that fitted the measured
+oracle better on that GPU); it runs unless ``"csr"`` is predicted faster, or the kernel is
+predicted less than its ``csr_margin`` faster (a calibrated safety margin per kernel: a wrong
+kernel must not cost more than cuSPARSE; the balanced kernel's extra zeroing launch and atomics
+make its prediction the less certain on small graphs). Where it may run, ``"rows"`` then replaces
+that choice when predicted at least ``rows_margin`` faster than it. Where other paths are predicted
+within ``trials.MARGIN`` of that choice, ``SelectionCache`` measures them on the matrix's first
+product and keeps the fastest (``trials``).
+"""
+from __future__ import annotations
+from .cache import SelectionCache
+from .device import (
+    CALIBRATION_DIR,
+    DEFAULT_L2_BYTES,
+    SCALE_WITH_N,
+    Calibration,
+    DeviceModel,
+    csr_margins,
+    device_model,
+    dtype_name,
+    gpu_family,
+)
+from .model import (
+    ROWS_ORDER_GAIN,
+    Explanation,
+    Prediction,
+    approximation_ratio,
+    choose,
+    explain,
+    explain_shape,
+    kernel_time_us,
+    l2_miss_fraction,
+    predict,
+    predicted_choice,
+    rank,
+    select,
+)
+from .paths import BUCKETS, CHOICES, KERNEL_CHOICES, n_bucket
+from .schedule import EXACT_JOBS_PER_SLOT, list_schedule_exact, list_schedule_makespan
+from .shape import (
+    BalancedLaunch,
+    MatrixShape,
+    ShapeSummary,
+    balanced_makespan_units,
+    base_makespan_units,
+    default_column_slices,
+)
+
+__all__ = [
+    "BUCKETS",
+    "BalancedLaunch",
+    "CALIBRATION_DIR",
+    "CHOICES",
+    "Calibration",
+    "DEFAULT_L2_BYTES",
+    "DeviceModel",
+    "EXACT_JOBS_PER_SLOT",
+    "Explanation",
+    "KERNEL_CHOICES",
+    "MatrixShape",
+    "Prediction",
+    "ROWS_ORDER_GAIN",
+    "SCALE_WITH_N",
+    "SelectionCache",
+    "ShapeSummary",
+    "approximation_ratio",
+    "balanced_makespan_units",
+    "base_makespan_units",
+    "choose",
+    "csr_margins",
+    "default_column_slices",
+    "device_model",
+    "dtype_name",
+    "explain",
+    "explain_shape",
+    "gpu_family",
+    "kernel_time_us",
+    "l2_miss_fraction",
+    "list_schedule_exact",
+    "list_schedule_makespan",
+    "n_bucket",
+    "predict",
+    "predicted_choice",
+    "rank",
+    "select",
+]

@@ -1,0 +1,112 @@
+"""Choices cached per matrix, measured on the first product where the prediction leaves close
+candidates."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .. import trials
+from ..formats.metcf import MetcfLayout
+from .device import device_model
+from .model import Explanation, explain_shape, predicted_choice, runnable_paths
+from .paths import n_bucket
+from .shape import MatrixShape
+
+
+class SelectionCache:
+    """Choices for one matrix, computed once per (N bucket, dtype, device), and measured on its
+    first product where the prediction leaves close candidates (``trials``); explanations built
+    only when asked for. A ``Structure`` holds one; the matrix's block counts come from the host
+    copies its conversion made; a reordered matrix's ``rows_share_ratio`` comes from the
+    ``Structure``, which knows the order."""
+
+    def __init__(self, rows_share_ratio: float = 1.0):
+        self.rows_share_ratio = rows_share_ratio
+        self._shape: MatrixShape | None = None
+        self._explanations: dict = {}
+        self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
+        self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
+        self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> settled path
+
+    def _shape_of(self, layout: MetcfLayout) -> MatrixShape:
+        if self._shape is None:
+            self._shape = replace(MatrixShape.of(layout), rows_share_ratio=self.rows_share_ratio)
+        return self._shape
+
+    def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:
+        """The prediction's explanation, with the measured times and the settled path once the
+        choice has been measured."""
+        device = torch.device(layout.device if device is None else device)
+        key = (n_bucket(n), dtype, device)
+        if key not in self._explanations:
+            self._explanations[key] = self._outside_graphs(explain_shape, layout, n, dtype, device)
+        explanation = self._explanations[key]
+        state = self._by_bucket.get(key)
+        if isinstance(state, trials.Trial):
+            return replace(explanation, reason=f"{explanation.reason}; to be measured: {', '.join(state.paths)}")
+        if key in self._measured:
+            measured = self._measured[key]
+            return replace(
+                explanation, choice=state, measured_us=measured,
+                reason=f"measured fastest of {', '.join(measured)} on the first product; "
+                f"predicted {explanation.choice} ({explanation.reason})",
+            )
+        return explanation
+
+    def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None):
+        """(path, trial) of one product: the ``trials.Trial`` to run it through (``measure``)
+        when this product is to measure the choice, else None."""
+        # Called on every product: one dict lookup on the caller's own arguments, no bucketing
+        # or device normalisation once the choice for an N has settled.
+        key = (n, dtype, device)
+        choice = self._choices.get(key)
+        if choice is not None:
+            return choice, None
+        normalized = torch.device(layout.device if device is None else device)
+        bucket = (n_bucket(n), dtype, normalized)
+        state = self._by_bucket.get(bucket)
+        if state is None:
+            state = self._by_bucket[bucket] = self._outside_graphs(_first_choice, layout, n, dtype, normalized)
+        if isinstance(state, trials.Trial):
+            return state.paths[0], state if trials.allowed(normalized) else None
+        self._choices[key] = state
+        return state, None
+
+    def measure(self, trial: trials.Trial, product):
+        """Run ``trial`` on ``product(path)`` (the caller's product on each path), settle its
+        bucket on the fastest path, and return the product."""
+        measured, output = trial.run(product)
+        self._measured[trial.key] = measured
+        self._by_bucket[trial.key] = trials.fastest(measured)
+        return output
+
+    def settled(self, n: int, dtype: torch.dtype, device) -> str | None:
+        """The path products with these arguments run for good, or None while it is being measured
+        (or before the first product)."""
+        return self._choices.get((n, dtype, device))
+
+    def _outside_graphs(self, compute, layout: MetcfLayout, n: int, dtype: torch.dtype, device: torch.device):
+        """``compute(shape, n, dtype, device)``; a layout without host copies is read back,
+        outside any compiled graph (a cache hit is traceable). Decorating lazily keeps
+        torch._dynamo out of the import."""
+        def run():
+            return compute(self._shape_of(layout), n, dtype, device)
+
+        return torch.compiler.disable(run)() if torch.compiler.is_compiling() else run()
+
+    def __len__(self) -> int:
+        return len(self._by_bucket.keys() | self._explanations.keys())
+
+
+def _first_choice(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device):
+    """The predicted path, or the ``trials.Trial`` that measures it against its close
+    candidates."""
+    candidates = runnable_paths(dtype, device, shape)
+    choice, costs = predicted_choice(shape, n_bucket(n), device_model(device), candidates, dtype)
+    if trials.allowed(device):
+        paths = trials.shortlist(choice, costs, candidates)
+        if len(paths) > 1:
+            calls = tuple(trials.sample_calls(costs[path]) for path in paths)
+            return trials.Trial(paths, calls, key=(n_bucket(n), dtype, device))
+    return choice

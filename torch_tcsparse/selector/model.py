@@ -1,0 +1,291 @@
+"""The cost model: predicted time of every path for a (matrix, N, dtype) on a device, the choice
+between them, and its explanation."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from .. import csr_rows
+from ..formats.csr import index_dtype_for
+from ..formats.metcf import MetcfLayout
+from ..ops import KERNEL_DTYPES
+from .device import Calibration, DeviceModel, device_model
+from .paths import CHOICES, KERNEL_CHOICES, n_bucket
+from .shape import BalancedLaunch, MatrixShape, balanced_makespan_units, base_makespan_units
+
+# The share of the rows path's time that an order removes per unit of distinct-share removed
+# (the package docstring).
+ROWS_ORDER_GAIN = 0.2
+
+
+def kernel_time_us(constants: dict, makespan: float, work: float, slots: int, miss: float = 0.0) -> float:
+    """Launch, the work spread evenly over all slots at ``unit_us`` per unit (plus ``miss_unit_us``
+    per unit times the fraction of X gathers that miss L2), and the imbalance tail (makespan beyond
+    that) at ``tail_us``: blocks that run alone at the end of a launch share their SM with fewer
+    others, so a unit of tail may cost less than a unit of full occupancy."""
+    even = work / slots
+    unit = constants["unit_us"] + constants.get("miss_unit_us", 0.0) * miss
+    return constants["launch_us"] + unit * even + constants["tail_us"] * max(0.0, makespan - even)
+
+
+def l2_miss_fraction(cols: int, n: int, value_bytes: int, l2_bytes: int) -> float:
+    """The share of X that does not fit in L2: about the fraction of gathers of rows of X that go
+    to memory when the column ids are spread (uniform or shuffled graphs; power-law hubs hit more
+    often, which the fitted constants average over)."""
+    x_bytes = cols * n * value_bytes
+    return max(0.0, 1.0 - l2_bytes / x_bytes) if x_bytes else 0.0
+
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a path was chosen for one (matrix, N bucket, dtype, device); ``str()`` reads it out."""
+
+    choice: str
+    reason: str
+    n: int
+    dtype: torch.dtype
+    device: str
+    calibration: str
+    features: dict
+    slots: dict
+    makespans_us: dict
+    ar: float
+    ar_threshold: float
+    costs_us: dict
+    bytes_moved: dict
+    candidates: tuple = field(default=CHOICES)
+    measured_us: dict = field(default_factory=dict)  # median us per path, once the choice was measured
+
+    @property
+    def ar_kernel(self) -> str:
+        """DTC-SpMM's choice between the Tensor-Core kernels: balanced when AR > threshold."""
+        return "balanced" if self.ar > self.ar_threshold else "base"
+
+    def __str__(self) -> str:
+        def row(mapping, fmt):
+            return ", ".join(f"{key}={fmt(value)}" for key, value in mapping.items())
+
+        return "\n".join(
+            [
+                f"choice: {self.choice} ({self.reason})",
+                f"N={self.n} dtype={self.dtype} device={self.device} calibration={self.calibration}",
+                f"features: {row(self.features, _number)}",
+                f"slots (SMs x resident blocks): {row(self.slots, str)}",
+                f"simulated makespan (us): {row(self.makespans_us, lambda v: f'{v:.1f}')}",
+                f"approximation ratio AR = {self.ar:.3f} (threshold {self.ar_threshold:.3f}) -> {self.ar_kernel}",
+                f"predicted time (us): {row(self.costs_us, lambda v: f'{v:.1f}')}",
+                f"bytes moved (MB): {row(self.bytes_moved, lambda v: f'{v / 1e6:.2f}')}",
+                f"candidates: {', '.join(self.candidates)}",
+            ]
+            + ([f"measured (us, median of the first product's samples): {row(self.measured_us, lambda v: f'{v:.1f}')}"]
+               if self.measured_us else [])
+        )
+
+
+def _number(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+class Prediction(NamedTuple):
+    """The simulated launches and predicted time of every path for one (matrix, N, dtype)."""
+
+    slices: dict  # kernel path -> warps per window along N
+    slots: dict  # kernel path -> SMs x resident warps
+    base: tuple  # (makespan, work) in TC-block units
+    balanced: BalancedLaunch
+    miss: float  # share of X beyond L2
+    device_us: dict  # path -> predicted device time
+    costs_us: dict  # path -> predicted time of a call, at least its host floor
+    constants: dict  # path -> the calibration's constants used
+
+
+def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32) -> Prediction:
+    """Simulate both kernels' launches for ``shape`` times an [K, n] operand on ``model``'s device
+    and predict the time of every path (see the package docstring for the model)."""
+    calibration = model.calibration
+    constants = {path: calibration.constants(path, n, dtype) for path in CHOICES}
+    base, balanced, csr = constants["base"], constants["balanced"], constants["csr"]
+    kernel_dtype = dtype if dtype in KERNEL_DTYPES else torch.float32
+    windows = shape.num_windows
+    launches = {path: model.launch(path, n, kernel_dtype, windows) for path in KERNEL_CHOICES}
+    slices = {path: max(1, launch[1]) for path, launch in launches.items()}
+    slots = {path: model.sm_count * max(1, launch[0]) for path, launch in launches.items()}
+
+    base_units, base_work = base_makespan_units(shape, slices["base"], slots["base"], base["block_units"])
+    launch = balanced_makespan_units(
+        shape, slices["balanced"], slots["balanced"], balanced["segment_units"], balanced["split_units"]
+    )
+    miss = l2_miss_fraction(shape.num_cols, n, torch.finfo(dtype).bits // 8, model.l2_bytes)
+    device_us = {
+        "base": kernel_time_us(base, base_units, base_work, slots["base"], miss),
+        "balanced": kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"], miss)
+        + balanced["zero_us"] * launch.zeroed_windows * shape.window,
+        "csr": _csr_time_us(csr, shape, shape.max_row_nnz, miss),
+        "rows": _rows_time_us(constants["rows"], shape, miss),
+    }
+    # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
+    # that small graphs cost: back-to-back calls then run at the rate the host issues them.
+    costs = {path: max(constants[path].get("floor_us", 0.0), us) for path, us in device_us.items()}
+    return Prediction(slices, slots, (base_units, base_work), launch, miss, device_us, costs, constants)
+
+
+def _csr_time_us(constants: dict, shape: MatrixShape, longest: int, miss: float) -> float:
+    return (
+        constants["launch_us"]
+        + constants["nnz_us"] * shape.nnz
+        + constants["row_us"] * shape.rows
+        + constants["max_row_us"] * longest
+        + constants.get("miss_nnz_us", 0.0) * shape.nnz * miss
+    )
+
+
+def _rows_time_us(constants: dict, shape: MatrixShape, miss: float) -> float:
+    split_launch = constants.get("split_launch_us", 0.0) if shape.split_rows else 0.0
+    in_order = 1.0 - ROWS_ORDER_GAIN * (1.0 - shape.rows_share_ratio)
+    return _csr_time_us(constants, shape, min(shape.max_row_nnz, csr_rows.PIECE_NNZ), miss) * in_order + split_launch
+
+
+def approximation_ratio(shape: MatrixShape, prediction: Prediction) -> float:
+    """DTC-SpMM's AR: base's makespan over balanced's with the same per-block costs for both, so it
+    measures only what balancing does to the schedule; the threshold accounts for the atomics and
+    the extra zeroing pass."""
+    block_units = prediction.constants["base"]["block_units"]
+    slices, slots = prediction.slices["balanced"], prediction.slots["balanced"]
+    same_cost = balanced_makespan_units(shape, slices, slots, block_units, 0.0).makespan
+    return prediction.base[0] / same_cost if same_cost > 0 else 1.0
+
+
+def select(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32) -> str:
+    """The path ``rank`` would choose, without building its explanation."""
+    return predicted_choice(shape, n, model, candidates, dtype)[0]
+
+
+def predicted_choice(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32):
+    """``select``'s path and the predicted cost of every path (what a product pays for on its
+    first call at an N bucket)."""
+    prediction = predict(shape, n, model, dtype)
+    ar = approximation_ratio(shape, prediction) if model.calibration.kernel_rule == "ar" else None
+    return _decide(candidates, prediction.costs_us, ar, shape.tc_blocks, model.calibration)[0], prediction.costs_us
+
+
+def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dtype=torch.float32) -> Explanation:
+    """Simulate and cost every path for ``shape`` times an [K, n] operand on ``model``'s device,
+    restricted to ``candidates``, and explain the choice."""
+    prediction = predict(shape, n, model, dtype)
+    ar = approximation_ratio(shape, prediction)
+    base, slices, slots, launch = prediction.constants["base"], prediction.slices, prediction.slots, prediction.balanced
+    base_units, base_work = prediction.base
+    balanced = prediction.constants["balanced"]
+    zeroed_rows = launch.zeroed_windows * shape.window
+    makespans = {
+        "base": prediction.device_us["base"] - base["launch_us"],
+        "balanced": prediction.device_us["balanced"] - balanced["launch_us"] - balanced["zero_us"] * zeroed_rows,
+        "base_perfect_balance": base["unit_us"] * base_work / slots["base"],
+    }
+
+    windows, blocks = shape.num_windows, shape.tc_blocks
+    value_bytes = torch.finfo(dtype).bits // 8
+    # Each column slice reads the sparse data again (fp32 values; per block its columns and bitmap).
+    gather = blocks * 8 * n * value_bytes + slices["base"] * (shape.nnz * 4 + blocks * (8 * 4 + 16))
+    write = windows * shape.window * n * value_bytes
+    bytes_moved = {
+        "base": gather + write,
+        "balanced": gather + write + 2 * zeroed_rows * n * value_bytes,
+        "csr": shape.nnz * (n * value_bytes + 4 + value_bytes) + shape.rows * n * value_bytes,
+    }
+    bytes_moved["rows"] = bytes_moved["csr"]
+    features = {
+        "rows": shape.rows,
+        "nnz": shape.nnz,
+        "windows": windows,
+        "tc_blocks": blocks,
+        "mean_nnz_per_tc_block": shape.nnz / blocks if blocks else 0.0,
+        "blocks_per_window_mean": blocks / windows if windows else 0.0,
+        "blocks_per_window_max": shape.summary.max_blocks,
+        "windows_over_32_blocks": shape.summary.split_windows,
+        "balanced_zeroed_windows": launch.zeroed_windows,
+        "max_row_nnz": shape.max_row_nnz,
+        "split_rows": shape.split_rows,
+        "rows_share_ratio": shape.rows_share_ratio,
+        "column_slices": slices["base"],
+        "x_share_beyond_l2": prediction.miss,
+    }
+    calibration = model.calibration
+    choice, reason = _decide(candidates, prediction.costs_us, ar, blocks, calibration)
+    return Explanation(
+        choice=choice, reason=reason, n=n, dtype=dtype, device=model.name, calibration=calibration.source,
+        features=features, slots=slots, makespans_us=makespans, ar=ar, ar_threshold=calibration.ar_threshold,
+        costs_us=prediction.costs_us, bytes_moved=bytes_moved, candidates=tuple(candidates),
+    )
+
+
+def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration) -> tuple[str, str]:
+    """``_decide_tc_or_csr``'s choice, or "rows" where it may run and is predicted at least the
+    calibration's ``rows_margin`` faster."""
+    choice, reason = _decide_tc_or_csr(candidates, costs, ar, blocks, calibration)
+    if "rows" in candidates and costs["rows"] < (1.0 - calibration.rows_margin) * costs[choice]:
+        return "rows", f"{reason}; rows predicted faster still ({costs['rows']:.1f} us)"
+    return choice, reason
+
+
+def _decide_tc_or_csr(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration):
+    """The calibration's kernel rule between the kernels, then csr unless the kernel is predicted
+    at least its ``csr_margin`` faster. ``ar`` may be None when the rule does not need it."""
+    ar_text = "" if ar is None else f" (AR {ar:.2f})"
+    if calibration.kernel_rule == "cost":
+        kernel = min(KERNEL_CHOICES, key=costs.get)
+        rule_reason = f"{kernel} predicted faster of the kernels{ar_text}"
+    else:
+        threshold = calibration.ar_threshold
+        kernel = "balanced" if ar > threshold else "base"
+        rule_reason = f"AR {ar:.2f} {'>' if kernel == 'balanced' else '<='} {threshold:.2f}"
+    if blocks == 0:
+        return "csr", "the matrix has no TC blocks"
+    if kernel not in candidates:
+        return "csr", "the Tensor-Core kernels cannot run on this device and dtype"
+    margin = calibration.csr_margin[kernel]
+    if "csr" in candidates and costs[kernel] > (1.0 - margin) * costs["csr"]:
+        return "csr", (
+            f"{rule_reason} picks {kernel}, but csr is predicted faster or too close "
+            f"({costs['csr']:.1f} vs {costs[kernel]:.1f} us, margin {margin:.0%})"
+        )
+    return kernel, f"{rule_reason}; predicted {costs[kernel]:.1f} us vs csr {costs['csr']:.1f} us"
+
+
+def _kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:
+    if device.type != "cuda" or dtype not in KERNEL_DTYPES:
+        return False
+    from . import kernels
+
+    return kernels.available()
+
+
+def explain(layout: MetcfLayout, n: int, dtype: torch.dtype = torch.float32, device=None) -> Explanation:
+    """Features, simulated makespans, predicted costs and the choice for ``layout`` at N = ``n``
+    (computed at ``n_bucket(n)``, the N the choice is cached for)."""
+    return explain_shape(MatrixShape.of(layout), n, dtype, torch.device(layout.device if device is None else device))
+
+
+def explain_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device) -> Explanation:
+    """``explain`` from a shape already on the host (what a cached choice reuses)."""
+    return rank(shape, n_bucket(n), device_model(device), runnable_paths(dtype, device, shape), dtype)
+
+
+def runnable_paths(dtype: torch.dtype, device: torch.device, shape: MatrixShape) -> tuple:
+    """Every path that can run: the kernels where built for the dtype, "rows" with them where
+    the indices are int32 (under 2^31 rows, columns and nonzeros), always "csr"."""
+    if not _kernels_usable(dtype, device):
+        return ("csr",)
+    int32_indices = index_dtype_for(shape.rows, shape.num_cols, shape.nnz) == torch.int32
+    return CHOICES if int32_indices else tuple(c for c in CHOICES if c != "rows")
+
+
+def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str, Explanation]:
+    """The path for ``layout @ X`` with X of N = ``n`` columns, and why (uncached: see
+    ``SelectionCache``). Call it where the TC kernels may run; off CUDA or for other dtypes it
+    answers ``"csr"``."""
+    explanation = explain(layout, n, dtype, device)
+    return explanation.choice, explanation

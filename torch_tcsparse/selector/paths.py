@@ -1,0 +1,14 @@
+"""The paths the selector ranks, and the N buckets a choice is cached for."""
+from __future__ import annotations
+
+CHOICES = ("base", "balanced", "csr", "rows")
+KERNEL_CHOICES = ("base", "balanced")
+BUCKETS = (32, 64, 128, 256)
+
+
+def n_bucket(n: int) -> int:
+    """The N a choice is computed and cached for: the next power of two, at least 32."""
+    if n < 1:
+        raise ValueError(f"N must be positive, got {n}")
+    return max(BUCKETS[0], 1 << (n - 1).bit_length())
+
