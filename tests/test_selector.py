@@ -672,3 +672,12 @@ def test_benchmark_leaves_stale_times_out_and_one_run_out(tmp_path, capsys):
     table = capsys.readouterr().out
     assert table.count("fitted on the others") == 2 and table.count("default.json") == 2
     assert (tmp_path / "out" / "leave_one_run_out.txt").read_text() == table
+
+
+def test_lazy_imports_of_the_kernels_resolve():
+    """The selector reaches the kernels module only when asked about a CUDA device; those
+    imports must resolve from inside the package on a machine without one too."""
+    from torch_tcsparse.selector import device
+
+    assert isinstance(device._tf32_allowed(), bool)
+    assert isinstance(cost_model._kernels_usable(torch.float32, torch.device("cuda")), bool)

@@ -128,7 +128,7 @@ class DeviceModel:
 
 
 def _tf32_allowed() -> bool:
-    from . import kernels
+    from .. import kernels
 
     return kernels.tf32_allowed()
 
@@ -138,7 +138,7 @@ def _launch_shape(cuda_index: int, path: str, n: int, dtype: torch.dtype, window
     """(resident warps per SM, column slices) of the compiled kernel, asked once per shape: the
     query is an op call under a device guard, too slow to repeat for every candidate of every
     choice. ``tf32`` is part of the key because the exact fp32 variant has its own shape."""
-    from . import kernels
+    from .. import kernels
 
     windows = windows or kernels.MANY_WINDOWS
     with torch.cuda.device(cuda_index):

@@ -258,7 +258,7 @@ def _decide_tc_or_csr(candidates, costs: dict, ar: float | None, blocks: int, ca
 def _kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:
     if device.type != "cuda" or dtype not in KERNEL_DTYPES:
         return False
-    from . import kernels
+    from .. import kernels
 
     return kernels.available()
 
