@@ -81,17 +81,11 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
-def settle(a, xs, limit: int = 64, group: int = 8) -> str:
-    """Run ``a @ x`` until the choice for the operands' N has been measured
-    (``torch_tcsparse.trials``: on the first product where timing is allowed); the path products
-    of that N then run. ``xs``: the operands the benchmark times, used in turn."""
-    selection = a._structure.selection
-    x0 = xs[0]
-    for start in range(0, limit, group):
-        for i in range(start, start + group):
-            a @ xs[i % len(xs)]
-        torch.cuda.synchronize()
-        path = selection.settled(x0.shape[1], x0.dtype, x0.device)
-        if path is not None:
-            return path
-    raise RuntimeError(f"the choice for N={x0.shape[1]} did not settle in {limit} products")
+def settle(a, x: torch.Tensor) -> str:
+    """The path ``a @ x`` runs for good at x's N: the first product settles it, measuring the
+    close candidates within itself where the prediction leaves some (``torch_tcsparse.trials``)."""
+    a @ x
+    path = a._structure.selection.settled(x.shape[1], x.dtype, x.device)
+    if path is None:
+        raise RuntimeError(f"the first product at N={x.shape[1]} left the choice unsettled (timing not allowed?)")
+    return path

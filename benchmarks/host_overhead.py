@@ -45,7 +45,7 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
     """Callables of one X each, outermost first."""
     a = a.to(dtype)
     s = a._structure
-    path = settle(a, [torch.randn(a.shape[1], n, device="cuda", dtype=dtype)])
+    path = settle(a, torch.randn(a.shape[1], n, device="cuda", dtype=dtype))
     kernel = path if path in kernels.KERNELS else "base"
     block_values = a._block_values
     module = _ext.load()

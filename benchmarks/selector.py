@@ -126,7 +126,7 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                       for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
                 times = measure_paths(a, xs, repeat)
                 choice_us, cold_us = first_choice_us(layout, n, dtype)
-                settled, measured, trial_calls = measured_choice(a, [x for (x,) in xs])
+                settled, measured, trial_calls = measured_choice(a, xs[0][0])
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
                 records.append({"graph": name, "n": n, "dtype": selector.dtype_name(dtype), "times_us": times,
@@ -158,14 +158,14 @@ def first_choice_us(layout, n: int, dtype: torch.dtype, repeat: int = 5) -> tupl
     return statistics.median(totals), totals[0]
 
 
-def measured_choice(a: TCSparseTensor, xs: list) -> tuple[str, dict, dict]:
+def measured_choice(a: TCSparseTensor, x: torch.Tensor) -> tuple[str, dict, dict]:
     """The path ``A @ X`` settles on from a fresh cache (``torch_tcsparse.trials``), the
     trial's median microseconds per candidate and its calls per candidate (both empty when the
     prediction stood alone)."""
     s = a._structure
     s.selection = SelectionCache(s.selection.rows_share_ratio)
-    settled = settle(a, xs)
-    explanation = a.explain(xs[0].shape[1])
+    settled = settle(a, x)
+    explanation = a.explain(x.shape[1])
     calls = {path: trials.UNTIMED_CALLS + trials.TIMED_ROUNDS * trials.sample_calls(explanation.costs_us[path])
              for path in explanation.measured_us}
     return settled, explanation.measured_us, calls

@@ -18,6 +18,8 @@ traces them through their fake implementations.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -104,7 +106,7 @@ def csr_spmm(x: Tensor, values: Tensor, layout: MetcfLayout) -> Tensor:
     return torch.sparse.mm(matrix, x)
 
 
-def rows_spmm(x: Tensor, values: Tensor, layout: MetcfLayout, row_pieces: list[Tensor]) -> Tensor:
+def rows_spmm(x: Tensor, values: Tensor, layout: MetcfLayout, row_pieces: Sequence[Tensor]) -> Tensor:
     """The "rows" path on the layout's CSR, split by ``row_pieces`` (``csr_rows.RowPieces``' three
     tensors for ``csr_rows.piece_size()``), or by a split built here when the list is empty."""
     csr_rows.check_indices(layout.csr_rowptr)
@@ -151,7 +153,7 @@ def spmm(
 
 
 def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bool = False,
-             row_pieces: list[Tensor] = ()) -> Tensor:
+             row_pieces: Sequence[Tensor] = ()) -> Tensor:
     """The body of ``tcsparse::spmm`` without the op's dispatch, for eager calls that need no
     autograd: on small graphs the custom-op machinery costs more than the kernel itself.
     ``values`` may be float32 whatever x's dtype (the kernels take fp32 values). ``validated``:
@@ -167,7 +169,7 @@ def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bo
             return kernels.launch_spmm(x, values, a, path == "balanced")
         return kernels.spmm(x, values, a, path)
     if path == "rows":
-        return rows_spmm(x, values, a, list(row_pieces))
+        return rows_spmm(x, values, a, row_pieces)
     # The torch engines accumulate in their own precision; autocast, which already picked the
     # operands' dtype, must not recast their internal products (the kernels ignore autocast).
     with torch.autocast(x.device.type, enabled=False):

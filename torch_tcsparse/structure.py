@@ -29,7 +29,8 @@ class Structure:
     """Indices of a sparse matrix in canonical CSR and ME-TCF. ``layout.csr_gather`` links the
     two orders of the values: CSR-order values are ``block_values[csr_gather]``."""
 
-    def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None, col_perm: torch.Tensor | None, method: str):
+    def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None, col_perm: torch.Tensor | None, method: str,
+                 rows_share_ratio: float | None = None):
         self.num_rows, self.num_cols = csr.num_rows, csr.num_cols
         self.rowptr, self.col = csr.rowptr, csr.col
         self.window = window
@@ -39,8 +40,9 @@ class Structure:
         self._transpose: Structure | None = None
         self._row_pieces: dict[tuple[int, bool], csr_rows.RowPieces] = {}
         self._rows_csr: RowsCsr | None = None
-        ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
-        self.selection = SelectionCache(ratio)
+        if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
+            rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
+        self.selection = SelectionCache(rows_share_ratio)
 
     @property
     def nnz(self) -> int:

@@ -30,26 +30,29 @@ def _structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed: int
         symmetric = csr.num_rows == csr.num_cols
     if symmetric and csr.num_rows != csr.num_cols:
         raise ValueError(f"symmetric reordering needs a square matrix, got {csr.num_rows} x {csr.num_cols}")
-    method, row_perm = _reorder(csr, reorder, symmetric, window, seed)
+    method, row_perm, share_ratio = _reorder(csr, reorder, symmetric, window, seed)
     col_perm = row_perm if (symmetric and row_perm is not None) else None
-    return Structure(csr, window, row_perm, col_perm, method)
+    return Structure(csr, window, row_perm, col_perm, method, share_ratio)
 
 
 def _reorder(csr: CSR, reorder, symmetric: bool, window: int, seed: int):
-    """The method actually used and its row permutation (None for the identity)."""
+    """The method actually used, its row permutation (None for the identity) and the
+    permutation's ``rows_share_ratio`` where "auto" already computed it (else None)."""
     if isinstance(reorder, torch.Tensor):
-        return "user", _checked_permutation(reorder, csr.num_rows, csr.col.device)
+        return "user", _checked_permutation(reorder, csr.num_rows, csr.col.device), None
     if reorder in (None, "none"):
-        return "none", None
+        return "none", None, None
     if not isinstance(reorder, str):
         raise TypeError(f"reorder must be a method name or a permutation tensor, got {type(reorder).__name__}")
     from . import reorder as reordering
 
-    if reorder == "auto":
-        method, perm, _ = reordering.choose(csr, window=window, seed=seed, symmetric=symmetric)
-    else:
-        method, perm = reorder, reordering.reorder(csr, reorder, symmetric=symmetric, window=window, seed=seed)
-    return method, None if method == "none" else perm.to(csr.col.device)
+    if reorder != "auto":
+        perm = reordering.reorder(csr, reorder, symmetric=symmetric, window=window, seed=seed)
+        return reorder, perm.to(csr.col.device), None
+    method, perm, report = reordering.choose(csr, window=window, seed=seed, symmetric=symmetric)
+    if method == "none":
+        return "none", None, None
+    return method, perm.to(csr.col.device), report["methods"][method]["rows_share_ratio"]
 
 
 def _checked_permutation(perm: torch.Tensor, size: int, device) -> torch.Tensor:

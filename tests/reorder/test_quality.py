@@ -75,3 +75,22 @@ def test_choose_validation(planted):
         choose(planted[0], candidates=("tca", "louvain"))
     with pytest.raises(ValueError, match="1.5"):
         choose(planted[0], min_gain=1.5)
+
+
+def test_auto_hands_its_share_ratio_to_the_matrix(monkeypatch):
+    """The rows order's locality, which "auto" computed to predict, is not computed again when
+    the matrix is built."""
+    from torch_tcsparse import TCSparseTensor, structure
+
+    shuffled = sbm(16384, 64, 0.9, 2.0, seed=torch.initial_seed() % 2**31, shuffle=True)
+    method, _, report = choose(shuffled)
+    assert method != "none"
+
+    def computed_again(*args, **kwargs):
+        raise AssertionError("share_ratio computed again for the matrix")
+
+    monkeypatch.setattr(structure, "share_ratio", computed_again)
+    a = TCSparseTensor.from_csr(shuffled.rowptr, shuffled.col, torch.ones(shuffled.nnz), shape=(16384, 16384),
+                                reorder="auto")
+    assert a.reorder_method == method
+    assert a._structure.selection.rows_share_ratio == report["methods"][method]["rows_share_ratio"]

@@ -43,9 +43,9 @@ def _synchronize(device: torch.device) -> None:
 
 
 def _predictor(csr: CSR, window: int, n: int):
-    """A function of a row permutation (None: rows as given) returning the matrix's TC blocks
-    and the selector's predicted microseconds of every path times an operand of ``n`` columns,
-    on the matrix's device. Row lengths and the given order's locality do not depend on the
+    """A function of a row permutation (None: rows as given) returning the matrix's TC blocks,
+    the order's ``rows_share_ratio`` and the selector's predicted microseconds of every path
+    times an operand of ``n`` columns, on the matrix's device. Row lengths and the given order's locality do not depend on the
     permutation: computed once."""
     row_nnz = csr.rowptr[1:] - csr.rowptr[:-1]
     max_row = int(row_nnz.max()) if row_nnz.numel() else 0
@@ -53,12 +53,12 @@ def _predictor(csr: CSR, window: int, n: int):
     given_share = distinct_share(csr.rowptr, csr.col, csr.num_cols, None)
     model = selector.device_model(csr.col.device)
 
-    def predict(perm) -> tuple[int, dict]:
+    def predict(perm) -> tuple[int, float, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
         ratio = 1.0 if perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, perm, given_share)
         shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row, csr.num_cols, split_rows,
                                      rows_share_ratio=ratio)
-        return int(per_window.sum()), dict(selector.predict(shape, n, model).costs_us)
+        return int(per_window.sum()), ratio, dict(selector.predict(shape, n, model).costs_us)
 
     return predict
 
@@ -91,7 +91,7 @@ def choose(csr: CSR, window: int = 16, candidates=DEFAULT_CANDIDATES, seed: int 
 
     device = csr.col.device
     predict = _predictor(csr, window, n)
-    baseline, costs_none = predict(None)
+    baseline, _, costs_none = predict(None)
     tried = {}
     best_method, best_perm, best_blocks = "none", torch.arange(csr.num_rows, device=device), baseline
     best_us = _reordered_us(costs_none)
@@ -103,12 +103,13 @@ def choose(csr: CSR, window: int = 16, candidates=DEFAULT_CANDIDATES, seed: int 
         perm = reorder(csr, method, symmetric=symmetric, window=window, seed=seed)
         _synchronize(device)
         seconds = time.perf_counter() - start
-        blocks, costs = predict(perm)
+        blocks, ratio, costs = predict(perm)
         predicted_us = _reordered_us(costs)
         tried[method] = {
             "blocks": blocks,
             "mean_nnz_per_block": csr.nnz / blocks if blocks else 0.0,
             "predicted_us": predicted_us,
+            "rows_share_ratio": ratio,
             "seconds": seconds,
         }
         if blocks < baseline and predicted_us < best_us:
