@@ -102,6 +102,7 @@ def test_the_first_product_measures_the_shortlist_and_settles_the_bucket(measure
     products = FakeProducts({"base": 30.0, "balanced": 20.0, "rows": 25.0})
     trial._timer = products.timer
     assert cache.measure(trial, products) == "product on rows"
+    assert cache.settled(64, torch.float32, CUDA) == "balanced"  # from the measuring product on
     assert cache.choose(lay, 64, torch.float32, CUDA) == ("balanced", None)
     assert cache.choose(lay, 50, torch.float32, CUDA) == ("balanced", None)  # same bucket
     assert cache.settled(64, torch.float32, CUDA) == "balanced"

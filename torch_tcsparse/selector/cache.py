@@ -82,9 +82,10 @@ class SelectionCache:
         return output
 
     def settled(self, n: int, dtype: torch.dtype, device) -> str | None:
-        """The path products with these arguments run for good, or None while it is being measured
+        """The path products with these arguments run for good, or None while it is to be measured
         (or before the first product)."""
-        return self._choices.get((n, dtype, device))
+        state = self._by_bucket.get((n_bucket(n), dtype, torch.device(device)))
+        return state if isinstance(state, str) else None
 
     def _outside_graphs(self, compute, layout: MetcfLayout, n: int, dtype: torch.dtype, device: torch.device):
         """``compute(shape, n, dtype, device)``; a layout without host copies is read back,
