@@ -42,6 +42,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,7 @@ from common import batch_for, rotation_count, settle, time_cuda  # noqa: E402
 
 from torch_tcsparse import TCSparseTensor, csr_rows, selector, trials  # noqa: E402
 from torch_tcsparse.formats.csr import from_coo  # noqa: E402
-from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape, SelectionCache  # noqa: E402
+from torch_tcsparse.selector import CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape, SelectionCache  # noqa: E402
 
 N_VALUES = (32, 64, 128, 256)
 LARGE_NNZ = 1_000_000
@@ -117,7 +118,7 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
     for name in names:
         a32 = load_graph(name)
         layout = a32._structure.layout
-        shapes[name] = MatrixShape.of(layout)
+        shapes[name] = replace(MatrixShape.of(layout), grouped_blocks=a32._structure.grouped_blocks())
         windows = layout.num_windows
         for dtype in dtypes:
             a = a32 if dtype == torch.float32 else a32.to(dtype)
@@ -125,7 +126,7 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                 xs = [(torch.randn(a.shape[1], n, device="cuda", dtype=dtype),)
                       for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
                 times = measure_paths(a, xs, repeat)
-                choice_us, cold_us = first_choice_us(layout, n, dtype)
+                choice_us, cold_us = first_choice_us(layout, n, dtype, a32._structure.grouped_blocks)
                 settled, measured, trial_calls = measured_choice(a, xs[0][0])
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
@@ -144,14 +145,14 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
     return records, shapes
 
 
-def first_choice_us(layout, n: int, dtype: torch.dtype, repeat: int = 5) -> tuple[float, float]:
+def first_choice_us(layout, n: int, dtype: torch.dtype, grouped_blocks, repeat: int = 5) -> tuple[float, float]:
     """What a product pays for its first choice at an N bucket, on a fresh cache each time (the
-    block counts from the conversion's host copies, the simulation, a trial set up where one
-    runs): the median microseconds of ``repeat``, and the first alone, which follows the GPU
-    timings cold."""
+    block counts from the conversion's host copies, the grouped layout's from ``grouped_blocks``,
+    built once per matrix and then kept, the simulation, a trial set up where one runs): the
+    median microseconds of ``repeat``, and the first alone, which follows the GPU timings cold."""
     totals = []
     for _ in range(repeat):
-        cache = SelectionCache()
+        cache = SelectionCache(grouped_blocks=grouped_blocks)
         start = time.perf_counter()
         cache.choose(layout, n, dtype, layout.device)
         totals.append((time.perf_counter() - start) * 1e6)
@@ -163,7 +164,7 @@ def measured_choice(a: TCSparseTensor, x: torch.Tensor) -> tuple[str, dict, dict
     trial's median microseconds per candidate and its calls per candidate (both empty when the
     prediction stood alone)."""
     s = a._structure
-    s.selection = SelectionCache(s.selection.rows_share_ratio)
+    s.selection = SelectionCache(s.selection.rows_share_ratio, s.grouped_blocks)
     settled = settle(a, x)
     explanation = a.explain(x.shape[1])
     calls = {path: trials.UNTIMED_CALLS + trials.TIMED_ROUNDS * trials.sample_calls(explanation.costs_us[path])
@@ -218,7 +219,8 @@ def save(out: Path, records, shapes, info) -> None:
     for name, shape in shapes.items():
         arrays[f"{name}/window_blocks"] = shape.window_blocks
         arrays[f"{name}/meta"] = np.array(
-            [shape.window, shape.rows, shape.nnz, shape.max_row_nnz, shape.num_cols, shape.split_rows], dtype=np.int64
+            [shape.window, shape.rows, shape.nnz, shape.max_row_nnz, shape.num_cols, shape.split_rows,
+             -1 if shape.grouped_blocks is None else shape.grouped_blocks], dtype=np.int64
         )
     np.savez_compressed(out / "shapes.npz", **arrays)
 
@@ -230,11 +232,13 @@ def load_saved(folder: Path):
         for key in arrays.files:
             name, field = key.rsplit("/", 1)
             if field == "meta":
-                # cols since 2026-11-22, split rows since 2026-11-24
+                # cols since 2026-11-22, split rows since 2026-11-24, grouped blocks (-1: none) later
                 window, rows, nnz, max_row, *later = (int(v) for v in arrays[key])
                 cols = later[0] if later else None
                 split = later[1] if len(later) > 1 else split_rows_of(name)
-                shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, cols, split)
+                grouped = later[2] if len(later) > 2 and later[2] >= 0 else None
+                shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, cols, split,
+                                           grouped_blocks=grouped)
     return drop_stale(data["records"], folder), shapes, data["device"]
 
 
@@ -436,7 +440,7 @@ def fit_buckets(records, shapes, info, defaults: Calibration, dtype: torch.dtype
         at_n = [r for r in records if r["n"] == n]
         buckets[str(n)] = fit_bucket(at_n, shapes, n, info, {p: defaults.constants(p, n, dtype) for p in ("csr", "rows")})
     for n in selector.BUCKETS:  # keep every bucket present: unmeasured ones from the defaults
-        buckets.setdefault(str(n), {path: defaults.constants(path, n, dtype) for path in CHOICES})
+        buckets.setdefault(str(n), {path: defaults.constants(path, n, dtype) for path in CALIBRATED_CHOICES})
     return buckets
 
 
@@ -447,7 +451,7 @@ def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
     for r in records:
         by_dtype.setdefault(r.get("dtype", "float32"), []).append(r)
     fitted = {name: fit_buckets(rs, shapes, info, defaults, getattr(torch, name)) for name, rs in by_dtype.items()}
-    buckets = fitted.pop("float32", None) or {str(n): {path: defaults.constants(path, n) for path in CHOICES}
+    buckets = fitted.pop("float32", None) or {str(n): {path: defaults.constants(path, n) for path in CALIBRATED_CHOICES}
                                               for n in selector.BUCKETS}
     data = {
         "family": info["family"],

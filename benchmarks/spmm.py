@@ -1,4 +1,5 @@
-"""SpMM benchmark: our ME-TCF kernels and our CUDA-core "rows" kernel against cuSPARSE
+"""SpMM benchmark: our ME-TCF kernels (base, balanced, and grouped on its own layout) and our
+CUDA-core "rows" kernel against cuSPARSE
 (torch.sparse.mm on CSR) and PyG's message-passing aggregation, per graph, N and dtype, all in the dtype under test (float32 runs
 with TF32 allowed). Correctness first (against cuSPARSE's fp32 result), then CUDA-event medians
 with rotated X buffers; a call shorter than about half a millisecond is timed over back-to-back
@@ -16,6 +17,7 @@ import csv
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -23,9 +25,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import batch_for, copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us  # noqa: E402
 
-from torch_tcsparse import csr_rows, kernels, selector  # noqa: E402
+from torch_tcsparse import csr_rows, grouped, kernels, selector  # noqa: E402
 from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
 from torch_tcsparse.formats.csr import from_coo  # noqa: E402
+from torch_tcsparse.formats.grouped import build_grouped, may_pay  # noqa: E402
 from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
 
 LARGE_NNZ = 1_000_000
@@ -94,6 +97,11 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
     del row, col, values
     layout, block_values = build_metcf(csr)
     pieces = csr_rows.row_pieces(csr.rowptr)
+    grouped_layout = build_grouped(csr.rowptr, csr.col, num_rows, num_cols)
+    # The shape the library's selector reads (the grouped blocks only where it builds that layout).
+    shape = selector.MatrixShape.of(layout)
+    if may_pay(csr.nnz, layout.num_blocks):
+        shape = replace(shape, grouped_blocks=grouped_layout.num_blocks)
     build_ms = time_build(lambda: build_metcf(csr))
     torch_build_ms = time_build(lambda: build_metcf(csr, use_kernels=False))
     stats = layout.stats()
@@ -120,6 +128,8 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             times = {}
             ours = {kernel: (lambda x, k=kernel: kernels.spmm(x, kernel_values, layout, k)) for kernel in ("base", "balanced")}
             ours["rows"] = lambda x: csr_rows.spmm(x, csr.rowptr, csr.col, edge_values, pieces, num_cols)
+            grouped_values = edge_values.float()[grouped_layout.gather.long()]
+            ours["grouped"] = lambda x: grouped.spmm(x, grouped_layout, grouped_values, None)
             for path, run in ours.items():
                 got = run(xs[0][0]).float()
                 errors[path] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
@@ -130,7 +140,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             if pyg is not None and 3 * nnz * n * element < 0.5 * free:
                 pyg_ms = timed(lambda x: pyg(x, edge_index, edge_values, (num_cols, num_rows)))
             best = min(ours, key=times.get)
-            choice = selector.choose(layout, n, dtype, "cuda")[0]
+            choice = selector.explain_shape(shape, n, dtype, torch.device("cuda")).choice
             chosen_ms = times["cusparse" if choice == "csr" else choice]
             if dtype == torch.float32:
                 tf32_best_ms = times[best]
@@ -144,6 +154,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
                 "blocks": stats["tc_blocks"], "nnz_per_block": round(stats["mean_nnz_per_block"], 2),
                 "max_blocks_per_window": stats["blocks_per_window_max"],
                 "base_ms": times["base"], "balanced_ms": times["balanced"], "rows_ms": times.get("rows", float("nan")),
+                "grouped_ms": times["grouped"], "grouped_blocks": grouped_layout.num_blocks,
                 "cusparse_ms": times["cusparse"],
                 "pyg_ms": pyg_ms, "best": best, "speedup": times["cusparse"] / times[best],
                 "vs_tf32": tf32_best_ms / times[best] if tf32_best_ms else float("nan"),
@@ -194,7 +205,7 @@ def print_conversion(rows):
 
 
 def print_table(rows, bandwidth):
-    head = (f"{'graph':<26}{'nnz':>10}{'N':>5}{'dtype':>6}{'base':>9}{'bal':>9}{'rows':>9}{'cuSP':>9}{'PyG':>9}"
+    head = (f"{'graph':<26}{'nnz':>10}{'N':>5}{'dtype':>6}{'base':>9}{'bal':>9}{'rows':>9}{'grp':>9}{'cuSP':>9}{'PyG':>9}"
             f"{'x cuSP':>8}{'x tf32':>7}{'GF/s':>7}{'floor':>7}{'us/call':>9}{'cuSP us':>9}{'err':>9}")
     print(f"\nSpMM ms (median), each dtype against cuSPARSE in the same dtype (float32: TF32 compute); "
           f"floor = CSR A + X + Y once at {bandwidth / 1e12:.2f} TB/s")
@@ -202,7 +213,7 @@ def print_table(rows, bandwidth):
     short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
     for r in rows:
         print(f"{r['graph'][:25]:<26}{r['nnz']:>10}{r['N']:>5}{short[r['dtype']]:>6}{r['base_ms']:>9.3f}"
-              f"{r['balanced_ms']:>9.3f}{r['rows_ms']:>9.3f}{r['cusparse_ms']:>9.3f}{r['pyg_ms']:>9.3f}{r['speedup']:>8.2f}"
+              f"{r['balanced_ms']:>9.3f}{r['rows_ms']:>9.3f}{r['grouped_ms']:>9.3f}{r['cusparse_ms']:>9.3f}{r['pyg_ms']:>9.3f}{r['speedup']:>8.2f}"
               f"{r['vs_tf32']:>7.2f}{r['gflops']:>7.0f}{r['floor_frac']:>7.2f}{r['us_per_call']:>9.1f}"
               f"{r['cusparse_us_per_call']:>9.1f}{r['err']:>9.1e}")
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
@@ -220,7 +231,7 @@ def print_table(rows, bandwidth):
                       f"median per-call {sorted(r['us_per_call'] for r in small)[len(small) // 2]:.1f} us")
         typed = [r for r in rows if r["dtype"] == dtype]
         hits = sum(r["choice_loss"] <= 1.05 for r in typed)
-        print(f"{dtype}: selector choice within 5% of the fastest path (base, balanced, rows, cuSPARSE) on {hits}/{len(typed)}, "
+        print(f"{dtype}: selector choice within 5% of the fastest path (base, balanced, rows, grouped, cuSPARSE) on {hits}/{len(typed)}, "
               f"geomean loss {geomean([r['choice_loss'] for r in typed]) - 1:.1%}, "
               f"worst {max(r['choice_loss'] for r in typed):.2f}x; slowest against cuSPARSE "
               f"{max(r['choice_vs_cusparse'] for r in typed):.2f}x its time")

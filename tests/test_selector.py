@@ -407,7 +407,7 @@ def test_default_calibration_is_documented_and_complete():
     assert calibration.kernel_rule in ("ar", "cost") and calibration.ar_threshold >= 1.0
     for table in [calibration.buckets, *calibration.dtype_buckets.values()]:
         for bucket in selector.BUCKETS:
-            assert set(table[bucket]) == set(selector.CHOICES)
+            assert set(table[bucket]) == set(selector.CALIBRATED_CHOICES)
     assert set(calibration.dtype_buckets) == {"float16", "bfloat16"}
 
 
@@ -537,7 +537,8 @@ def test_choice_on_cuda_uses_kernel_occupancy_and_runs():
             assert resident >= 1
             assert explanation.slots[path] == props.multi_processor_count * resident
             assert kernels.column_slices(path, width) >= 1
-        assert explanation.candidates == selector.CHOICES
+        # A cache without a structure has no grouped layout to offer.
+        assert explanation.candidates == tuple(c for c in selector.CHOICES if c != "grouped")
         x = torch.randn(n, width, device="cuda")
         expected = a.matmul(x, path="csr")
         got = a.matmul(x, path=explanation.choice)
@@ -559,7 +560,7 @@ def selector_benchmark():
 
 
 def test_benchmark_times_first_choices_on_fresh_caches():
-    median_us, cold_us = selector_benchmark().first_choice_us(small_layout(), 128, torch.float32)
+    median_us, cold_us = selector_benchmark().first_choice_us(small_layout(), 128, torch.float32, None)
     assert median_us > 0 and cold_us > 0
 
 
@@ -681,3 +682,34 @@ def test_lazy_imports_of_the_kernels_resolve():
 
     assert isinstance(device._tf32_allowed(), bool)
     assert isinstance(cost_model._kernels_usable(torch.float32, torch.device("cuda")), bool)
+
+
+def test_grouped_path_cost_choice_and_availability(monkeypatch):
+    """The grouped kernel's time is its fixed part plus a cost per warp-step (blocks x warps per
+    chunk), scaled to the SM count; it is chosen where predicted fastest, and offered only where
+    the matrix has a grouped layout and results need not be deterministic."""
+    row, col, _ = synthetic.uniform(300, 60, seed=3)
+    layout, _ = build_metcf(from_coo(row, col, None, (300, 300), None))
+    shape = dataclasses.replace(MatrixShape.of(layout), grouped_blocks=1000)
+    model = selector.device_model(torch.device("cpu"))
+    prediction = cost_model.predict(shape, 128, model)
+    steps = 1000 * 4  # float32: one warp per 32 columns
+    expected = cost_model.GROUPED_FIXED_US + 0.80 * steps * 132 / model.sm_count / 1e3
+    assert prediction.device_us["grouped"] == pytest.approx(expected)
+    assert cost_model.grouped_warps_per_chunk(128, torch.float16) == 4  # 2 windows x 2 slices of 64
+    assert "grouped" not in cost_model.predict(MatrixShape.of(layout), 128, model).device_us
+
+    costs = {"base": 50.0, "balanced": 40.0, "csr": 60.0, "rows": 45.0, "grouped": 30.0}
+    calibration = model.calibration
+    assert cost_model._decide(selector.CHOICES, costs, 1.0, 10, calibration)[0] == "grouped"
+    assert cost_model._decide(selector.CALIBRATED_CHOICES, costs, 1.0, 10, calibration)[0] != "grouped"
+
+    monkeypatch.setattr(cost_model, "_kernels_usable", lambda dtype, device: True)
+    cuda = torch.device("cuda")
+    assert "grouped" in cost_model.runnable_paths(torch.float32, cuda, shape)
+    assert "grouped" not in cost_model.runnable_paths(torch.float32, cuda, MatrixShape.of(layout))
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert "grouped" not in cost_model.runnable_paths(torch.float32, cuda, shape)
+    finally:
+        torch.use_deterministic_algorithms(False)

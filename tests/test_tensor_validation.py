@@ -104,7 +104,7 @@ def test_invalid_path_is_named(a):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal of the CUDA kernel paths")
-@pytest.mark.parametrize("path", ["base", "balanced"])
+@pytest.mark.parametrize("path", ["base", "balanced", "rows", "grouped"])
 def test_kernel_paths_need_cuda(a, path):
     with pytest.raises(ValueError, match=rf"{path}.*CUDA.*cpu"):
         a.matmul(torch.ones(4, 2), path=path)

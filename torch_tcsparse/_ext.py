@@ -19,11 +19,13 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = (
     "bindings.cpp",
     "csr_rows_binding.cpp",
+    "grouped_binding.cpp",
     "kernels_f32.cu",
     "kernels_f16.cu",
     "kernels_bf16.cu",
     "metcf_convert.cu",
     "csr_rows_spmm.cu",
+    "grouped_spmm.cu",
 )
 NAME = "tcsparse_kernels"
 

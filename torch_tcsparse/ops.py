@@ -8,6 +8,9 @@ and its values in block order) by a dense ``x`` of shape [K, N]. ``path`` picks 
   native on CPU): the fast CPU path and the vendor fallback;
 - ``"rows"``: the CUDA-core CSR kernel (``csr_rows.py``), on CUDA with int32 indices, in the
   kernels' dtypes;
+- ``"grouped"``: the Tensor-Core kernel on the grouped layout (``grouped.py``), which a
+  TCSparseTensor keeps; the op itself carries the ME-TCF layout only and runs ``"base"`` for it
+  (the same product);
 - ``"reference"``: ME-TCF computed block by block with dense torch ops, the reference the CUDA
   kernels are tested against;
 - ``"auto"``: the kernel on CUDA where it supports the dtype, ``"csr"`` elsewhere.
@@ -27,9 +30,12 @@ from . import csr_rows, kernels
 from .formats.csr import torch_csr
 from .formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
 
-PATHS = ("auto", "base", "balanced", "csr", "rows", "reference")
+PATHS = ("auto", "base", "balanced", "csr", "rows", "grouped", "reference")
 KERNEL_PATHS = ("base", "balanced")
 CSR_PATHS = ("csr", "rows")
+# Paths a TCSparseTensor runs from layouts of its own (not the op's ME-TCF arrays).
+PRODUCT_PATHS = CSR_PATHS + ("grouped",)
+CUDA_ONLY_PATHS = KERNEL_PATHS + ("rows", "grouped")
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # torch's CPU sparse CSR product has no half-precision kernels.
 CPU_CSR_DTYPES = (torch.float32, torch.float64)
@@ -43,7 +49,7 @@ CHUNK_ELEMENTS = 1 << 24
 def resolve_path(path: str, x: Tensor) -> str:
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if path in KERNEL_PATHS + ("rows",) and not (x.is_cuda and x.dtype in KERNEL_DTYPES):
+    if path in CUDA_ONLY_PATHS and not (x.is_cuda and x.dtype in KERNEL_DTYPES):
         raise ValueError(f"path {path!r} needs a CUDA tensor of dtype {KERNEL_DTYPES}, got {x.dtype} on {x.device}")
     if path == "csr" and not x.is_cuda and x.dtype not in CPU_CSR_DTYPES:
         raise ValueError(f"path 'csr' on the CPU supports {CPU_CSR_DTYPES}, got {x.dtype}; use 'reference' or 'auto'")
@@ -164,6 +170,8 @@ def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bo
         path = resolve_path(path, x)
     if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.num_rows, x.shape[1], dtype=x.dtype, device=x.device)
+    if path == "grouped":
+        path = "base"
     if path in KERNEL_PATHS:
         if validated:
             return kernels.launch_spmm(x, values, a, path == "balanced")

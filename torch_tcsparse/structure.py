@@ -9,6 +9,7 @@ import torch
 
 from . import csr_rows
 from .formats.csr import CSR, transpose
+from .formats.grouped import GroupedLayout, build_grouped, may_pay
 from .formats.metcf import build_metcf
 from .reorder.locality import share_ratio
 from .selector import SelectionCache
@@ -40,9 +41,10 @@ class Structure:
         self._transpose: Structure | None = None
         self._row_pieces: dict[tuple[int, bool], csr_rows.RowPieces] = {}
         self._rows_csr: RowsCsr | None = None
+        self._grouped: GroupedLayout | None = None
         if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
             rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
-        self.selection = SelectionCache(rows_share_ratio)
+        self.selection = SelectionCache(rows_share_ratio, self.grouped_blocks)
 
     @property
     def nnz(self) -> int:
@@ -79,6 +81,22 @@ class Structure:
                 rowptr, col, gather = csr_rows.permuted_rows(self.rowptr, self.col, self.row_perm)
                 self._rows_csr = RowsCsr(rowptr, col, gather, self.layout.row_map[: self.num_rows])
         return self._rows_csr
+
+    def grouped(self) -> GroupedLayout:
+        """The layout of the "grouped" path, in our row order, built on first need and kept."""
+        if self._grouped is None:
+            if self.col.dtype != torch.int32:
+                raise ValueError(f"path 'grouped' needs int32 indices (under 2^31 nonzeros), got {self.col.dtype}")
+            self._grouped = build_grouped(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm)
+        return self._grouped
+
+    def grouped_blocks(self) -> int | None:
+        """Blocks of the grouped layout for the selector, or None where the path cannot pay
+        (``formats.grouped.may_pay``: the windows of a group share few columns) or the indices
+        need int64. Builds the layout where it may pay (ogbl-ddi: 3 ms)."""
+        if not may_pay(self.nnz, self.layout.num_blocks) or self.col.dtype != torch.int32:
+            return None
+        return self.grouped().num_blocks
 
     def csr(self, values: torch.Tensor) -> CSR:
         return CSR(self.rowptr, self.col, values, self.num_rows, self.num_cols)
@@ -153,6 +171,7 @@ class Structure:
         moved._transpose = None
         moved._row_pieces = {}
         moved._rows_csr = None
+        moved._grouped = None
         return moved
 
     def stats(self, value_bytes: int = 4) -> dict:

@@ -13,7 +13,7 @@ import functools
 
 import torch
 
-from . import csr_rows, ops
+from . import csr_rows, grouped, ops
 from .formats import inputs
 from .formats.csr import CSR, check_values, from_csr_arrays, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
@@ -272,12 +272,17 @@ class TCSparseTensor(torch.Tensor):
         s = self._structure
         values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
         x_needs_grad = torch.is_grad_enabled() and x.requires_grad
+        if path == "grouped" and (torch.are_deterministic_algorithms_enabled() or torch.compiler.is_compiling()
+                                  or values_need_grad):
+            # The op carries the ME-TCF layout only, and the grouped kernel adds atomically: base
+            # computes the same product there, deterministically.
+            path = "base"
         if torch.compiler.is_compiling() or values_need_grad:
             values = s.to_block_order(self._values) if values_need_grad else self._block_values
             layout_t = s.transposed().layout.tensors() if x_needs_grad else []
             pieces = self._op_row_pieces(path, x_needs_grad)
             y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path, pieces)
-        elif path in ops.CSR_PATHS:
+        elif path in ops.PRODUCT_PATHS:
             # The CSR paths read the CSR-order values the tensor holds: no per-call gather, so
             # "csr" costs what torch.sparse.mm costs; the bias goes in with the product.
             product = self._csr_product(path)
@@ -337,12 +342,16 @@ class TCSparseTensor(torch.Tensor):
         return self._csr_matrix
 
     def _csr_product(self, path: str):
-        """``(x, bias) -> A @ x + bias`` on a CSR path: torch.sparse ("csr") or the CUDA-core
-        kernel ("rows", whose split of long rows the structure keeps)."""
+        """``(x, bias) -> A @ x + bias`` on a path with a layout of its own: torch.sparse ("csr"),
+        the CUDA-core kernel ("rows", whose split of long rows the structure keeps) or the grouped
+        Tensor-Core kernel ("grouped")."""
         if path == "csr":
             matrix = self._torch_csr()
             return lambda x, bias: ops.torch_sparse_product(matrix, x.contiguous(), bias)
         s = self._structure
+        if path == "grouped":
+            layout, values = s.grouped(), self._grouped_values()
+            return lambda x, bias: grouped.spmm(x, layout, values, bias)
         csr_rows.check_indices(s.rowptr)
         rows, pieces = s.rows_csr(), s.row_pieces(csr_rows.piece_size())
         values = self._rows_values()
@@ -357,6 +366,13 @@ class TCSparseTensor(torch.Tensor):
         if "rows" not in self._operands:
             self._operands["rows"] = self._values[gather]
         return self._operands["rows"]
+
+    def _grouped_values(self) -> torch.Tensor:
+        """fp32 values in the grouped layout's order, gathered once and kept while the values
+        need no gradient."""
+        if "grouped" not in self._operands:
+            self._operands["grouped"] = self._values.float()[self._structure.grouped().gather.long()]
+        return self._operands["grouped"]
 
     def _transposed_csr_product(self, path: str):
         return self._csr_transpose()._csr_product(path)

@@ -73,3 +73,38 @@ def half_tolerance(csr, x, product, ref):
     half-precision split-K GEMMs report hazards of their own under racecheck)."""
     torch_error = 0.0 if SUBSET else torch_dense_error(csr, x, product)
     return 4 * max(torch_error, rounding_error(ref, x.dtype)) + 1e-6
+
+
+def torch_tf32_error(row, col, values, x, m):
+    """Relative error of torch's TF32 dense matmul on (a sample of) the same rows and x. The
+    product is padded to at least 64 x 64 (zero rows, repeated columns), since cuBLAS takes a
+    non-Tensor-Core path for very thin shapes and would report fp32 error instead."""
+    rows = min(m, 256)
+    keep = row < rows
+    dense = torch.zeros(max(rows, 64), x.shape[0], device="cuda")
+    dense.index_put_((row[keep], col[keep]), values[keep], accumulate=True)
+    x = x.repeat(1, -(-64 // x.shape[1]))
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        got = dense @ x
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    ref = dense.double() @ x.double()
+    return float((got.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def tf32_round(t):
+    """Round float32 to TF32 (10 mantissa bits, nearest, ties away), as cvt.rna.tf32.f32 does."""
+    bits = t.float().contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def tf32_model_error(row, col, values, x, m, ref):
+    """Relative error of exact products of TF32-rounded operands: the error TF32 must allow, also
+    where cuBLAS picks a non-Tensor-Core kernel for a thin shape and reports fp32 error."""
+    return float((reference(row, col, tf32_round(values), tf32_round(x), m) - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def tf32_tolerance(row, col, values, x, m, ref):
+    return 4 * max(torch_tf32_error(row, col, values, x, m), tf32_model_error(row, col, values, x, m, ref)) + 1e-6

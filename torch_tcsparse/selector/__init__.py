@@ -104,7 +104,7 @@ from .model import (
     rank,
     select,
 )
-from .paths import BUCKETS, CHOICES, KERNEL_CHOICES, n_bucket
+from .paths import BUCKETS, CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, n_bucket
 from .schedule import EXACT_JOBS_PER_SLOT, list_schedule_exact, list_schedule_makespan
 from .shape import (
     BalancedLaunch,
@@ -119,6 +119,7 @@ __all__ = [
     "BUCKETS",
     "BalancedLaunch",
     "CALIBRATION_DIR",
+    "CALIBRATED_CHOICES",
     "CHOICES",
     "Calibration",
     "DEFAULT_L2_BYTES",

@@ -18,11 +18,13 @@ class SelectionCache:
     """Choices for one matrix, computed once per (N bucket, dtype, device), and measured on its
     first product where the prediction leaves close candidates (``trials``); explanations built
     only when asked for. A ``Structure`` holds one; the matrix's block counts come from the host
-    copies its conversion made; a reordered matrix's ``rows_share_ratio`` comes from the
+    copies its conversion made; a reordered matrix's ``rows_share_ratio`` and the block count of
+    its grouped layout (``grouped_blocks``, built on the first choice) come from the
     ``Structure``, which knows the order."""
 
-    def __init__(self, rows_share_ratio: float = 1.0):
+    def __init__(self, rows_share_ratio: float = 1.0, grouped_blocks=None):
         self.rows_share_ratio = rows_share_ratio
+        self._grouped_blocks = grouped_blocks  # () -> int | None, asked with the shape
         self._shape: MatrixShape | None = None
         self._explanations: dict = {}
         self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
@@ -31,7 +33,9 @@ class SelectionCache:
 
     def _shape_of(self, layout: MetcfLayout) -> MatrixShape:
         if self._shape is None:
-            self._shape = replace(MatrixShape.of(layout), rows_share_ratio=self.rows_share_ratio)
+            grouped_blocks = self._grouped_blocks() if self._grouped_blocks is not None else None
+            self._shape = replace(MatrixShape.of(layout), rows_share_ratio=self.rows_share_ratio,
+                                  grouped_blocks=grouped_blocks)
         return self._shape
 
     def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:

@@ -12,12 +12,35 @@ from ..formats.csr import index_dtype_for
 from ..formats.metcf import MetcfLayout
 from ..ops import KERNEL_DTYPES
 from .device import Calibration, DeviceModel, device_model
-from .paths import CHOICES, KERNEL_CHOICES, n_bucket
+from .paths import CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, n_bucket
 from .shape import BalancedLaunch, MatrixShape, balanced_makespan_units, base_makespan_units
 
 # The share of the rows path's time that an order removes per unit of distinct-share removed
 # (the package docstring).
 ROWS_ORDER_GAIN = 0.2
+
+# The grouped kernel's time: a fixed part (zeroing the fp32 sums, launch) and a cost per warp-step
+# (one block of a chunk for one warp), whole GPU, by bytes per element of X. Measured on an H200
+# (132 SMs) at N = 128, 2026-11-24: ogbl-ddi's 27,289 blocks x 4 warps per chunk (float32) ran in
+# 87 us, 0.80 ns per step; float16 (2 warps x 2 slices) in 64 us, 0.58 ns; uniform 4267 (35,778
+# blocks) 111 / 82 us; band 16384 (6,128 blocks) 26 / 21 us.
+GROUPED_STEP_NS = {4: 0.80, 2: 0.58}
+GROUPED_FIXED_US = 6.0
+GROUPED_REFERENCE_SMS = 132
+
+
+def grouped_warps_per_chunk(n: int, dtype: torch.dtype) -> int:
+    """Warps per chunk of the grouped kernel (csrc/grouped_spmm.cu): fp32 takes all 4 windows of a
+    group and 32 columns per warp, 16-bit types 2 windows and 64 columns."""
+    if dtype.itemsize >= 4:
+        return -(-n // 32)
+    return 2 * -(-n // 64)
+
+
+def grouped_time_us(shape: MatrixShape, n: int, dtype: torch.dtype, sm_count: int) -> float:
+    steps = shape.grouped_blocks * grouped_warps_per_chunk(n, dtype)
+    per_step = GROUPED_STEP_NS[4 if dtype.itemsize >= 4 else 2]
+    return GROUPED_FIXED_US + per_step * steps * GROUPED_REFERENCE_SMS / sm_count / 1e3
 
 
 def kernel_time_us(constants: dict, makespan: float, work: float, slots: int, miss: float = 0.0) -> float:
@@ -106,7 +129,7 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
     """Simulate both kernels' launches for ``shape`` times an [K, n] operand on ``model``'s device
     and predict the time of every path (see the package docstring for the model)."""
     calibration = model.calibration
-    constants = {path: calibration.constants(path, n, dtype) for path in CHOICES}
+    constants = {path: calibration.constants(path, n, dtype) for path in CALIBRATED_CHOICES}
     base, balanced, csr = constants["base"], constants["balanced"], constants["csr"]
     kernel_dtype = dtype if dtype in KERNEL_DTYPES else torch.float32
     windows = shape.num_windows
@@ -126,6 +149,9 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
         "csr": _csr_time_us(csr, shape, shape.max_row_nnz, miss),
         "rows": _rows_time_us(constants["rows"], shape, miss),
     }
+    if shape.grouped_blocks is not None:
+        device_us["grouped"] = grouped_time_us(shape, n, kernel_dtype, model.sm_count)
+        constants["grouped"] = {"floor_us": base.get("floor_us", 0.0)}
     # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
     # that small graphs cost: back-to-back calls then run at the rate the host issues them.
     costs = {path: max(constants[path].get("floor_us", 0.0), us) for path, us in device_us.items()}
@@ -210,6 +236,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "max_row_nnz": shape.max_row_nnz,
         "split_rows": shape.split_rows,
         "rows_share_ratio": shape.rows_share_ratio,
+        "grouped_blocks": shape.grouped_blocks,
         "column_slices": slices["base"],
         "x_share_beyond_l2": prediction.miss,
     }
@@ -224,10 +251,13 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
 
 def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration) -> tuple[str, str]:
     """``_decide_tc_or_csr``'s choice, or "rows" where it may run and is predicted at least the
-    calibration's ``rows_margin`` faster."""
+    calibration's ``rows_margin`` faster, or "grouped" where it may run and is predicted faster
+    than that."""
     choice, reason = _decide_tc_or_csr(candidates, costs, ar, blocks, calibration)
     if "rows" in candidates and costs["rows"] < (1.0 - calibration.rows_margin) * costs[choice]:
-        return "rows", f"{reason}; rows predicted faster still ({costs['rows']:.1f} us)"
+        choice, reason = "rows", f"{reason}; rows predicted faster still ({costs['rows']:.1f} us)"
+    if "grouped" in candidates and "grouped" in costs and costs["grouped"] < costs[choice]:
+        choice, reason = "grouped", f"{reason}; grouped predicted faster still ({costs['grouped']:.1f} us)"
     return choice, reason
 
 
@@ -276,11 +306,17 @@ def explain_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.
 
 def runnable_paths(dtype: torch.dtype, device: torch.device, shape: MatrixShape) -> tuple:
     """Every path that can run: the kernels where built for the dtype, "rows" with them where
-    the indices are int32 (under 2^31 rows, columns and nonzeros), always "csr"."""
+    the indices are int32 (under 2^31 rows, columns and nonzeros), "grouped" where the matrix may
+    gain from it (``Structure.grouped_blocks``) and results need not be deterministic (its chunks
+    add atomically), always "csr"."""
     if not _kernels_usable(dtype, device):
         return ("csr",)
-    int32_indices = index_dtype_for(shape.rows, shape.num_cols, shape.nnz) == torch.int32
-    return CHOICES if int32_indices else tuple(c for c in CHOICES if c != "rows")
+    excluded = set()
+    if index_dtype_for(shape.rows, shape.num_cols, shape.nnz) != torch.int32:
+        excluded.add("rows")
+    if shape.grouped_blocks is None or torch.are_deterministic_algorithms_enabled():
+        excluded.add("grouped")
+    return tuple(c for c in CHOICES if c not in excluded)
 
 
 def choose(layout: MetcfLayout, n: int, dtype: torch.dtype, device) -> tuple[str, Explanation]:

@@ -1,7 +1,9 @@
 """The paths the selector ranks, and the N buckets a choice is cached for."""
 from __future__ import annotations
 
-CHOICES = ("base", "balanced", "csr", "rows")
+CHOICES = ("base", "balanced", "csr", "rows", "grouped")
+# The paths whose constants a calibration file holds ("grouped" has in-code constants: model.py).
+CALIBRATED_CHOICES = ("base", "balanced", "csr", "rows")
 KERNEL_CHOICES = ("base", "balanced")
 BUCKETS = (32, 64, 128, 256)
 

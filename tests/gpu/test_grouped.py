@@ -1,0 +1,174 @@
+"""GPU tests of the "grouped" path (the Tensor-Core kernel on the grouped layout) against float64.
+
+Fresh random data each run, outputs poisoned with NaN first. float32 runs TF32 (tolerance a
+multiple of torch's own TF32 matmul error on the same data) or, with TF32 off, the 3xTF32 split
+(a multiple of torch.sparse's fp32 error); float16/bfloat16 take the matrix and X rounded to the
+dtype and the tolerance of test_kernels_16bit.py.
+"""
+import pytest
+import torch
+
+from torch_tcsparse import TCSparseTensor, grouped
+from torch_tcsparse.formats.grouped import build_grouped
+
+from .kernel_data import (
+    HUB_NNZ,
+    M_GRID,
+    N_GRID,
+    SUBSET,
+    half_tolerance,
+    poison,
+    random_matrix,
+    reference,
+    relative_error,
+    rounding_error,
+    tf32_tolerance,
+)
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture
+def tf32():
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    yield
+    torch.set_float32_matmul_precision(previous)
+
+
+def tolerance(csr, x, product, ref):
+    if x.dtype != torch.float32:
+        return half_tolerance(csr, x, product, ref)
+    return tf32_tolerance(csr.row_indices(), csr.col.long(), csr.values, x, csr.num_rows, product)
+
+
+def check(m, k, n, dtype=torch.float32, mean_degree=8, bias=False, reorder="none", x=None, **matrix):
+    row, col, values = random_matrix(m, k, mean_degree, **matrix)
+    a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k), reorder=reorder)
+    csr = a.csr
+    x = torch.randn(k, n, device="cuda").to(dtype) if x is None else x
+    b = torch.randn(n, device="cuda").to(dtype) if bias else None
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
+    ref = product + (b.double() if bias else 0.0)
+    poison(m * n + 1)
+    out = a.matmul(x, path="grouped", bias=b)
+    torch.cuda.synchronize()
+    assert out.dtype == dtype and out.shape == (m, n)
+    err = relative_error(out, ref)
+    if ref.norm() == 0:
+        assert err == 0.0
+        return
+    limit = tolerance(csr, x, product, ref)
+    assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (m={m} k={k} n={n} {dtype})"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", N_GRID)
+@pytest.mark.parametrize("m", M_GRID)
+def test_shape_grid(tf32, m, n, dtype):
+    check(m, m, n, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [7, 128])
+def test_dense_groups_many_chunks(tf32, n, dtype):
+    """Rows of ~600 nonzeros among 3,000 columns: every group spans hundreds of blocks, cut into
+    chunks whose sums meet in the atomics, and sub-blocks of all occupancies."""
+    check(700, 3000, n, dtype, mean_degree=600, empty_fraction=0.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [32] if SUBSET else [7, 32, 300])
+@pytest.mark.parametrize("bias", [False, True])
+def test_hub_row_bias_and_reordering(tf32, n, bias, dtype):
+    """A 10^5-nonzero hub (one group of thousands of blocks), the bias added once, rows in a
+    reordering's order written through the row map."""
+    check(2000, HUB_NNZ + 1000, n, dtype, mean_degree=6, bias=bias, hub_row=1234, hub_nnz=HUB_NNZ)
+    check(1500, 1500, n, dtype, mean_degree=40, bias=bias, reorder=torch.randperm(1500, device="cuda"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rectangular_and_strided_x(tf32, dtype):
+    check(1000, 5000, 64, dtype)
+    check(5000, 300, 13, dtype)
+    wide = torch.randn(900, 56, device="cuda").to(dtype)
+    check(700, 900, 40, dtype, x=wide[:, 1:41])  # not 16-byte aligned: the element copies
+    check(700, 900, 64, dtype, x=torch.randn(64, 900, device="cuda").to(dtype).t())
+
+
+def test_exact_fp32_without_tf32():
+    """TF32 off: the 3xTF32 split, close to fp32 (well under TF32's 1e-4..1e-3)."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        row, col, values = random_matrix(1000, 1000, 200)
+        a = TCSparseTensor.from_coo(row, col, values, shape=(1000, 1000))
+        x = torch.randn(1000, 64, device="cuda")
+        ref = reference(row, col, values, x, 1000)
+        assert relative_error(a.matmul(x, path="grouped"), ref) <= 1e-5
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def test_gradients_and_deterministic_mode(tf32):
+    """dX through the transpose's grouped layout; values needing a gradient and deterministic mode
+    run base instead (the same product, no atomics)."""
+    m = 600
+    row, col, values = random_matrix(m, m, 50)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(m, m))
+    dense = a.to_dense().double()
+    x = torch.randn(m, 32, device="cuda", requires_grad=True)
+    y = a.matmul(x, path="grouped")
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    assert relative_error(x.grad, dense.t() @ grad_y.double()) <= 1e-3
+    edge_values = a.csr.values.clone().requires_grad_()
+    a.with_values(edge_values).matmul(x.detach(), path="grouped").sum().backward()
+    assert edge_values.grad is not None
+    torch.use_deterministic_algorithms(True)
+    try:
+        one, two = a.matmul(x.detach(), path="grouped"), a.matmul(x.detach(), path="grouped")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(one, two)
+    assert relative_error(one, dense @ x.detach().double()) <= 1e-3
+
+
+def test_16bit_rounding_bound():
+    row, col, values = random_matrix(3000, 3000, 100)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(3000, 3000)).half()
+    csr = a.csr
+    x = torch.randn(3000, 64, device="cuda").half()
+    ref = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 3000)
+    assert relative_error(a.matmul(x, path="grouped"), ref) <= 4 * rounding_error(ref, torch.float16) + 1e-6
+
+
+def test_binding_rejects_bad_inputs():
+    row, col, values = random_matrix(100, 100, 5)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(100, 100))
+    layout = a._structure.grouped()
+    v = values.float()[layout.gather.long()]
+    x = torch.randn(100, 8, device="cuda")
+    with pytest.raises(RuntimeError, match="values must be float32"):
+        grouped.spmm(x, layout, v.double())
+    with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16"):
+        grouped.spmm(x.double(), layout, v)
+    with pytest.raises(RuntimeError, match="bias must be"):
+        grouped.spmm(x, layout, v, torch.zeros(9, device="cuda"))
+    short = layout._replace(row_map=layout.row_map[:-1])
+    with pytest.raises(RuntimeError, match="row_map must be 1-D with"):
+        grouped.spmm(x, short, v)
+
+
+def test_selector_offers_grouped_on_dense_matrices_only():
+    dense_rows = random_matrix(2000, 2000, 400)
+    dense = TCSparseTensor.from_coo(*dense_rows[:2], dense_rows[2], shape=(2000, 2000))
+    assert dense._structure.grouped_blocks() == build_grouped(
+        dense._structure.rowptr, dense._structure.col, 2000, 2000).num_blocks
+    assert "grouped" in dense.explain(128).candidates
+    sparse_rows = random_matrix(20000, 20000, 4)
+    sparse = TCSparseTensor.from_coo(*sparse_rows[:2], sparse_rows[2], shape=(20000, 20000))
+    assert sparse._structure.grouped_blocks() is None
+    assert "grouped" not in sparse.explain(128).candidates

@@ -1,0 +1,96 @@
+// Torch binding of the grouped Tensor-Core SpMM (grouped_spmm.h): validation, allocation, stream.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "binding_checks.h"
+#include "grouped_spmm.h"
+
+namespace {
+
+using tcsparse_binding::check_index;
+using tcsparse_binding::check_launch;
+using tcsparse_binding::with_element_type;
+
+tcsparse::Precision precision_of(bool exact) {
+    return exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
+}
+
+// Y = A @ x (+ bias on every row) for the grouped layout (torch_tcsparse/formats/grouped.py) and
+// its fp32 values in sub-block order. The layout's contents are not checked here (that would cost
+// a host sync per call): callers pass a TCSparseTensor's, built from a validated CSR.
+at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& chunk_starts,
+                        const at::Tensor& chunk_group, const at::Tensor& block_cols, const at::Tensor& bitmaps,
+                        const at::Tensor& sub_offsets, const at::Tensor& row_map, int64_t num_rows, bool exact,
+                        const std::optional<at::Tensor>& bias) {
+    TCS_CHECK(values.is_cuda(), "values must be a CUDA tensor, got device ", values.device());
+    const at::Device device = values.device();
+    TCS_CHECK(values.scalar_type() == at::kFloat, "values must be float32, got ", values.scalar_type());
+    TCS_CHECK(values.dim() == 1 && values.is_contiguous(), "values must be 1-D and contiguous, got shape ",
+              values.sizes());
+    TCS_CHECK(num_rows >= 0, "num_rows must be non-negative, got ", num_rows);
+    TCS_CHECK(chunk_starts.dim() == 1 && chunk_starts.numel() >= 1, "chunk_starts must be 1-D and non-empty");
+    TCS_CHECK(block_cols.dim() == 1 && block_cols.numel() % 8 == 0, "block_cols must be 1-D with a multiple of 8 "
+              "entries, got shape ", block_cols.sizes());
+    const int64_t num_chunks = chunk_starts.numel() - 1, num_blocks = block_cols.numel() / 8;
+    const int64_t num_groups = (num_rows + tcsparse::kGroupRows - 1) / tcsparse::kGroupRows;
+    check_index(chunk_starts, "chunk_starts", at::kInt, num_chunks + 1, device);
+    check_index(chunk_group, "chunk_group", at::kInt, num_chunks, device);
+    check_index(block_cols, "block_cols", at::kInt, num_blocks * 8, device);
+    check_index(bitmaps, "bitmaps", at::kInt, num_blocks * tcsparse::kGroupWindows * 4, device);
+    check_index(sub_offsets, "sub_offsets", at::kInt, num_blocks * tcsparse::kGroupWindows + 1, device);
+    check_index(row_map, "row_map", at::kInt, num_groups * tcsparse::kGroupRows, device);
+    TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the values are on ", device);
+    TCS_CHECK(x.dim() == 2, "x must be 2-D, got shape ", x.sizes());
+    const at::ScalarType dtype = x.scalar_type();
+    TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+              "x must be float32, float16 or bfloat16, got ", dtype);
+    TCS_CHECK(!exact || dtype == at::kFloat, "the exact (3xTF32) product takes float32 x, got ", dtype);
+    const at::Tensor xc = x.contiguous();
+    const int64_t n = xc.size(1);
+    if (bias.has_value()) {
+        TCS_CHECK(bias->device() == device && bias->scalar_type() == dtype, "bias must be ", dtype, " on ", device,
+                  ", got ", bias->scalar_type(), " on ", bias->device());
+        TCS_CHECK(bias->dim() == 1 && bias->numel() == n, "bias must be 1-D with ", n, " entries, got shape ",
+                  bias->sizes());
+    }
+    const c10::cuda::CUDAGuard guard(device);
+    // The kernel adds every chunk's sums atomically into fp32 rows, so they start from zero (or
+    // from the bias): Y itself when it is fp32, else a scratch rounded into Y at the end.
+    const auto floats = xc.options().dtype(at::kFloat);
+    at::Tensor sums = bias.has_value() ? bias->to(at::kFloat).expand({num_rows, n}).contiguous()
+                                       : at::zeros({num_rows, n}, floats);
+    // The kernel copies bitmaps and values in 16-byte pieces from 16-byte boundaries.
+    const auto aligned16 = [](const at::Tensor& t) {
+        return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 ? t.clone() : t;
+    };
+    const at::Tensor bitmaps16 = aligned16(bitmaps), values16 = aligned16(values);
+    const tcsparse::GroupedArrays a{chunk_starts.data_ptr<int32_t>(), chunk_group.data_ptr<int32_t>(),
+                                    block_cols.data_ptr<int32_t>(),
+                                    reinterpret_cast<const uint32_t*>(bitmaps16.data_ptr<int32_t>()),
+                                    sub_offsets.data_ptr<int32_t>(), row_map.data_ptr<int32_t>(), num_chunks};
+    with_element_type(dtype, [&](auto element) {
+        using T = decltype(element);
+        check_launch(tcsparse::grouped_spmm<T>(a, values16.data_ptr<float>(), reinterpret_cast<const T*>(xc.const_data_ptr()),
+                                               sums.data_ptr<float>(), n, precision_of(exact),
+                                               c10::cuda::getCurrentCUDAStream()),
+                     "grouped_spmm");
+    });
+    return dtype == at::kFloat ? sums : sums.to(dtype);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
+    m.def(
+        "grouped_spmm(Tensor x, Tensor values, Tensor chunk_starts, Tensor chunk_group, Tensor block_cols, "
+        "Tensor bitmaps, Tensor sub_offsets, Tensor row_map, int num_rows, bool exact, Tensor? bias) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
+    m.impl("grouped_spmm", &grouped_spmm);
+}

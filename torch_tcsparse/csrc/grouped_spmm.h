@@ -1,0 +1,49 @@
+// Launch API of the grouped Tensor-Core SpMM ("grouped" path): raw pointers and a stream, no torch
+// types (grouped_binding.cpp wraps it).
+//
+// Why groups: ME-TCF condenses the columns of each 16-row window, and a warp gathers the rows of X
+// that its window's blocks name, so each row of X is read once per window that touches it. On
+// dense-ish graphs nearly every window touches nearly every column (ogbl-ddi: 4,267 nodes, ~500
+// nonzeros per row): X is read as many times as there are windows. Here the columns are condensed
+// per group of kGroupWindows consecutive windows (64 rows), the group's 8-column blocks are shared
+// by its windows, and one warp multiplies the rows of X it gathers for a block by the 16 x 8
+// sub-blocks of several windows: X is read once per group, a quarter as often. On sparse graphs
+// (R-MAT) the windows of a group share few columns and the sub-blocks are mostly empty: the
+// selector leaves the path out there.
+#pragma once
+
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "metcf_spmm.h"
+
+namespace tcsparse {
+
+constexpr int kGroupWindows = 4;   // 16-row windows per group
+constexpr int kGroupRows = 16 * kGroupWindows;
+
+// A grouped layout (torch_tcsparse/formats/grouped.py). Blocks are numbered across groups, those
+// of a group consecutive; a chunk is a run of blocks of one group, the unit of work of one warp
+// (with a slice of output columns), so a group of many blocks spreads over many warps whose
+// partial sums are added atomically.
+struct GroupedArrays {
+    const int32_t* chunk_starts;  // [num_chunks + 1]: first block of each chunk, then num_blocks
+    const int32_t* chunk_group;   // [num_chunks]
+    const int32_t* block_cols;    // [num_blocks * 8]: original column ids, -1 for padding
+    const uint32_t* bitmaps;      // [num_blocks * kGroupWindows * 4], 16-byte aligned: the 128-bit
+                                  // occupancy of sub-block (block, window) as in ME-TCF
+    const int32_t* sub_offsets;   // [num_blocks * kGroupWindows + 1]: first value of each sub-block
+    const int32_t* row_map;       // [num_groups * kGroupRows]: original row of each slot, -1 past the end
+    int64_t num_chunks;
+};
+
+// out[num_rows, n] += A @ X in fp32 (out zeroed by the caller: float Y itself, or an fp32 scratch
+// that the caller rounds into 16-bit Y). X (T) row-major with leading dimension n; values fp32 in
+// sub-block order. precision: TF32 or the 3xTF32 split (fp32 X only).
+template <typename T>
+cudaError_t grouped_spmm(const GroupedArrays& a, const float* values, const T* x, float* out, int64_t n,
+                         Precision precision, cudaStream_t stream);
+
+}  // namespace tcsparse

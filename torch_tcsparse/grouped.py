@@ -1,0 +1,25 @@
+"""The ``"grouped"`` path: the Tensor-Core kernel of ``csrc/grouped_spmm.h`` on the grouped
+layout (``formats/grouped.py``), whose 8-column blocks are shared by the four 16-row windows of
+a group of 64 rows, so each row of X gathered for a block serves four windows.
+
+It serves dense-ish graphs (ogbl-ddi, dense communities, band matrices), where nearly every
+window of a group touches the same columns. Values reach the kernel as fp32 in the layout's
+sub-block order; products are summed in fp32 (TF32 or 3xTF32 for float32 X, as the ME-TCF kernels);
+chunks of a group's blocks run on different warps and add their sums atomically, so the result
+is not bitwise reproducible: the selector leaves the path out under deterministic algorithms.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _ext
+from .formats.grouped import GroupedLayout
+from .kernels import tf32_allowed
+
+
+def spmm(x: torch.Tensor, layout: GroupedLayout, values: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Y = A @ x (+ bias on every row) with A given by ``layout`` and its fp32 ``values`` in
+    sub-block order; Y has x's dtype."""
+    exact = x.dtype == torch.float32 and not tf32_allowed()
+    return _ext.load().grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, bias)
+
