@@ -9,7 +9,9 @@
 #                                   through bench).
 #                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS,
 #                                   HOST_OVERHEAD_ARGS, ACCURACY_ARGS pass options;
-#                                   STAGE_LIMIT caps each test or benchmark stage (seconds).
+#                                   STAGE_LIMIT caps each test or benchmark stage (seconds);
+#                                   MEMCHECK_FILTER, RACECHECK_FILTER replace the sanitizers'
+#                                   pytest -k subsets.
 #
 # Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry it; the
 # ogb wheels (and its needs) in .devdata/whl and .devdata/whl-extra make the whole suite runnable.
@@ -31,7 +33,8 @@ STAGE_LIMIT=${STAGE_LIMIT:-240}
 declare -a summary
 # racecheck watches every shared-memory access and is the slowest: a narrower subset, without
 # the 16-bit rows tests (the rows kernel uses no shared memory; its float32 tests stay).
-declare -A SANITIZER_FILTER=([memcheck]="" [racecheck]="(shape_grid or hub_row or repeated or cut_in_some or narrow) and not (test_rows and float16)")
+declare -A SANITIZER_FILTER=([memcheck]="${MEMCHECK_FILTER:-}"
+  [racecheck]="${RACECHECK_FILTER:-(shape_grid or hub_row or repeated or cut_in_some or narrow) and not (test_rows and float16)}")
 
 stage() { [[ "$STAGES" == *",$1,"* ]]; }
 record() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }

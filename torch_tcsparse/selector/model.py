@@ -151,7 +151,8 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
     }
     if shape.grouped_blocks is not None:
         device_us["grouped"] = grouped_time_us(shape, n, kernel_dtype, model.sm_count)
-        constants["grouped"] = {"floor_us": base.get("floor_us", 0.0)}
+        # Its host side is balanced's: a zeroed fp32 output, the kernel, and for 16-bit X a cast.
+        constants["grouped"] = {"floor_us": balanced.get("floor_us", 0.0)}
     # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
     # that small graphs cost: back-to-back calls then run at the rate the host issues them.
     costs = {path: max(constants[path].get("floor_us", 0.0), us) for path, us in device_us.items()}
