@@ -7,7 +7,7 @@ import torch
 from torch_tcsparse import selector, trials
 from torch_tcsparse.formats.inputs import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
-from torch_tcsparse.selector import CHOICES, SelectionCache, cache
+from torch_tcsparse.selector import CALIBRATED_CHOICES, SelectionCache, cache
 
 CUDA = torch.device("cuda", 0)
 
@@ -54,9 +54,9 @@ def layout():
 
 def test_shortlist_keeps_the_choice_first_and_the_close_candidates():
     costs = {"base": 10.0, "balanced": 12.9, "csr": 13.1, "rows": 11.0}
-    assert trials.shortlist("base", costs, CHOICES) == ("base", "balanced", "rows")
+    assert trials.shortlist("base", costs, CALIBRATED_CHOICES) == ("base", "balanced", "rows")
     assert trials.shortlist("rows", costs, ("rows", "csr")) == ("rows", "csr")  # csr 19% above rows
-    assert trials.shortlist("csr", costs, CHOICES) == ("csr", "base", "balanced", "rows")
+    assert trials.shortlist("csr", costs, CALIBRATED_CHOICES) == ("csr", "base", "balanced", "rows")
 
 
 def test_samples_last_about_sample_us_by_the_prediction():
@@ -83,10 +83,10 @@ def test_fastest_gives_a_near_tie_to_csr():
 
 @pytest.fixture
 def measured_cache(monkeypatch):
-    """A SelectionCache that believes it runs on CUDA with every path available, and predicts
-    base at 10 us with balanced and rows close, csr far."""
+    """A SelectionCache that believes it runs on CUDA with every path of a matrix without a
+    grouped layout available, and predicts base at 10 us with balanced and rows close, csr far."""
     costs = {"base": 10.0, "balanced": 12.0, "csr": 30.0, "rows": 11.0}
-    monkeypatch.setattr(cache, "runnable_paths", lambda dtype, device, shape: CHOICES)
+    monkeypatch.setattr(cache, "runnable_paths", lambda dtype, device, shape: CALIBRATED_CHOICES)
     monkeypatch.setattr(cache, "predicted_choice", lambda *args: ("base", costs))
     monkeypatch.setattr(cache, "explain_shape", lambda *args: selector.Explanation(
         "base", "predicted", 64, torch.float32, "test", "test", {}, {}, {}, 1.0, 1.2, {}, {}))

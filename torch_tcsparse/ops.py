@@ -171,7 +171,7 @@ def run_spmm(x: Tensor, values: Tensor, a: MetcfLayout, path: str, validated: bo
     if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.num_rows, x.shape[1], dtype=x.dtype, device=x.device)
     if path == "grouped":
-        path = "base"
+        path = "base"  # the op's arrays are ME-TCF's; base computes the same product
     if path in KERNEL_PATHS:
         if validated:
             return kernels.launch_spmm(x, values, a, path == "balanced")

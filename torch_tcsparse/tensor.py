@@ -272,11 +272,8 @@ class TCSparseTensor(torch.Tensor):
         s = self._structure
         values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
         x_needs_grad = torch.is_grad_enabled() and x.requires_grad
-        if path == "grouped" and (torch.are_deterministic_algorithms_enabled() or torch.compiler.is_compiling()
-                                  or values_need_grad):
-            # The op carries the ME-TCF layout only, and the grouped kernel adds atomically: base
-            # computes the same product there, deterministically.
-            path = "base"
+        if path == "grouped" and torch.are_deterministic_algorithms_enabled():
+            path = "base"  # the same product without the grouped kernel's atomics
         if torch.compiler.is_compiling() or values_need_grad:
             values = s.to_block_order(self._values) if values_need_grad else self._block_values
             layout_t = s.transposed().layout.tensors() if x_needs_grad else []

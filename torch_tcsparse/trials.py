@@ -67,10 +67,9 @@ def allowed(device: torch.device) -> bool:
 
 
 def shortlist(choice: str, costs_us: dict, candidates) -> tuple[str, ...]:
-    """The predicted choice first, then every other candidate predicted within ``MARGIN`` of it
-    (a candidate without a prediction is not one)."""
+    """The predicted choice first, then every other candidate predicted within ``MARGIN`` of it."""
     limit = (1.0 + MARGIN) * costs_us[choice]
-    return (choice,) + tuple(p for p in candidates if p != choice and costs_us.get(p, float("inf")) <= limit)
+    return (choice,) + tuple(p for p in candidates if p != choice and costs_us[p] <= limit)
 
 
 def fastest(measured_us: dict) -> str:

@@ -3,7 +3,30 @@ row order and chunk size, with chunks inside groups and the documented array siz
 import pytest
 import torch
 
-from torch_tcsparse.formats.grouped import GROUP_ROWS, GROUP_WINDOWS, build_grouped, grouped_dense, may_pay
+from torch_tcsparse.formats.grouped import GROUP_ROWS, GROUP_WINDOWS, WINDOW, GroupedLayout, build_grouped, may_pay
+from torch_tcsparse.formats.metcf import BLOCK_WIDTH
+
+
+def grouped_dense(layout: GroupedLayout, values: torch.Tensor) -> torch.Tensor:
+    """The dense matrix a grouped layout and its values (in sub-block order) hold: the inverse of
+    ``build_grouped``."""
+    nsub = layout.sub_offsets.numel() - 1
+    counts = (layout.sub_offsets[1:] - layout.sub_offsets[:-1]).long()
+    sub = torch.arange(nsub, device=values.device).repeat_interleave(counts)
+    words = layout.bitmaps.long() & 0xFFFFFFFF
+    bits = (words.view(nsub, 4, 1) >> torch.arange(32, device=values.device)) & 1  # [sub, word, bit]
+    entries = bits.view(nsub, WINDOW * BLOCK_WIDTH).nonzero()  # rows sorted by (sub, entry): value order
+    if entries.shape[0] != values.numel() or not torch.equal(entries[:, 0], sub):
+        raise ValueError("bitmaps and sub_offsets of the grouped layout disagree")
+    block, window = sub // GROUP_WINDOWS, sub % GROUP_WINDOWS
+    chunk_of_block = torch.searchsorted(layout.chunk_starts.long(), torch.arange(layout.num_blocks), right=True) - 1
+    group = layout.chunk_group.long()[chunk_of_block][block]
+    slot = group * GROUP_ROWS + window * WINDOW + entries[:, 1] // BLOCK_WIDTH
+    rows = layout.row_map.long()[slot]
+    cols = layout.block_cols.long()[block * BLOCK_WIDTH + entries[:, 1] % BLOCK_WIDTH]
+    dense = torch.zeros(layout.num_rows, layout.num_cols, dtype=values.dtype)
+    dense.index_put_((rows, cols), values, accumulate=True)
+    return dense
 
 
 def random_csr(m, k, density, seed):

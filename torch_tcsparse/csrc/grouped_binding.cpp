@@ -64,18 +64,15 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at:
     const auto floats = xc.options().dtype(at::kFloat);
     at::Tensor sums = bias.has_value() ? bias->to(at::kFloat).expand({num_rows, n}).contiguous()
                                        : at::zeros({num_rows, n}, floats);
-    // The kernel copies bitmaps and values in 16-byte pieces from 16-byte boundaries.
-    const auto aligned16 = [](const at::Tensor& t) {
-        return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 ? t.clone() : t;
-    };
-    const at::Tensor bitmaps16 = aligned16(bitmaps), values16 = aligned16(values);
+    // The kernel reads each sub-block's bitmap as one 16-byte word.
+    const at::Tensor bitmaps16 = reinterpret_cast<uintptr_t>(bitmaps.data_ptr()) % 16 ? bitmaps.clone() : bitmaps;
     const tcsparse::GroupedArrays a{chunk_starts.data_ptr<int32_t>(), chunk_group.data_ptr<int32_t>(),
                                     block_cols.data_ptr<int32_t>(),
                                     reinterpret_cast<const uint32_t*>(bitmaps16.data_ptr<int32_t>()),
                                     sub_offsets.data_ptr<int32_t>(), row_map.data_ptr<int32_t>(), num_chunks};
     with_element_type(dtype, [&](auto element) {
         using T = decltype(element);
-        check_launch(tcsparse::grouped_spmm<T>(a, values16.data_ptr<float>(), reinterpret_cast<const T*>(xc.const_data_ptr()),
+        check_launch(tcsparse::grouped_spmm<T>(a, values.data_ptr<float>(), reinterpret_cast<const T*>(xc.const_data_ptr()),
                                                sums.data_ptr<float>(), n, precision_of(exact),
                                                c10::cuda::getCurrentCUDAStream()),
                      "grouped_spmm");

@@ -98,7 +98,7 @@ def build_grouped(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_co
     if row_perm is not None:
         slot_of_row = torch.empty_like(slot_of_row)
         slot_of_row[row_perm.long()] = torch.arange(num_rows, device=device)
-    slot = slot_of_row[row]
+    slot = row if row_perm is None else slot_of_row[row]
     del row
     group = slot // GROUP_ROWS
     # The group's distinct columns, ascending: block and position in it of every nonzero.
@@ -139,24 +139,3 @@ def build_grouped(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_co
     return GroupedLayout(chunk_starts, chunk_group.int(), block_cols, bitmaps, sub_offsets.int(), row_map,
                          gather.int(), num_rows, num_cols)
 
-
-def grouped_dense(layout: GroupedLayout, values: torch.Tensor) -> torch.Tensor:
-    """The dense matrix a grouped layout and its values (in sub-block order) hold: the inverse of
-    ``build_grouped``, for tests."""
-    nsub = layout.sub_offsets.numel() - 1
-    counts = (layout.sub_offsets[1:] - layout.sub_offsets[:-1]).long()
-    sub = torch.arange(nsub, device=values.device).repeat_interleave(counts)
-    words = layout.bitmaps.long() & 0xFFFFFFFF
-    bits = (words.view(nsub, 4, 1) >> torch.arange(32, device=values.device)) & 1  # [sub, word, bit]
-    entries = bits.view(nsub, WINDOW * BLOCK_WIDTH).nonzero()  # rows sorted by (sub, entry): value order
-    if entries.shape[0] != values.numel() or not torch.equal(entries[:, 0], sub):
-        raise ValueError("bitmaps and sub_offsets of the grouped layout disagree")
-    block, window = sub // GROUP_WINDOWS, sub % GROUP_WINDOWS
-    chunk_of_block = torch.searchsorted(layout.chunk_starts.long(), torch.arange(layout.num_blocks), right=True) - 1
-    group = layout.chunk_group.long()[chunk_of_block][block]
-    slot = group * GROUP_ROWS + window * WINDOW + entries[:, 1] // BLOCK_WIDTH
-    rows = layout.row_map.long()[slot]
-    cols = layout.block_cols.long()[block * BLOCK_WIDTH + entries[:, 1] % BLOCK_WIDTH]
-    dense = torch.zeros(layout.num_rows, layout.num_cols, dtype=values.dtype)
-    dense.index_put_((rows, cols), values, accumulate=True)
-    return dense

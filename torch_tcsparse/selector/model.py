@@ -195,6 +195,7 @@ def predicted_choice(shape: MatrixShape, n: int, model: DeviceModel, candidates=
     first call at an N bucket)."""
     prediction = predict(shape, n, model, dtype)
     ar = approximation_ratio(shape, prediction) if model.calibration.kernel_rule == "ar" else None
+    candidates = _priced(candidates, prediction.costs_us)
     return _decide(candidates, prediction.costs_us, ar, shape.tc_blocks, model.calibration)[0], prediction.costs_us
 
 
@@ -242,12 +243,19 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "x_share_beyond_l2": prediction.miss,
     }
     calibration = model.calibration
+    candidates = _priced(candidates, prediction.costs_us)
     choice, reason = _decide(candidates, prediction.costs_us, ar, blocks, calibration)
     return Explanation(
         choice=choice, reason=reason, n=n, dtype=dtype, device=model.name, calibration=calibration.source,
         features=features, slots=slots, makespans_us=makespans, ar=ar, ar_threshold=calibration.ar_threshold,
         costs_us=prediction.costs_us, bytes_moved=bytes_moved, candidates=tuple(candidates),
     )
+
+
+def _priced(candidates, costs: dict) -> tuple:
+    """The candidates the model predicted a time for ("grouped" only for a matrix with a grouped
+    layout)."""
+    return tuple(p for p in candidates if p in costs)
 
 
 def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration: Calibration) -> tuple[str, str]:
@@ -257,7 +265,7 @@ def _decide(candidates, costs: dict, ar: float | None, blocks: int, calibration:
     choice, reason = _decide_tc_or_csr(candidates, costs, ar, blocks, calibration)
     if "rows" in candidates and costs["rows"] < (1.0 - calibration.rows_margin) * costs[choice]:
         choice, reason = "rows", f"{reason}; rows predicted faster still ({costs['rows']:.1f} us)"
-    if "grouped" in candidates and "grouped" in costs and costs["grouped"] < costs[choice]:
+    if "grouped" in candidates and costs["grouped"] < costs[choice]:
         choice, reason = "grouped", f"{reason}; grouped predicted faster still ({costs['grouped']:.1f} us)"
     return choice, reason
 
