@@ -118,7 +118,9 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
     for name in names:
         a32 = load_graph(name)
         layout = a32._structure.layout
-        shapes[name] = replace(MatrixShape.of(layout), grouped_blocks=a32._structure.grouped_blocks())
+        grouped_size = a32._structure.grouped_size()
+        shapes[name] = replace(MatrixShape.of(layout), grouped_blocks=None if grouped_size is None else grouped_size[0],
+                               grouped_rest_nnz=0 if grouped_size is None else grouped_size[1])
         windows = layout.num_windows
         for dtype in dtypes:
             a = a32 if dtype == torch.float32 else a32.to(dtype)
@@ -126,7 +128,7 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                 xs = [(torch.randn(a.shape[1], n, device="cuda", dtype=dtype),)
                       for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
                 times = measure_paths(a, xs, repeat)
-                choice_us, cold_us = first_choice_us(layout, n, dtype, a32._structure.grouped_blocks)
+                choice_us, cold_us = first_choice_us(layout, n, dtype, a32._structure.grouped_size)
                 settled, measured, trial_calls = measured_choice(a, xs[0][0])
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
@@ -145,14 +147,14 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
     return records, shapes
 
 
-def first_choice_us(layout, n: int, dtype: torch.dtype, grouped_blocks, repeat: int = 5) -> tuple[float, float]:
+def first_choice_us(layout, n: int, dtype: torch.dtype, grouped_size, repeat: int = 5) -> tuple[float, float]:
     """What a product pays for its first choice at an N bucket, on a fresh cache each time (the
-    block counts from the conversion's host copies, the grouped layout's from ``grouped_blocks``,
+    block counts from the conversion's host copies, the grouped layout's from ``grouped_size``,
     built once per matrix and then kept, the simulation, a trial set up where one runs): the
     median microseconds of ``repeat``, and the first alone, which follows the GPU timings cold."""
     totals = []
     for _ in range(repeat):
-        cache = SelectionCache(grouped_blocks=grouped_blocks)
+        cache = SelectionCache(grouped_size=grouped_size)
         start = time.perf_counter()
         cache.choose(layout, n, dtype, layout.device)
         totals.append((time.perf_counter() - start) * 1e6)
@@ -164,7 +166,7 @@ def measured_choice(a: TCSparseTensor, x: torch.Tensor) -> tuple[str, dict, dict
     trial's median microseconds per candidate and its calls per candidate (both empty when the
     prediction stood alone)."""
     s = a._structure
-    s.selection = SelectionCache(s.selection.rows_share_ratio, s.grouped_blocks)
+    s.selection = SelectionCache(s.selection.rows_share_ratio, s.grouped_size)
     settled = settle(a, x)
     explanation = a.explain(x.shape[1])
     calls = {path: trials.UNTIMED_CALLS + trials.TIMED_ROUNDS * trials.sample_calls(explanation.costs_us[path])
@@ -220,7 +222,7 @@ def save(out: Path, records, shapes, info) -> None:
         arrays[f"{name}/window_blocks"] = shape.window_blocks
         arrays[f"{name}/meta"] = np.array(
             [shape.window, shape.rows, shape.nnz, shape.max_row_nnz, shape.num_cols, shape.split_rows,
-             -1 if shape.grouped_blocks is None else shape.grouped_blocks], dtype=np.int64
+             -1 if shape.grouped_blocks is None else shape.grouped_blocks, shape.grouped_rest_nnz], dtype=np.int64
         )
     np.savez_compressed(out / "shapes.npz", **arrays)
 
@@ -232,13 +234,15 @@ def load_saved(folder: Path):
         for key in arrays.files:
             name, field = key.rsplit("/", 1)
             if field == "meta":
-                # cols since 2026-11-22, split rows since 2026-11-24, grouped blocks (-1: none) later
+                # cols since 2026-11-22, split rows since 2026-11-24, grouped blocks (-1: none)
+                # later, the grouped rest's nonzeros later still
                 window, rows, nnz, max_row, *later = (int(v) for v in arrays[key])
                 cols = later[0] if later else None
                 split = later[1] if len(later) > 1 else split_rows_of(name)
                 grouped = later[2] if len(later) > 2 and later[2] >= 0 else None
+                rest = later[3] if len(later) > 3 else 0
                 shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, cols, split,
-                                           grouped_blocks=grouped)
+                                           grouped_blocks=grouped, grouped_rest_nnz=rest)
     return drop_stale(data["records"], folder), shapes, data["device"]
 
 

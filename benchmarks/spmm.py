@@ -1,7 +1,8 @@
-"""SpMM benchmark: our ME-TCF kernels (base, balanced, and grouped on its own layout) and our
-CUDA-core "rows" kernel against cuSPARSE
-(torch.sparse.mm on CSR) and PyG's message-passing aggregation, per graph, N and dtype, all in the dtype under test (float32 runs
-with TF32 allowed). Correctness first (against cuSPARSE's fp32 result), then CUDA-event medians
+"""SpMM benchmark: our ME-TCF kernels (base, balanced), our grouped Tensor-Core path (its sparse
+rest through the rows kernel) and our CUDA-core "rows" kernel against cuSPARSE (torch.sparse.mm
+on CSR) and PyG's message-passing aggregation, per graph, N and dtype, all in the dtype under
+test (float32 runs with TF32 allowed). Our paths run on the library's structure of the matrix,
+reordered as ``--reorder`` says (default: as given); cuSPARSE and PyG on the graph as given. Correctness first (against cuSPARSE's fp32 result), then CUDA-event medians
 with rotated X buffers; a call shorter than about half a millisecond is timed over back-to-back
 calls per sample (``common.batch_for``), so small graphs compare throughput, not launch jitter. Rows of float16/bfloat16 also give the speedup over our own float32 (TF32)
 kernel on the same graph and N. Prints one table, writes spmm.csv and spmm_speedup.png into
@@ -9,6 +10,7 @@ kernel on the same graph and N. Prints one table, writes spmm.csv and spmm_speed
 
     python benchmarks/spmm.py --n 32,64,128,256
     python benchmarks/spmm.py --graphs rmat18,cora --n 128 --skip-pyg --dtypes float32,float16,bfloat16
+    python benchmarks/spmm.py --n 128 --reorder auto   # what reorder="auto" gives
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import csv
 import math
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -25,10 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import batch_for, copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us  # noqa: E402
 
-from torch_tcsparse import csr_rows, grouped, kernels, selector  # noqa: E402
+from torch_tcsparse import TCSparseTensor, kernels  # noqa: E402
 from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
 from torch_tcsparse.formats.csr import from_coo  # noqa: E402
-from torch_tcsparse.formats.grouped import build_grouped, may_pay  # noqa: E402
 from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
 
 LARGE_NNZ = 1_000_000
@@ -95,13 +95,13 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
     values = torch.rand(row.numel(), device="cuda", generator=gen) + 0.5
     csr = from_coo(row, col, values, num_rows, num_cols)
     del row, col, values
-    layout, block_values = build_metcf(csr)
-    pieces = csr_rows.row_pieces(csr.rowptr)
-    grouped_layout = build_grouped(csr.rowptr, csr.col, num_rows, num_cols)
-    # The shape the library's selector reads (the grouped blocks only where it builds that layout).
-    shape = selector.MatrixShape.of(layout)
-    if may_pay(csr.nnz, layout.num_blocks):
-        shape = replace(shape, grouped_blocks=grouped_layout.num_blocks)
+    # Our paths run on the library's own structure: reordered as --reorder asks (the kernels
+    # absorb the permutation: X and Y stay in the graph's order), its grouped layout split as
+    # the selector prices it. cuSPARSE and PyG run on the graph as given.
+    matrix = TCSparseTensor.from_csr(csr.rowptr, csr.col, csr.values, (num_rows, num_cols), reorder=args.reorder)
+    structure = matrix._structure
+    layout = structure.layout
+    grouped_size = structure.grouped_size()
     build_ms = time_build(lambda: build_metcf(csr))
     torch_build_ms = time_build(lambda: build_metcf(csr, use_kernels=False))
     stats = layout.stats()
@@ -115,9 +115,9 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             element = torch.finfo(dtype).bits // 8
             x_bytes = num_cols * n * element
             xs = [(torch.randn(num_cols, n, device="cuda").to(dtype),) for _ in range(rotation_count(x_bytes))]
-            # The kernels read fp32 values: those of the matrix rounded to the dtype under test
-            # (cuSPARSE's matrix), converted once as TCSparseTensor does.
-            kernel_values, edge_values = block_values.to(dtype).float(), csr.values.to(dtype)
+            # Every path multiplies the matrix rounded to the dtype under test (cuSPARSE's too).
+            typed = matrix.to(dtype)
+            edge_values = csr.values.to(dtype)
             a_typed = torch.sparse_csr_tensor(csr.rowptr, csr.col, edge_values, (num_rows, num_cols))
             expected = torch.sparse.mm(a, xs[0][0].float())
 
@@ -126,10 +126,10 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
 
             errors = {}
             times = {}
-            ours = {kernel: (lambda x, k=kernel: kernels.spmm(x, kernel_values, layout, k)) for kernel in ("base", "balanced")}
-            ours["rows"] = lambda x: csr_rows.spmm(x, csr.rowptr, csr.col, edge_values, pieces, num_cols)
-            grouped_values = edge_values.float()[grouped_layout.gather.long()]
-            ours["grouped"] = lambda x: grouped.spmm(x, grouped_layout, grouped_values, None)
+            ours = {kernel: (lambda x, k=kernel, v=typed._operand_values(kernel): kernels.spmm(x, v, layout, k))
+                    for kernel in ("base", "balanced")}
+            for path in ("rows", "grouped"):  # the closures A @ X runs on these paths
+                ours[path] = lambda x, product=typed._csr_product(path): product(x, None)
             for path, run in ours.items():
                 got = run(xs[0][0]).float()
                 errors[path] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
@@ -139,8 +139,9 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             free, _ = torch.cuda.mem_get_info()
             if pyg is not None and 3 * nnz * n * element < 0.5 * free:
                 pyg_ms = timed(lambda x: pyg(x, edge_index, edge_values, (num_cols, num_rows)))
-            best = min(ours, key=times.get)
-            choice = selector.explain_shape(shape, n, dtype, torch.device("cuda")).choice
+            # The grouped path counts only where the selector may take it (the layout may pay).
+            best = min((p for p in ours if p != "grouped" or grouped_size is not None), key=times.get)
+            choice = typed.explain(n).choice
             chosen_ms = times["cusparse" if choice == "csr" else choice]
             if dtype == torch.float32:
                 tf32_best_ms = times[best]
@@ -154,7 +155,9 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
                 "blocks": stats["tc_blocks"], "nnz_per_block": round(stats["mean_nnz_per_block"], 2),
                 "max_blocks_per_window": stats["blocks_per_window_max"],
                 "base_ms": times["base"], "balanced_ms": times["balanced"], "rows_ms": times.get("rows", float("nan")),
-                "grouped_ms": times["grouped"], "grouped_blocks": grouped_layout.num_blocks,
+                "grouped_ms": times["grouped"], "grouped_blocks": structure.grouped().num_blocks,
+                "grouped_rest_nnz": structure.grouped().rest_nnz, "grouped_selectable": grouped_size is not None,
+                "reorder": structure.method,
                 "cusparse_ms": times["cusparse"],
                 "pyg_ms": pyg_ms, "best": best, "speedup": times["cusparse"] / times[best],
                 "vs_tf32": tf32_best_ms / times[best] if tf32_best_ms else float("nan"),
@@ -273,6 +276,8 @@ def main(argv=None):
     parser.add_argument("--skip-pyg", action="store_true")
     parser.add_argument("--dtypes", default="float32", help="comma list of float32, float16, bfloat16")
     parser.add_argument("--max-error", type=float, default=1e-2, help="relative error vs cuSPARSE allowed (TF32)")
+    parser.add_argument("--reorder", default="none",
+                        help="our paths' reordering: none, auto or a method of torch_tcsparse.reorder")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if not kernels.available():

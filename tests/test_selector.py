@@ -713,3 +713,22 @@ def test_grouped_path_cost_choice_and_availability(monkeypatch):
         assert "grouped" not in cost_model.runnable_paths(torch.float32, cuda, shape)
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_grouped_rest_priced_and_split_chosen_by_price():
+    """The grouped path costs its layout's blocks plus the rows kernel on the nonzeros it leaves
+    out; the split is the threshold of least such cost: one that drops most blocks for a small
+    rest wins, one that pushes most nonzeros into the rest loses to keeping them."""
+    row, col, _ = synthetic.uniform(3000, 60, seed=3)
+    layout, _ = build_metcf(from_coo(row, col, None, (3000, 3000), None))
+    shape = MatrixShape.of(layout)
+    model = selector.device_model(torch.device("cpu"))
+    whole = dataclasses.replace(shape, grouped_blocks=20_000)
+    split = dataclasses.replace(whole, grouped_rest_nnz=10_000)
+    rows = model.calibration.constants("rows", 128, torch.float32)
+    miss = cost_model.l2_miss_fraction(shape.num_cols, 128, 4, model.l2_bytes)
+    rest_us = cost_model._rows_time_us(rows, dataclasses.replace(shape, nnz=10_000), miss)
+    predicted = cost_model.predict(split, 128, model).device_us["grouped"]
+    assert predicted == pytest.approx(cost_model.predict(whole, 128, model).device_us["grouped"] + rest_us)
+    assert selector.grouped_split({1: (20_000, 0), 16: (2_000, 10_000)}, shape, model) == 16
+    assert selector.grouped_split({1: (20_000, 0), 16: (19_000, shape.nnz)}, shape, model) == 1

@@ -1,6 +1,8 @@
 """The ``"grouped"`` path: the Tensor-Core kernel of ``csrc/grouped_spmm.h`` on the grouped
 layout (``formats/grouped.py``), whose 8-column blocks are shared by the four 16-row windows of
-a group of 64 rows, so each row of X gathered for a block serves four windows.
+a group of 64 rows, so each row of X gathered for a block serves four windows. The nonzeros the
+layout leaves out (pairs of a group and a column holding too few to pay for a gather) go through
+the CUDA-core "rows" kernel, which adds the Tensor-Core sums before rounding Y once.
 
 It serves dense-ish graphs (ogbl-ddi, dense communities, band matrices), where nearly every
 window of a group touches the same columns. Values reach the kernel as fp32 in the layout's
@@ -12,14 +14,23 @@ from __future__ import annotations
 
 import torch
 
-from . import _ext
+from . import _ext, csr_rows
 from .formats.grouped import GroupedLayout
 from .kernels import tf32_allowed
 
 
-def spmm(x: torch.Tensor, layout: GroupedLayout, values: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def spmm(x: torch.Tensor, layout: GroupedLayout, values: torch.Tensor, bias: torch.Tensor | None = None,
+         rest_values: torch.Tensor | None = None, rest_pieces: csr_rows.RowPieces | None = None) -> torch.Tensor:
     """Y = A @ x (+ bias on every row) with A given by ``layout`` and its fp32 ``values`` in
-    sub-block order; Y has x's dtype."""
+    sub-block order, and where the layout has a ``rest``, its values (x's dtype, in the rest's
+    order) and its split into pieces (``csr_rows.row_pieces``); Y has x's dtype."""
     exact = x.dtype == torch.float32 and not tf32_allowed()
-    return _ext.load().grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, bias)
+    kernels = _ext.load()
+    rest = layout.rest
+    if rest is None:
+        return kernels.grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, bias)
+    sums = kernels.grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, None, True)
+    return kernels.csr_rows_spmm(x, rest.rowptr, rest.col, rest_values, rest_pieces.piece_slots,
+                                 rest_pieces.piece_starts, rest_pieces.split_rows, layout.num_cols,
+                                 rest_pieces.piece_nnz, bias, rest.row_map, sums)
 

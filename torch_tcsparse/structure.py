@@ -3,16 +3,18 @@ the transpose built on first need. Tensors that differ only in values (``with_va
 ``Structure``, so conversion and transposition are paid once."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
 
 from . import csr_rows
 from .formats.csr import CSR, transpose
-from .formats.grouped import GroupedLayout, build_grouped, may_pay
+from .formats import grouped as grouped_format
+from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay, split_sizes
 from .formats.metcf import build_metcf
 from .reorder.locality import share_ratio
-from .selector import SelectionCache
+from .selector import MatrixShape, SelectionCache, device_model, grouped_split
 
 
 class RowsCsr(NamedTuple):
@@ -42,9 +44,10 @@ class Structure:
         self._row_pieces: dict[tuple[int, bool], csr_rows.RowPieces] = {}
         self._rows_csr: RowsCsr | None = None
         self._grouped: GroupedLayout | None = None
+        self._grouped_pieces: csr_rows.RowPieces | None = None
         if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
             rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
-        self.selection = SelectionCache(rows_share_ratio, self.grouped_blocks)
+        self.selection = SelectionCache(rows_share_ratio, self.grouped_size)
 
     @property
     def nnz(self) -> int:
@@ -83,20 +86,34 @@ class Structure:
         return self._rows_csr
 
     def grouped(self) -> GroupedLayout:
-        """The layout of the "grouped" path, in our row order, built on first need and kept."""
+        """The layout of the "grouped" path, in our row order, built on first need and kept: its
+        split between the Tensor-Core layout and the rows kernel's rest is the one the selector
+        prices fastest (``formats.grouped.SPLIT_THRESHOLDS``)."""
         if self._grouped is None:
             if self.col.dtype != torch.int32:
                 raise ValueError(f"path 'grouped' needs int32 indices (under 2^31 nonzeros), got {self.col.dtype}")
-            self._grouped = build_grouped(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm)
+            pairs = group_pairs(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm)
+            shape = replace(MatrixShape.of(self.layout), rows_share_ratio=self.selection.rows_share_ratio)
+            threshold = grouped_split(split_sizes(pairs, grouped_format.SPLIT_THRESHOLDS), shape, device_model(self.device))
+            self._grouped = build_grouped(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm,
+                                          min_pair_nnz=threshold, pairs=pairs)
         return self._grouped
 
-    def grouped_blocks(self) -> int | None:
-        """Blocks of the grouped layout for the selector, or None where the path cannot pay
-        (``formats.grouped.may_pay``: the windows of a group share few columns) or the indices
-        need int64. Builds the layout where it may pay (ogbl-ddi: 3 ms)."""
+    def grouped_pieces(self) -> csr_rows.RowPieces:
+        """The rows kernel's split of the grouped layout's rest, built on first need and kept."""
+        if self._grouped_pieces is None:
+            self._grouped_pieces = csr_rows.row_pieces(self.grouped().rest.rowptr)
+        return self._grouped_pieces
+
+    def grouped_size(self) -> tuple[int, int] | None:
+        """(blocks of the grouped layout, nonzeros it leaves to the rows kernel) for the
+        selector, or None where the path cannot pay (``formats.grouped.may_pay``: the windows of a
+        group share few columns) or the indices need int64. Builds the layout where it may pay
+        (ogbl-ddi: 3 ms)."""
         if not may_pay(self.nnz, self.layout.num_blocks) or self.col.dtype != torch.int32:
             return None
-        return self.grouped().num_blocks
+        layout = self.grouped()
+        return layout.num_blocks, layout.rest_nnz
 
     def csr(self, values: torch.Tensor) -> CSR:
         return CSR(self.rowptr, self.col, values, self.num_rows, self.num_cols)
@@ -172,6 +189,7 @@ class Structure:
         moved._row_pieces = {}
         moved._rows_csr = None
         moved._grouped = None
+        moved._grouped_pieces = None
         return moved
 
     def stats(self, value_bytes: int = 4) -> dict:

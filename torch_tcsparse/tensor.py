@@ -347,8 +347,9 @@ class TCSparseTensor(torch.Tensor):
             return lambda x, bias: ops.torch_sparse_product(matrix, x.contiguous(), bias)
         s = self._structure
         if path == "grouped":
-            layout, values = s.grouped(), self._grouped_values()
-            return lambda x, bias: grouped.spmm(x, layout, values, bias)
+            layout, (values, rest_values) = s.grouped(), self._grouped_values()
+            pieces = None if layout.rest is None else s.grouped_pieces()
+            return lambda x, bias: grouped.spmm(x, layout, values, bias, rest_values, pieces)
         csr_rows.check_indices(s.rowptr)
         rows, pieces = s.rows_csr(), s.row_pieces(csr_rows.piece_size())
         values = self._rows_values()
@@ -364,11 +365,13 @@ class TCSparseTensor(torch.Tensor):
             self._operands["rows"] = self._values[gather]
         return self._operands["rows"]
 
-    def _grouped_values(self) -> torch.Tensor:
-        """fp32 values in the grouped layout's order, gathered once and kept while the values
-        need no gradient."""
+    def _grouped_values(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """fp32 values in the grouped layout's order, and those of its rest (None: no rest) in
+        ours, gathered once and kept while the values need no gradient."""
         if "grouped" not in self._operands:
-            self._operands["grouped"] = self._values.float()[self._structure.grouped().gather.long()]
+            layout = self._structure.grouped()
+            rest = None if layout.rest is None else self._values[layout.rest.gather.long()]
+            self._operands["grouped"] = (self._values.float()[layout.gather.long()], rest)
         return self._operands["grouped"]
 
     def _transposed_csr_product(self, path: str):

@@ -3,7 +3,17 @@ row order and chunk size, with chunks inside groups and the documented array siz
 import pytest
 import torch
 
-from torch_tcsparse.formats.grouped import GROUP_ROWS, GROUP_WINDOWS, WINDOW, GroupedLayout, build_grouped, may_pay
+from torch_tcsparse.formats.grouped import (
+    GROUP_ROWS,
+    GROUP_WINDOWS,
+    WINDOW,
+    GroupedLayout,
+    RestCsr,
+    build_grouped,
+    group_pairs,
+    may_pay,
+    split_sizes,
+)
 from torch_tcsparse.formats.metcf import BLOCK_WIDTH
 
 
@@ -27,6 +37,26 @@ def grouped_dense(layout: GroupedLayout, values: torch.Tensor) -> torch.Tensor:
     dense = torch.zeros(layout.num_rows, layout.num_cols, dtype=values.dtype)
     dense.index_put_((rows, cols), values, accumulate=True)
     return dense
+
+
+def rest_dense(rest: RestCsr, values: torch.Tensor, num_rows: int, num_cols: int) -> torch.Tensor:
+    """The dense matrix of a layout's rest and its values (in the rest's order)."""
+    slots = torch.arange(num_rows).repeat_interleave((rest.rowptr[1:] - rest.rowptr[:-1]).long())
+    rows = slots if rest.row_map is None else rest.row_map.long()[slots]
+    dense = torch.zeros(num_rows, num_cols, dtype=values.dtype)
+    dense.index_put_((rows, rest.col.long()), values, accumulate=True)
+    return dense
+
+
+def communities(m, seed):
+    """Dense blocks of 128 rows and columns (two groups each) on the diagonal plus scattered
+    edges: pairs of every count, as on the SBM graphs the split is for."""
+    gen = torch.Generator().manual_seed(seed)
+    inside = (torch.arange(m)[:, None] // 128) == (torch.arange(m)[None, :] // 128)
+    mask = (torch.rand(m, m, generator=gen) < torch.where(inside, 0.5, 0.01))
+    dense = mask * torch.randn(m, m, generator=gen)
+    csr = dense.to_sparse_csr()
+    return dense, csr.crow_indices().int(), csr.col_indices().int(), csr.values()
 
 
 def random_csr(m, k, density, seed):
@@ -72,3 +102,39 @@ def test_groups_share_columns():
 
 def test_may_pay():
     assert may_pay(26 * 1000, 1000) and not may_pay(8 * 1000, 1000) and not may_pay(0, 0)
+
+
+@pytest.mark.parametrize("reordered", [False, True])
+@pytest.mark.parametrize("min_pair_nnz", [2, 8, 16, 1000])
+def test_split_round_trip(reordered, min_pair_nnz):
+    """Pairs under the threshold leave the layout for the rest: together they hold the matrix
+    once, the rest's rows in the layout's slot order with sorted columns."""
+    m = 700
+    dense, rowptr, col, values = communities(m, seed=min_pair_nnz)
+    perm = torch.randperm(m) if reordered else None
+    pairs = group_pairs(rowptr, col, m, m, perm)
+    layout = build_grouped(rowptr, col, m, m, perm, min_pair_nnz=min_pair_nnz, pairs=pairs)
+    rest = layout.rest
+    assert rest is not None
+    held = grouped_dense(layout, values[layout.gather.long()]) + rest_dense(rest, values[rest.gather.long()], m, m)
+    assert torch.equal(held, dense)
+    assert torch.equal(torch.sort(torch.cat([layout.gather, rest.gather])).values, torch.arange(col.numel(), dtype=torch.int32))
+    assert split_sizes(pairs, [min_pair_nnz])[min_pair_nnz] == (layout.num_blocks, rest.nnz)
+    row_cols = torch.tensor_split(rest.col, rest.rowptr[1:-1].long())
+    assert all(bool((cols[1:] > cols[:-1]).all()) for cols in row_cols)
+    if perm is None:
+        assert rest.row_map is None
+    else:
+        assert torch.equal(rest.row_map.long(), perm)
+
+
+def test_split_keeps_dense_pairs():
+    """Community pairs hold ~32 nonzeros of a group's 64 rows, scattered ones about 1: a
+    threshold of 8 leaves nearly all scattered edges to the rest and no community edge."""
+    m = 700
+    dense, rowptr, col, values = communities(m, seed=0)
+    sizes = split_sizes(group_pairs(rowptr, col, m, m), [1, 8])
+    assert sizes[1] == (build_grouped(rowptr, col, m, m).num_blocks, 0)
+    blocks, rest = sizes[8]
+    outside = int(((torch.arange(m)[:, None] // 128) != (torch.arange(m)[None, :] // 128)).mul(dense != 0).sum())
+    assert blocks < sizes[1][0] / 2 and 0.9 * outside <= rest <= outside

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from torch_tcsparse import TCSparseTensor, grouped
+from torch_tcsparse.formats import grouped as grouped_format
 from torch_tcsparse.formats.grouped import build_grouped
 
 from .kernel_data import (
@@ -38,15 +39,28 @@ def tf32():
     torch.set_float32_matmul_precision(previous)
 
 
+@pytest.fixture
+def split_at(monkeypatch):
+    """Forces the grouped layout's split: pairs of a group and a column with fewer nonzeros than
+    the threshold go to the rows kernel (the ``rest``), whatever the selector would price."""
+
+    def force(threshold):
+        monkeypatch.setattr(grouped_format, "SPLIT_THRESHOLDS", (threshold,))
+
+    return force
+
+
 def tolerance(csr, x, product, ref):
     if x.dtype != torch.float32:
         return half_tolerance(csr, x, product, ref)
     return tf32_tolerance(csr.row_indices(), csr.col.long(), csr.values, x, csr.num_rows, product)
 
 
-def check(m, k, n, dtype=torch.float32, mean_degree=8, bias=False, reorder="none", x=None, **matrix):
+def check(m, k, n, dtype=torch.float32, mean_degree=8, bias=False, reorder="none", x=None, rest=False, **matrix):
     row, col, values = random_matrix(m, k, mean_degree, **matrix)
     a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k), reorder=reorder)
+    if rest:
+        assert a._structure.grouped().rest_nnz > 0
     csr = a.csr
     x = torch.randn(k, n, device="cuda").to(dtype) if x is None else x
     b = torch.randn(n, device="cuda").to(dtype) if bias else None
@@ -96,6 +110,62 @@ def test_rectangular_and_strided_x(tf32, dtype):
     wide = torch.randn(900, 56, device="cuda").to(dtype)
     check(700, 900, 40, dtype, x=wide[:, 1:41])  # not 16-byte aligned: the element copies
     check(700, 900, 64, dtype, x=torch.randn(64, 900, device="cuda").to(dtype).t())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [7, 32, 160] if SUBSET else [1, 7, 13, 32, 128, 160, 512])
+@pytest.mark.parametrize("m", M_GRID)
+def test_split_shape_grid(tf32, split_at, m, n, dtype):
+    """Pairs of fewer than 4 nonzeros through the rows kernel, which adds the Tensor-Core sums
+    before rounding. At M = 1000 both parts hold nonzeros; at M = 65537 no pair reaches 4 and
+    the layout is empty (the kernel only zeroes the sums)."""
+    split_at(4)
+    check(m, m, n, dtype, mean_degree=min(m, 40), rest=m >= 64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [32] if SUBSET else [7, 32, 300])
+@pytest.mark.parametrize("bias", [False, True])
+def test_split_hub_bias_reordering_strided(tf32, split_at, n, bias, dtype):
+    """A hub whose pairs hold one nonzero each lands in the rest, split into pieces summed with
+    atomics on top of the sums; the bias once; a reordered matrix's rest in its order; X strided."""
+    split_at(2)
+    check(2000, HUB_NNZ + 1000, n, dtype, mean_degree=30, bias=bias, hub_row=1234, hub_nnz=HUB_NNZ, rest=True)
+    check(1500, 1500, n, dtype, mean_degree=40, bias=bias, reorder=torch.randperm(1500, device="cuda"), rest=True)
+    wide = torch.randn(900, n + 16, device="cuda").to(dtype)
+    check(700, 900, n, dtype, mean_degree=60, bias=bias, x=wide[:, 1:n + 1], rest=True)
+
+
+def test_split_gradient(tf32, split_at):
+    """dX through the transpose's grouped layout, split as well."""
+    split_at(4)
+    m = 600
+    row, col, values = random_matrix(m, m, 50)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(m, m))
+    dense = a.to_dense().double()
+    x = torch.randn(m, 32, device="cuda", requires_grad=True)
+    y = a.matmul(x, path="grouped")
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    assert a._structure.grouped().rest_nnz > 0
+    assert relative_error(y, dense @ x.detach().double()) <= 1e-3
+    assert relative_error(x.grad, dense.t() @ grad_y.double()) <= 1e-3
+
+
+def test_rows_binding_checks_the_addend():
+    row, col, values = random_matrix(100, 100, 5)
+    a = TCSparseTensor.from_coo(row, col, values, shape=(100, 100))
+    s = a._structure
+    pieces = s.row_pieces(256)
+    x = torch.randn(100, 8, device="cuda")
+    kernels = torch.ops.tcsparse_kernels
+    args = (x, s.rowptr, s.col, a.csr.values, *pieces[:3], 100, 256, None, None)
+    with pytest.raises(RuntimeError, match="addend must be float32"):
+        kernels.csr_rows_spmm(*args, torch.zeros(100, 8, device="cuda", dtype=torch.float16))
+    with pytest.raises(RuntimeError, match=r"addend must have shape \[100, 8\]"):
+        kernels.csr_rows_spmm(*args, torch.zeros(99, 8, device="cuda"))
+    addend = torch.randn(100, 8, device="cuda")
+    assert torch.allclose(kernels.csr_rows_spmm(*args, addend), kernels.csr_rows_spmm(*args) + addend, atol=1e-5)
 
 
 def test_exact_fp32_without_tf32():
@@ -165,10 +235,11 @@ def test_binding_rejects_bad_inputs():
 def test_selector_offers_grouped_on_dense_matrices_only():
     dense_rows = random_matrix(2000, 2000, 400)
     dense = TCSparseTensor.from_coo(*dense_rows[:2], dense_rows[2], shape=(2000, 2000))
-    assert dense._structure.grouped_blocks() == build_grouped(
-        dense._structure.rowptr, dense._structure.col, 2000, 2000).num_blocks
+    layout = dense._structure.grouped()
+    assert dense._structure.grouped_size() == (layout.num_blocks, layout.rest_nnz)
+    assert layout.num_blocks <= build_grouped(dense._structure.rowptr, dense._structure.col, 2000, 2000).num_blocks
     assert "grouped" in dense.explain(128).candidates
     sparse_rows = random_matrix(20000, 20000, 4)
     sparse = TCSparseTensor.from_coo(*sparse_rows[:2], sparse_rows[2], shape=(20000, 20000))
-    assert sparse._structure.grouped_blocks() is None
+    assert sparse._structure.grouped_size() is None
     assert "grouped" not in sparse.explain(128).candidates

@@ -25,11 +25,13 @@ void check_operand(const at::Tensor& t, const char* name, const at::Device& devi
 // x may have any row stride (its columns contiguous), Y is contiguous. x, values, bias and Y
 // share one dtype: float32, float16 or bfloat16. row_map, when given, is the row of Y each CSR row
 // goes to: a permutation of the rows (not checked here, which would cost a host sync per call;
-// callers pass a TCSparseTensor's, checked when it was built).
+// callers pass a TCSparseTensor's, checked when it was built). addend, when given, is an fp32
+// [num_rows, n] matrix in Y's row order added to Y before its one rounding (csr_rows_spmm.h).
 at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
                          const at::Tensor& values, const at::Tensor& piece_slots, const at::Tensor& piece_starts,
                          const at::Tensor& split_rows, int64_t num_cols, int64_t piece_nnz,
-                         const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& row_map) {
+                         const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& row_map,
+                         const std::optional<at::Tensor>& addend) {
     TCS_CHECK(rowptr.is_cuda(), "rowptr must be a CUDA tensor, got device ", rowptr.device());
     TCS_CHECK(rowptr.dim() == 1 && rowptr.numel() >= 1, "rowptr must be 1-D with num_rows + 1 entries, got shape ",
               rowptr.sizes());
@@ -61,6 +63,14 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
                   bias->sizes());
         bc = bias->contiguous();
     }
+    at::Tensor ac;
+    if (addend.has_value()) {
+        TCS_CHECK(addend->device() == device && addend->scalar_type() == at::kFloat, "addend must be float32 on ",
+                  device, ", got ", addend->scalar_type(), " on ", addend->device());
+        TCS_CHECK(addend->dim() == 2 && addend->size(0) == num_rows && addend->size(1) == n, "addend must have shape [",
+                  num_rows, ", ", n, "], got ", addend->sizes());
+        ac = addend->contiguous();
+    }
     const c10::cuda::CUDAGuard guard(device);
     at::Tensor y = at::empty({num_rows, n}, xs.options().memory_format(at::MemoryFormat::Contiguous));
     // 16-bit outputs of split rows are summed in fp32 first.
@@ -81,7 +91,8 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
                                                 reinterpret_cast<const T*>(xs.const_data_ptr()),
                                                 std::max<int64_t>(xs.stride(0), 1),
                                                 reinterpret_cast<T*>(y.mutable_data_ptr()), std::max<int64_t>(n, 1), n,
-                                                bp, partial.defined() ? partial.data_ptr<float>() : nullptr,
+                                                bp, ac.defined() ? ac.const_data_ptr<float>() : nullptr,
+                                                partial.defined() ? partial.data_ptr<float>() : nullptr,
                                                 c10::cuda::getCurrentCUDAStream()),
                      "csr_rows_spmm");
     });
@@ -93,7 +104,7 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
 TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
     m.def(
         "csr_rows_spmm(Tensor x, Tensor rowptr, Tensor col, Tensor values, Tensor piece_slots, Tensor piece_starts, "
-        "Tensor split_rows, int num_cols, int piece_nnz, Tensor? bias, Tensor? row_map=None) -> Tensor");
+        "Tensor split_rows, int num_cols, int piece_nnz, Tensor? bias, Tensor? row_map=None, Tensor? addend=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {

@@ -85,11 +85,14 @@ __device__ __forceinline__ int64_t output_row(const CsrRows& a, int32_t row) {
 }
 
 // Columns [tile * tile_cols, ...) of every row piece; nv: vectors of V elements in this tile.
-template <typename T, int L, int CH, int V>
+// kAddend: whether `addend` is read, a template flag so that the kernel without one compiles to
+// the code it had before the addend existed (a runtime test cost the 16-bit kernel 2-5% on an
+// H200).
+template <typename T, int L, int CH, int V, bool kAddend>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
     csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx,
                     T* __restrict__ y, int64_t ldy, int64_t n, int tile_cols, const T* __restrict__ bias,
-                    float* __restrict__ partial) {
+                    const float* __restrict__ addend, float* __restrict__ partial) {
     using Vec = typename Gather<T, V>::type;
     constexpr int G = 32 / L;
     constexpr int U = kGathersInFlight;
@@ -147,6 +150,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
         }
     }
     T* out = y + y_row * ldy + col0;
+    const float* add = kAddend ? addend + y_row * n + col0 : nullptr;
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
         const int v = lane_in_group + c * L;
@@ -160,34 +164,38 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
 #pragma unroll
             for (int q = 0; q < V; ++q) {
                 const float b = bias != nullptr ? load_float(bias + col0 + v * V + q) : 0.f;
-                e[q] = Element<T>::from_float(acc[c][q] + b);
+                const float s = kAddend ? add[v * V + q] : 0.f;
+                e[q] = Element<T>::from_float(acc[c][q] + b + s);
             }
             *reinterpret_cast<Vec*>(out + v * V) = packed;
         }
     }
 }
 
-// Float rows summed with atomics start from the bias (or zero).
+// Float rows summed with atomics start from the bias and the addend (or zero).
 __global__ void init_split_rows_kernel(CsrRows a, float* __restrict__ y, int64_t ldy, int64_t n,
-                                       const float* __restrict__ bias) {
+                                       const float* __restrict__ bias, const float* __restrict__ addend) {
     const int64_t total = a.num_split_rows * n;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / n, c = i % n;
-        y[output_row(a, a.split_rows[r]) * ldy + c] = bias != nullptr ? bias[c] : 0.f;
+        const int64_t row = output_row(a, a.split_rows[r]);
+        y[row * ldy + c] = (bias != nullptr ? bias[c] : 0.f) + (addend != nullptr ? addend[row * n + c] : 0.f);
     }
 }
 
 // 16-bit rows summed in fp32 are rounded into Y once, with the bias.
 template <typename T>
 __global__ void finish_split_rows_kernel(CsrRows a, const float* __restrict__ partial, T* __restrict__ y, int64_t ldy,
-                                         int64_t n, const T* __restrict__ bias) {
+                                         int64_t n, const T* __restrict__ bias, const float* __restrict__ addend) {
     const int64_t total = a.num_split_rows * n;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / n, c = i % n;
+        const int64_t row = output_row(a, a.split_rows[r]);
         const float b = bias != nullptr ? Element<T>::to_float(bias[c]) : 0.f;
-        y[output_row(a, a.split_rows[r]) * ldy + c] = Element<T>::from_float(partial[i] + b);
+        const float s = addend != nullptr ? addend[row * n + c] : 0.f;
+        y[row * ldy + c] = Element<T>::from_float(partial[i] + b + s);
     }
 }
 
@@ -195,14 +203,19 @@ int grid_stride_blocks(int64_t total) { return static_cast<int>(std::min<int64_t
 
 template <typename T, int L, int CH, int V>
 cudaError_t launch(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                   const T* bias, float* partial, cudaStream_t stream) {
+                   const T* bias, const float* addend, float* partial, cudaStream_t stream) {
     constexpr int tile_cols = L * CH * V;
     const int64_t warps = a.num_rows + a.num_pieces;
     const int64_t tiles = (n + tile_cols - 1) / tile_cols;
     if (tiles > 65535) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(tiles));
-    csr_rows_kernel<T, L, CH, V>
-        <<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, values, x, ldx, y, ldy, n, tile_cols, bias, partial);
+    if (addend != nullptr) {
+        csr_rows_kernel<T, L, CH, V, true>
+            <<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, values, x, ldx, y, ldy, n, tile_cols, bias, addend, partial);
+    } else {
+        csr_rows_kernel<T, L, CH, V, false>
+            <<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, values, x, ldx, y, ldy, n, tile_cols, bias, nullptr, partial);
+    }
     return cudaGetLastError();
 }
 
@@ -212,26 +225,26 @@ cudaError_t launch(const CsrRows& a, const T* values, const T* x, int64_t ldx, T
 // gathers in flight per SM.
 template <typename T>
 cudaError_t launch_vector(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, float* partial, cudaStream_t stream) {
+                          const T* bias, const float* addend, float* partial, cudaStream_t stream) {
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
-    if (nv <= 4) return launch<T, 4, 1, V>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    if (nv <= 8) return launch<T, 8, 1, V>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    if (nv <= 16) return launch<T, 16, 1, V>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    return launch<T, 32, 1, V>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
+    if (nv <= 4) return launch<T, 4, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    if (nv <= 8) return launch<T, 8, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    if (nv <= 16) return launch<T, 16, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    return launch<T, 32, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
 }
 
 // One element per gather (odd N, strides or pointers off 16 bytes): several per lane instead.
 template <typename T>
 cudaError_t launch_scalar(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, float* partial, cudaStream_t stream) {
-    if (n <= 8) return launch<T, 8, 1, 1>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    if (n <= 16) return launch<T, 16, 1, 1>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    if (n <= 32) return launch<T, 32, 1, 1>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    if (n <= 48) return launch<T, 16, 3, 1>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    if (n <= 64) return launch<T, 32, 2, 1>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    if (n <= 96) return launch<T, 32, 3, 1>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
-    return launch<T, 32, 4, 1>(a, values, x, ldx, y, ldy, n, bias, partial, stream);
+                          const T* bias, const float* addend, float* partial, cudaStream_t stream) {
+    if (n <= 8) return launch<T, 8, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    if (n <= 16) return launch<T, 16, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    if (n <= 32) return launch<T, 32, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    if (n <= 48) return launch<T, 16, 3, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    if (n <= 64) return launch<T, 32, 2, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    if (n <= 96) return launch<T, 32, 3, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    return launch<T, 32, 4, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -240,13 +253,13 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename T>
 cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, float* partial, cudaStream_t stream) {
+                          const T* bias, const float* addend, float* partial, cudaStream_t stream) {
     constexpr bool kFloat = std::is_same_v<T, float>;
     if (a.num_rows == 0 || n == 0) return cudaSuccess;
     const int64_t split_total = a.num_split_rows * n;
     if (split_total > 0) {
         if constexpr (kFloat) {
-            init_split_rows_kernel<<<grid_stride_blocks(split_total), 256, 0, stream>>>(a, y, ldy, n, bias);
+            init_split_rows_kernel<<<grid_stride_blocks(split_total), 256, 0, stream>>>(a, y, ldy, n, bias, addend);
         } else {
             if (partial == nullptr) return cudaErrorInvalidValue;
             if (cudaError_t err = cudaMemsetAsync(partial, 0, split_total * sizeof(float), stream); err != cudaSuccess)
@@ -256,12 +269,12 @@ cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t
     }
     constexpr int V = 16 / sizeof(T);
     const bool vector = n % V == 0 && ldx % V == 0 && ldy % V == 0 && aligned16(x) && aligned16(y);
-    const cudaError_t err = vector ? launch_vector(a, values, x, ldx, y, ldy, n, bias, partial, stream)
-                                   : launch_scalar(a, values, x, ldx, y, ldy, n, bias, partial, stream);
+    const cudaError_t err = vector ? launch_vector(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream)
+                                   : launch_scalar(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
     if constexpr (!kFloat) {
         if (err == cudaSuccess && split_total > 0) {
             finish_split_rows_kernel<T>
-                <<<grid_stride_blocks(split_total), 256, 0, stream>>>(a, partial, y, ldy, n, bias);
+                <<<grid_stride_blocks(split_total), 256, 0, stream>>>(a, partial, y, ldy, n, bias, addend);
             return cudaGetLastError();
         }
     }
@@ -270,7 +283,7 @@ cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t
 
 #define TCSPARSE_INSTANTIATE_CSR_ROWS(T)                                                                      \
     template cudaError_t csr_rows_spmm<T>(const CsrRows&, const T*, const T*, int64_t, T*, int64_t, int64_t, \
-                                          const T*, float*, cudaStream_t);
+                                          const T*, const float*, float*, cudaStream_t);
 TCSPARSE_INSTANTIATE_CSR_ROWS(float)
 TCSPARSE_INSTANTIATE_CSR_ROWS(__half)
 TCSPARSE_INSTANTIATE_CSR_ROWS(__nv_bfloat16)

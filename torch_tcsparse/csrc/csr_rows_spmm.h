@@ -43,8 +43,11 @@ struct CsrRows {
 // TF32 rounding; 16-bit outputs are rounded once). X rows have stride ldx, Y rows ldy (>= n).
 // For 16-bit T, the split rows are summed in `partial` (float [num_split_rows, n], which the call
 // zeroes) and rounded into Y last; float Y takes the atomics itself (partial may be null).
+// `addend` (null: none) is an fp32 [Y rows, n] matrix (row stride n) added to every row of Y
+// before its one rounding: the sums of another kernel over the same Y, such as the grouped
+// kernel's over a matrix's dense part while this one runs its sparse rest. It must not alias Y.
 template <typename T>
 cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, float* partial, cudaStream_t stream);
+                          const T* bias, const float* addend, float* partial, cudaStream_t stream);
 
 }  // namespace tcsparse

@@ -21,12 +21,13 @@ tcsparse::Precision precision_of(bool exact) {
 }
 
 // Y = A @ x (+ bias on every row) for the grouped layout (torch_tcsparse/formats/grouped.py) and
-// its fp32 values in sub-block order. The layout's contents are not checked here (that would cost
+// its fp32 values in sub-block order; Y has x's dtype, or float32 with keep_fp32 (the sums a
+// second kernel adds to before one rounding). The layout's contents are not checked here (that would cost
 // a host sync per call): callers pass a TCSparseTensor's, built from a validated CSR.
 at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& chunk_starts,
                         const at::Tensor& chunk_group, const at::Tensor& block_cols, const at::Tensor& bitmaps,
                         const at::Tensor& sub_offsets, const at::Tensor& row_map, int64_t num_rows, bool exact,
-                        const std::optional<at::Tensor>& bias) {
+                        const std::optional<at::Tensor>& bias, bool keep_fp32) {
     TCS_CHECK(values.is_cuda(), "values must be a CUDA tensor, got device ", values.device());
     const at::Device device = values.device();
     TCS_CHECK(values.scalar_type() == at::kFloat, "values must be float32, got ", values.scalar_type());
@@ -77,7 +78,7 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at:
                                                c10::cuda::getCurrentCUDAStream()),
                      "grouped_spmm");
     });
-    return dtype == at::kFloat ? sums : sums.to(dtype);
+    return dtype == at::kFloat || keep_fp32 ? sums : sums.to(dtype);
 }
 
 }  // namespace
@@ -85,7 +86,8 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at:
 TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
     m.def(
         "grouped_spmm(Tensor x, Tensor values, Tensor chunk_starts, Tensor chunk_group, Tensor block_cols, "
-        "Tensor bitmaps, Tensor sub_offsets, Tensor row_map, int num_rows, bool exact, Tensor? bias) -> Tensor");
+        "Tensor bitmaps, Tensor sub_offsets, Tensor row_map, int num_rows, bool exact, Tensor? bias, "
+        "bool keep_fp32=False) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {

@@ -18,8 +18,14 @@ bitmaps      int32 [blocks * GROUP_WINDOWS * 4]  occupancy of sub-block (block, 
                                                  (r % 4) * 8 + c of word r // 4, as ME-TCF
 sub_offsets  int32 [blocks * GROUP_WINDOWS + 1]  first value of each sub-block
 row_map      int32 [groups * GROUP_ROWS]         original row of each slot, -1 past the end
-gather       int32 [nnz]                         canonical CSR nonzero of each value position
+gather       int32 [layout nnz]                  canonical CSR nonzero of each value position
 ============ ===== ============================= ===========================================
+
+A (group, column) pair holding few nonzeros costs a whole gather of a row of X for them, while
+a CUDA-core kernel pays one gather per nonzero: with ``min_pair_nnz`` those pairs stay out of the
+layout, in ``rest`` (a CSR for the "rows" kernel, which adds the layout's sums before rounding).
+On dense communities with scattered edges between them (the ordered SBM: 87% of the nonzeros in
+pairs of 16 or more) the layout then holds a fifth of the blocks.
 
 Built with torch ops on the matrix's device (one sort of the nonzeros by (group, column)).
 """
@@ -42,6 +48,11 @@ MAX_CHUNK = 512
 TARGET_CHUNKS = 2048
 
 
+# The values of ``min_pair_nnz`` a matrix's layout is priced with (``selector.grouped_split``):
+# 1 keeps every nonzero in the layout. On an H200 at N = 128 the ordered SBM ran 2.2 ms in the
+# layout alone (ME-TCF base: 2.2 ms), 1.35 ms split at 16; ogbl-ddi ran fastest unsplit.
+SPLIT_THRESHOLDS = (1, 8, 16)
+
 # Mean nonzeros per ME-TCF block below which the grouped layout is not worth building: its work
 # per block is four windows' (H200, N = 128 float32: ogbl-ddi at 26 per block ran 1.5x faster than
 # our other paths, R-MAT 18 at 8 per block 4x slower than the rows path).
@@ -54,6 +65,21 @@ def may_pay(nnz: int, tc_blocks: int) -> bool:
     return tc_blocks > 0 and nnz >= MIN_NNZ_PER_TC_BLOCK * tc_blocks
 
 
+class RestCsr(NamedTuple):
+    """The nonzeros left to the CUDA-core "rows" kernel: a CSR whose rows are the layout's slots
+    (the matrix's row order), with original column ids; ``gather`` the canonical nonzero of each
+    entry, ``row_map`` the row of Y of each slot (None where slots are rows)."""
+
+    rowptr: torch.Tensor
+    col: torch.Tensor
+    gather: torch.Tensor
+    row_map: torch.Tensor | None
+
+    @property
+    def nnz(self) -> int:
+        return self.col.numel()
+
+
 class GroupedLayout(NamedTuple):
     chunk_starts: torch.Tensor
     chunk_group: torch.Tensor
@@ -64,14 +90,31 @@ class GroupedLayout(NamedTuple):
     gather: torch.Tensor
     num_rows: int
     num_cols: int
+    rest: RestCsr | None = None  # nonzeros of sparse (group, column) pairs, None: none left out
 
     @property
     def num_blocks(self) -> int:
         return self.block_cols.numel() // BLOCK_WIDTH
 
+    @property
+    def rest_nnz(self) -> int:
+        return 0 if self.rest is None else self.rest.nnz
+
     def kernel_arrays(self) -> list[torch.Tensor]:
         """The arrays in the order ``tcsparse_kernels::grouped_spmm`` takes them."""
         return [self.chunk_starts, self.chunk_group, self.block_cols, self.bitmaps, self.sub_offsets, self.row_map]
+
+
+class GroupPairs(NamedTuple):
+    """Every nonzero's slot (row position in the matrix's order) and (group, column) pair, and
+    per pair its group and nonzero count: what the layout and its split are built from."""
+
+    slot: torch.Tensor
+    pair_of: torch.Tensor
+    pair_group: torch.Tensor
+    pair_col: torch.Tensor
+    pair_count: torch.Tensor
+    groups: int
 
 
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
@@ -85,42 +128,82 @@ def chunk_size(num_blocks: int) -> int:
     return min(MAX_CHUNK, max(MIN_CHUNK, -(-num_blocks // TARGET_CHUNKS)))
 
 
-def build_grouped(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int,
-                  row_perm: torch.Tensor | None = None, chunk: int | None = None) -> GroupedLayout:
-    """The grouped layout of the CSR (rowptr, col) (canonical: sorted, no duplicates) with its rows
-    in the order ``row_perm`` (``row_perm[i]``: the row placed at slot i; None: as given)."""
-    device = col.device
-    nnz = col.numel()
-    groups = -(-num_rows // GROUP_ROWS)
-    degree = (rowptr[1:] - rowptr[:-1]).long()
-    row = torch.arange(num_rows, device=device).repeat_interleave(degree, output_size=nnz)
+def _slot_of_row(num_rows: int, row_perm: torch.Tensor | None, device) -> torch.Tensor:
     slot_of_row = torch.arange(num_rows, device=device)
     if row_perm is not None:
         slot_of_row = torch.empty_like(slot_of_row)
         slot_of_row[row_perm.long()] = torch.arange(num_rows, device=device)
-    slot = row if row_perm is None else slot_of_row[row]
+    return slot_of_row
+
+
+def group_pairs(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int,
+                row_perm: torch.Tensor | None = None) -> GroupPairs:
+    """The (group, column) pairs of the CSR (rowptr, col) (canonical) with its rows in the order
+    ``row_perm`` (``row_perm[i]``: the row placed at slot i; None: as given): one sort."""
+    device = col.device
+    degree = (rowptr[1:] - rowptr[:-1]).long()
+    row = torch.arange(num_rows, device=device).repeat_interleave(degree, output_size=col.numel())
+    slot = row if row_perm is None else _slot_of_row(num_rows, row_perm, device)[row]
     del row
-    group = slot // GROUP_ROWS
-    # The group's distinct columns, ascending: block and position in it of every nonzero.
-    pairs, pair_of = torch.unique(group * num_cols + col.long(), sorted=True, return_inverse=True)
-    pair_group = pairs // num_cols
+    pairs, pair_of, pair_count = torch.unique((slot // GROUP_ROWS) * num_cols + col.long(), sorted=True,
+                                              return_inverse=True, return_counts=True)
+    return GroupPairs(slot, pair_of, pairs // num_cols, pairs % num_cols, pair_count, -(-num_rows // GROUP_ROWS))
+
+
+def _blocks(pair_group: torch.Tensor, groups: int) -> torch.Tensor:
+    return (torch.bincount(pair_group, minlength=groups) + BLOCK_WIDTH - 1) // BLOCK_WIDTH
+
+
+def split_sizes(pairs: GroupPairs, thresholds) -> dict[int, tuple[int, int]]:
+    """Per threshold t: (blocks of the layout of the pairs holding t or more nonzeros, nonzeros
+    of the other pairs), read back in one copy."""
+    sizes = []
+    for t in thresholds:
+        dense = pairs.pair_count >= t
+        sizes.append(_blocks(pairs.pair_group[dense], pairs.groups).sum())
+        sizes.append(pairs.pair_count[~dense].sum())
+    host = torch.stack(sizes).tolist() if sizes else []
+    return {t: (int(host[2 * i]), int(host[2 * i + 1])) for i, t in enumerate(thresholds)}
+
+
+def build_grouped(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int,
+                  row_perm: torch.Tensor | None = None, chunk: int | None = None, min_pair_nnz: int = 1,
+                  pairs: GroupPairs | None = None) -> GroupedLayout:
+    """The grouped layout of the CSR (rowptr, col) (canonical: sorted, no duplicates) with its rows
+    in the order ``row_perm`` (``row_perm[i]``: the row placed at slot i; None: as given).
+    Pairs (a group's nonzeros in one column) of fewer than ``min_pair_nnz`` nonzeros are left to
+    ``rest``: a block's gather pays for itself only when its columns hold enough nonzeros.
+    ``pairs``: ``group_pairs`` of the same arguments, when already computed."""
+    device = col.device
+    if pairs is None:
+        pairs = group_pairs(rowptr, col, num_rows, num_cols, row_perm)
+    groups = pairs.groups
+    kept = pairs.pair_count >= min_pair_nnz
+    dense = kept[pairs.pair_of]
+    rest = None if bool(dense.all()) else _rest_csr(pairs.slot, col, ~dense, num_rows, row_perm)
+    nonzero = torch.nonzero(dense).flatten()  # canonical index of each nonzero the layout holds
+    slot = pairs.slot[nonzero]
+    # Pairs renumbered among those kept (still sorted by group, then column).
+    pair_index = torch.cumsum(kept.long(), 0) - 1
+    pair_of = pair_index[pairs.pair_of[nonzero]]
+    pair_group, pair_col = pairs.pair_group[kept], pairs.pair_col[kept]
     pairs_per_group = torch.bincount(pair_group, minlength=groups)
-    rank = torch.arange(pairs.numel(), device=device) - _exclusive_cumsum(pairs_per_group)[pair_group]
+    rank = torch.arange(pair_group.numel(), device=device) - _exclusive_cumsum(pairs_per_group)[pair_group]
     blocks_per_group = (pairs_per_group + BLOCK_WIDTH - 1) // BLOCK_WIDTH
     first_block = _exclusive_cumsum(blocks_per_group)
     num_blocks = int(first_block[-1])
     pair_block = first_block[pair_group] + rank // BLOCK_WIDTH
     pair_pos = rank % BLOCK_WIDTH
     block_cols = torch.full((num_blocks * BLOCK_WIDTH,), -1, dtype=torch.int32, device=device)
-    block_cols[pair_block * BLOCK_WIDTH + pair_pos] = (pairs % num_cols).int()
-    del pairs, pair_group, rank
+    block_cols[pair_block * BLOCK_WIDTH + pair_pos] = pair_col.int()
+    del pair_col, rank
 
     block, pos = pair_block[pair_of], pair_pos[pair_of]
     del pair_of, pair_block, pair_pos
     sub = block * GROUP_WINDOWS + (slot // WINDOW) % GROUP_WINDOWS
     in_window = slot % WINDOW
     entry = in_window * BLOCK_WIDTH + pos  # bit order inside the sub-block
-    gather = torch.argsort(sub * (WINDOW * BLOCK_WIDTH) + entry)
+    gather = nonzero[torch.argsort(sub * (WINDOW * BLOCK_WIDTH) + entry)]
     sub_offsets = _exclusive_cumsum(torch.bincount(sub, minlength=num_blocks * GROUP_WINDOWS))
     words = torch.zeros(num_blocks * GROUP_WINDOWS * 4, dtype=torch.long, device=device)
     words.index_add_(0, sub * 4 + in_window // 4, torch.ones_like(entry) << (entry % 32))
@@ -135,7 +218,19 @@ def build_grouped(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_co
     chunk_starts = torch.cat([starts, first_block[-1:]]).int()
 
     row_map = torch.full((groups * GROUP_ROWS,), -1, dtype=torch.int32, device=device)
-    row_map[slot_of_row] = torch.arange(num_rows, dtype=torch.int32, device=device)
+    row_map[_slot_of_row(num_rows, row_perm, device)] = torch.arange(num_rows, dtype=torch.int32, device=device)
     return GroupedLayout(chunk_starts, chunk_group.int(), block_cols, bitmaps, sub_offsets.int(), row_map,
-                         gather.int(), num_rows, num_cols)
+                         gather.int(), num_rows, num_cols, rest)
 
+
+def _rest_csr(slot: torch.Tensor, col: torch.Tensor, left: torch.Tensor, num_rows: int,
+              row_perm: torch.Tensor | None) -> RestCsr:
+    """The nonzeros ``left`` (a mask in canonical order) as a CSR over slots."""
+    nonzero = torch.nonzero(left).flatten()
+    rest_slot = slot[nonzero]
+    if row_perm is not None:  # canonical order is by row: put it in slot order (stable: columns stay sorted)
+        order = torch.sort(rest_slot, stable=True).indices
+        nonzero, rest_slot = nonzero[order], rest_slot[order]
+    rowptr = _exclusive_cumsum(torch.bincount(rest_slot, minlength=num_rows)).int()
+    row_map = None if row_perm is None else row_perm.int()
+    return RestCsr(rowptr, col[nonzero], nonzero.int(), row_map)

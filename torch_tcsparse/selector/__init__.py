@@ -33,6 +33,10 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
   ``split_launch_us`` when any row is split: the kernel that first sets those rows of Y is a launch
   of its own, and the split pieces run last, with atomics (fitted 4-8 us on an H200, more than a
   launch; it decides between rows and csr on small power-law graphs, where they are close);
+- grouped (the Tensor-Core kernel on the grouped layout): per warp-step constants measured on an
+  H200 (``model.GROUPED_STEP_NS``), plus the rows time of the nonzeros the layout leaves to the
+  rows kernel (``grouped_rest_nnz``); the layout's split itself is chosen by the same prices
+  when it is built (``grouped_split``);
 - every path costs at least its ``floor_us``: the host-side cost of one call (Python, dispatch,
   launch), which is what a call on a small graph costs when calls run back to back;
 - a reordered matrix runs the rows path in its order; the order's ``rows_share_ratio``
@@ -97,6 +101,7 @@ from .model import (
     choose,
     explain,
     explain_shape,
+    grouped_split,
     kernel_time_us,
     l2_miss_fraction,
     predict,
@@ -144,6 +149,7 @@ __all__ = [
     "explain",
     "explain_shape",
     "gpu_family",
+    "grouped_split",
     "kernel_time_us",
     "l2_miss_fraction",
     "list_schedule_exact",

@@ -2,7 +2,7 @@
 between them, and its explanation."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import torch
@@ -41,6 +41,28 @@ def grouped_time_us(shape: MatrixShape, n: int, dtype: torch.dtype, sm_count: in
     steps = shape.grouped_blocks * grouped_warps_per_chunk(n, dtype)
     per_step = GROUPED_STEP_NS[4 if dtype.itemsize >= 4 else 2]
     return GROUPED_FIXED_US + per_step * steps * GROUPED_REFERENCE_SMS / sm_count / 1e3
+
+
+def grouped_rest_us(shape: MatrixShape, rows_constants: dict, miss: float) -> float:
+    """The rows kernel's time on the nonzeros the grouped layout leaves out (none: no launch)."""
+    if shape.grouped_rest_nnz == 0:
+        return 0.0
+    return _rows_time_us(rows_constants, replace(shape, nnz=shape.grouped_rest_nnz), miss)
+
+
+def grouped_split(sizes: dict, shape: MatrixShape, model: DeviceModel, n: int = 128) -> int:
+    """The ``min_pair_nnz`` of ``sizes`` (threshold -> (grouped blocks, nonzeros left to the rows
+    kernel), ``formats.grouped.split_sizes``) with the least predicted time at ``n`` columns of
+    float32: the layout is built once per matrix, for the N of GCN hidden sizes."""
+    rows = model.calibration.constants("rows", n, torch.float32)
+    miss = l2_miss_fraction(shape.num_cols, n, 4, model.l2_bytes)
+
+    def time_us(threshold: int) -> float:
+        blocks, rest = sizes[threshold]
+        split = replace(shape, grouped_blocks=blocks, grouped_rest_nnz=rest)
+        return grouped_time_us(split, n, torch.float32, model.sm_count) + grouped_rest_us(split, rows, miss)
+
+    return min(sizes, key=time_us)
 
 
 def kernel_time_us(constants: dict, makespan: float, work: float, slots: int, miss: float = 0.0) -> float:
@@ -150,7 +172,8 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
         "rows": _rows_time_us(constants["rows"], shape, miss),
     }
     if shape.grouped_blocks is not None:
-        device_us["grouped"] = grouped_time_us(shape, n, kernel_dtype, model.sm_count)
+        device_us["grouped"] = grouped_time_us(shape, n, kernel_dtype, model.sm_count) + grouped_rest_us(
+            shape, constants["rows"], miss)
         # Its host side is balanced's: a zeroed fp32 output, the kernel, and for 16-bit X a cast.
         constants["grouped"] = {"floor_us": balanced.get("floor_us", 0.0)}
     # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
@@ -239,6 +262,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "split_rows": shape.split_rows,
         "rows_share_ratio": shape.rows_share_ratio,
         "grouped_blocks": shape.grouped_blocks,
+        "grouped_rest_nnz": shape.grouped_rest_nnz,
         "column_slices": slices["base"],
         "x_share_beyond_l2": prediction.miss,
     }

@@ -42,6 +42,7 @@ class MatrixShape:
     split_rows: int = 0  # rows longer than csr_rows.PIECE_NNZ (split into pieces by "rows")
     rows_share_ratio: float = 1.0  # the rows path's order against the given one (package docstring)
     grouped_blocks: int | None = None  # blocks of the grouped layout; None: the path cannot pay
+    grouped_rest_nnz: int = 0  # nonzeros the grouped path leaves to the rows kernel
     # (chunks, TC blocks, non-empty windows) before each window, when already known (the
     # conversion's host copies); else computed on first need.
     prefixes: tuple | None = field(default=None, compare=False, repr=False)
