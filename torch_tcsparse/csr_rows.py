@@ -80,12 +80,14 @@ def permuted_rows(rowptr: torch.Tensor, col: torch.Tensor, perm: torch.Tensor) -
 
 
 def spmm(x, rowptr, col, values, pieces: RowPieces, num_cols: int, bias: torch.Tensor | None = None,
-         row_map: torch.Tensor | None = None) -> torch.Tensor:
+         row_map: torch.Tensor | None = None, addend: torch.Tensor | None = None) -> torch.Tensor:
     """Y = A @ x (+ bias on every row) for the CSR (rowptr, col, values) split by ``pieces``;
     x may be a column slice of a wider tensor (any row stride), Y is contiguous; values and bias
     in x's dtype. ``row_map`` (int32, a permutation) writes CSR row i to row ``row_map[i]`` of Y:
-    a reordered matrix's rows run in its order (``permuted_rows``) and Y comes out in the user's."""
+    a reordered matrix's rows run in its order (``permuted_rows``) and Y comes out in the user's.
+    ``addend`` (fp32, Y's shape and row order) is added to Y before its one rounding: another
+    kernel's sums over the same Y."""
     return _ext.load().csr_rows_spmm(
         x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts, pieces.split_rows, num_cols,
-        pieces.piece_nnz, bias, row_map,
+        pieces.piece_nnz, bias, row_map, addend,
     )

@@ -25,12 +25,10 @@ def spmm(x: torch.Tensor, layout: GroupedLayout, values: torch.Tensor, bias: tor
     sub-block order, and where the layout has a ``rest``, its values (x's dtype, in the rest's
     order) and its split into pieces (``csr_rows.row_pieces``); Y has x's dtype."""
     exact = x.dtype == torch.float32 and not tf32_allowed()
-    kernels = _ext.load()
+    grouped_spmm = _ext.load().grouped_spmm
     rest = layout.rest
     if rest is None:
-        return kernels.grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, bias)
-    sums = kernels.grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, None, True)
-    return kernels.csr_rows_spmm(x, rest.rowptr, rest.col, rest_values, rest_pieces.piece_slots,
-                                 rest_pieces.piece_starts, rest_pieces.split_rows, layout.num_cols,
-                                 rest_pieces.piece_nnz, bias, rest.row_map, sums)
-
+        return grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, bias)
+    sums = grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, None, True)
+    return csr_rows.spmm(x, rest.rowptr, rest.col, rest_values, rest_pieces, layout.num_cols, bias, rest.row_map,
+                         addend=sums)

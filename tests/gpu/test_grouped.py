@@ -136,22 +136,6 @@ def test_split_hub_bias_reordering_strided(tf32, split_at, n, bias, dtype):
     check(700, 900, n, dtype, mean_degree=60, bias=bias, x=wide[:, 1:n + 1], rest=True)
 
 
-def test_split_gradient(tf32, split_at):
-    """dX through the transpose's grouped layout, split as well."""
-    split_at(4)
-    m = 600
-    row, col, values = random_matrix(m, m, 50)
-    a = TCSparseTensor.from_coo(row, col, values, shape=(m, m))
-    dense = a.to_dense().double()
-    x = torch.randn(m, 32, device="cuda", requires_grad=True)
-    y = a.matmul(x, path="grouped")
-    grad_y = torch.randn_like(y)
-    y.backward(grad_y)
-    assert a._structure.grouped().rest_nnz > 0
-    assert relative_error(y, dense @ x.detach().double()) <= 1e-3
-    assert relative_error(x.grad, dense.t() @ grad_y.double()) <= 1e-3
-
-
 def test_rows_binding_checks_the_addend():
     row, col, values = random_matrix(100, 100, 5)
     a = TCSparseTensor.from_coo(row, col, values, shape=(100, 100))
@@ -182,9 +166,11 @@ def test_exact_fp32_without_tf32():
         torch.set_float32_matmul_precision(previous)
 
 
-def test_gradients_and_deterministic_mode(tf32):
-    """dX through the transpose's grouped layout; values needing a gradient and deterministic mode
-    run base instead (the same product, no atomics)."""
+@pytest.mark.parametrize("split", [1, 4])
+def test_gradients_and_deterministic_mode(tf32, split_at, split):
+    """dX through the transpose's grouped layout (unsplit, or split with a rest); values needing
+    a gradient and deterministic mode run base instead (the same product, no atomics)."""
+    split_at(split)
     m = 600
     row, col, values = random_matrix(m, m, 50)
     a = TCSparseTensor.from_coo(row, col, values, shape=(m, m))
@@ -193,6 +179,8 @@ def test_gradients_and_deterministic_mode(tf32):
     y = a.matmul(x, path="grouped")
     grad_y = torch.randn_like(y)
     y.backward(grad_y)
+    assert (a._structure.grouped().rest_nnz > 0) == (split > 1)
+    assert relative_error(y, dense @ x.detach().double()) <= 1e-3
     assert relative_error(x.grad, dense.t() @ grad_y.double()) <= 1e-3
     edge_values = a.csr.values.clone().requires_grad_()
     a.with_values(edge_values).matmul(x.detach(), path="grouped").sum().backward()

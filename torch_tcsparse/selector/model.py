@@ -43,11 +43,14 @@ def grouped_time_us(shape: MatrixShape, n: int, dtype: torch.dtype, sm_count: in
     return GROUPED_FIXED_US + per_step * steps * GROUPED_REFERENCE_SMS / sm_count / 1e3
 
 
-def grouped_rest_us(shape: MatrixShape, rows_constants: dict, miss: float) -> float:
-    """The rows kernel's time on the nonzeros the grouped layout leaves out (none: no launch)."""
+def grouped_path_us(shape: MatrixShape, n: int, dtype: torch.dtype, sm_count: int, rows_constants: dict,
+                    miss: float) -> float:
+    """The grouped kernel's time, plus the rows kernel's on the nonzeros its layout leaves out
+    (none: no launch)."""
+    kernel_us = grouped_time_us(shape, n, dtype, sm_count)
     if shape.grouped_rest_nnz == 0:
-        return 0.0
-    return _rows_time_us(rows_constants, replace(shape, nnz=shape.grouped_rest_nnz), miss)
+        return kernel_us
+    return kernel_us + _rows_time_us(rows_constants, replace(shape, nnz=shape.grouped_rest_nnz), miss)
 
 
 def grouped_split(sizes: dict, shape: MatrixShape, model: DeviceModel, n: int = 128) -> int:
@@ -60,7 +63,7 @@ def grouped_split(sizes: dict, shape: MatrixShape, model: DeviceModel, n: int = 
     def time_us(threshold: int) -> float:
         blocks, rest = sizes[threshold]
         split = replace(shape, grouped_blocks=blocks, grouped_rest_nnz=rest)
-        return grouped_time_us(split, n, torch.float32, model.sm_count) + grouped_rest_us(split, rows, miss)
+        return grouped_path_us(split, n, torch.float32, model.sm_count, rows, miss)
 
     return min(sizes, key=time_us)
 
@@ -172,8 +175,7 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
         "rows": _rows_time_us(constants["rows"], shape, miss),
     }
     if shape.grouped_blocks is not None:
-        device_us["grouped"] = grouped_time_us(shape, n, kernel_dtype, model.sm_count) + grouped_rest_us(
-            shape, constants["rows"], miss)
+        device_us["grouped"] = grouped_path_us(shape, n, kernel_dtype, model.sm_count, constants["rows"], miss)
         # Its host side is balanced's: a zeroed fp32 output, the kernel, and for 16-bit X a cast.
         constants["grouped"] = {"floor_us": balanced.get("floor_us", 0.0)}
     # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
