@@ -693,10 +693,10 @@ def test_grouped_path_cost_choice_and_availability(monkeypatch):
     shape = dataclasses.replace(MatrixShape.of(layout), grouped_blocks=1000)
     model = selector.device_model(torch.device("cpu"))
     prediction = cost_model.predict(shape, 128, model)
-    steps = 1000 * 4  # float32: one warp per 32 columns
-    expected = cost_model.GROUPED_FIXED_US + 0.80 * steps * 132 / model.sm_count / 1e3
+    steps = 1000 * 4  # one warp per 32 columns
+    expected = cost_model.GROUPED_FIXED_US[4] + cost_model.GROUPED_STEP_NS[4] * steps * 132 / model.sm_count / 1e3
     assert prediction.device_us["grouped"] == pytest.approx(expected)
-    assert cost_model.grouped_warps_per_chunk(128, torch.float16) == 4  # 2 windows x 2 slices of 64
+    assert cost_model.grouped_warps_per_chunk(100, torch.float16) == 4
     assert "grouped" not in cost_model.predict(MatrixShape.of(layout), 128, model).device_us
 
     costs = {"base": 50.0, "balanced": 40.0, "csr": 60.0, "rows": 45.0, "grouped": 30.0}

@@ -5,8 +5,8 @@ layout leaves out (pairs of a group and a column holding too few to pay for a ga
 the CUDA-core "rows" kernel, which adds the Tensor-Core sums before rounding Y once.
 
 It serves dense-ish graphs (ogbl-ddi, dense communities, band matrices), where nearly every
-window of a group touches the same columns. Values reach the kernel as fp32 in the layout's
-sub-block order; products are summed in fp32 (TF32 or 3xTF32 for float32 X, as the ME-TCF kernels);
+window of a group touches the same columns. Values reach the kernel as fragments in X's dtype
+(``formats.grouped.fragment_values``); products are summed in fp32 (TF32 or 3xTF32 for float32 X, as the ME-TCF kernels);
 chunks of a group's blocks run on different warps and add their sums atomically, so the result
 is not bitwise reproducible: the selector leaves the path out under deterministic algorithms.
 """
@@ -19,16 +19,17 @@ from .formats.grouped import GroupedLayout
 from .kernels import tf32_allowed
 
 
-def spmm(x: torch.Tensor, layout: GroupedLayout, values: torch.Tensor, bias: torch.Tensor | None = None,
+def spmm(x: torch.Tensor, layout: GroupedLayout, fragments: torch.Tensor, bias: torch.Tensor | None = None,
          rest_values: torch.Tensor | None = None, rest_pieces: csr_rows.RowPieces | None = None) -> torch.Tensor:
-    """Y = A @ x (+ bias on every row) with A given by ``layout`` and its fp32 ``values`` in
-    sub-block order, and where the layout has a ``rest``, its values (x's dtype, in the rest's
-    order) and its split into pieces (``csr_rows.row_pieces``); Y has x's dtype."""
+    """Y = A @ x (+ bias on every row) with A given by ``layout`` and its ``fragments``
+    (``formats.grouped.fragment_values``, x's dtype), and where the layout has a ``rest``, its
+    values (x's dtype, in the rest's order) and its split into pieces (``csr_rows.row_pieces``);
+    Y has x's dtype."""
     exact = x.dtype == torch.float32 and not tf32_allowed()
     grouped_spmm = _ext.load().grouped_spmm
     rest = layout.rest
     if rest is None:
-        return grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, bias)
-    sums = grouped_spmm(x, values, *layout.kernel_arrays(), layout.num_rows, exact, None, True)
+        return grouped_spmm(x, fragments, *layout.kernel_arrays(), layout.num_rows, exact, bias)
+    sums = grouped_spmm(x, fragments, *layout.kernel_arrays(), layout.num_rows, exact, None, True)
     return csr_rows.spmm(x, rest.rowptr, rest.col, rest_values, rest_pieces, layout.num_cols, bias, rest.row_map,
                          addend=sums)

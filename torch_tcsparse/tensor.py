@@ -17,6 +17,7 @@ from . import csr_rows, grouped, ops
 from .formats import inputs
 from .formats.csr import CSR, check_values, from_csr_arrays, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
+from .formats.grouped import fragment_values
 from .formats.metcf import WINDOWS
 from .structure import Structure
 
@@ -347,9 +348,9 @@ class TCSparseTensor(torch.Tensor):
             return lambda x, bias: ops.torch_sparse_product(matrix, x.contiguous(), bias)
         s = self._structure
         if path == "grouped":
-            layout, (values, rest_values) = s.grouped(), self._grouped_values()
+            layout, (fragments, rest_values) = s.grouped(), self._grouped_values()
             pieces = None if layout.rest is None else s.grouped_pieces()
-            return lambda x, bias: grouped.spmm(x, layout, values, bias, rest_values, pieces)
+            return lambda x, bias: grouped.spmm(x, layout, fragments, bias, rest_values, pieces)
         csr_rows.check_indices(s.rowptr)
         rows, pieces = s.rows_csr(), s.row_pieces(csr_rows.piece_size())
         values = self._rows_values()
@@ -366,12 +367,12 @@ class TCSparseTensor(torch.Tensor):
         return self._operands["rows"]
 
     def _grouped_values(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """fp32 values in the grouped layout's order, and those of its rest (None: no rest) in
-        ours, gathered once and kept while the values need no gradient."""
+        """The grouped layout's fragments, and the values of its rest (None: no rest) in the
+        rest's order, built once and kept while the values need no gradient."""
         if "grouped" not in self._operands:
             layout = self._structure.grouped()
             rest = None if layout.rest is None else self._values[layout.rest.gather.long()]
-            self._operands["grouped"] = (self._values.float()[layout.gather.long()], rest)
+            self._operands["grouped"] = (fragment_values(layout, self._values), rest)
         return self._operands["grouped"]
 
     def _transposed_csr_product(self, path: str):

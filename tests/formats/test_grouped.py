@@ -10,6 +10,7 @@ from torch_tcsparse.formats.grouped import (
     GroupedLayout,
     RestCsr,
     build_grouped,
+    fragment_values,
     group_pairs,
     may_pay,
     split_sizes,
@@ -17,25 +18,29 @@ from torch_tcsparse.formats.grouped import (
 from torch_tcsparse.formats.metcf import BLOCK_WIDTH
 
 
-def grouped_dense(layout: GroupedLayout, values: torch.Tensor) -> torch.Tensor:
-    """The dense matrix a grouped layout and its values (in sub-block order) hold: the inverse of
-    ``build_grouped``."""
-    nsub = layout.sub_offsets.numel() - 1
-    counts = (layout.sub_offsets[1:] - layout.sub_offsets[:-1]).long()
-    sub = torch.arange(nsub, device=values.device).repeat_interleave(counts)
-    words = layout.bitmaps.long() & 0xFFFFFFFF
-    bits = (words.view(nsub, 4, 1) >> torch.arange(32, device=values.device)) & 1  # [sub, word, bit]
-    entries = bits.view(nsub, WINDOW * BLOCK_WIDTH).nonzero()  # rows sorted by (sub, entry): value order
-    if entries.shape[0] != values.numel() or not torch.equal(entries[:, 0], sub):
-        raise ValueError("bitmaps and sub_offsets of the grouped layout disagree")
-    block, window = sub // GROUP_WINDOWS, sub % GROUP_WINDOWS
+def grouped_dense(layout: GroupedLayout, fragments: torch.Tensor) -> torch.Tensor:
+    """The dense matrix a grouped layout and its fragments hold, read the way the mma reads them
+    (PTX ISA, m16n8k8: lane (g, t) holds A entries (g + 8 (k % 2), c(t, k // 2)) for k = 0..3, with
+    c = t + 4h for TF32 in the order k = 0..3, and c = 2t + h for 16-bit types, stored as the
+    registers (k = 0 | 2) and (k = 1 | 3)): the inverse of ``build_grouped`` + ``fragment_values``."""
+    order = (0, 2, 1, 3) if fragments.dtype.itemsize == 2 else (0, 1, 2, 3)
+    lane, position = torch.arange(32).repeat_interleave(4), torch.arange(4).repeat(32)
+    k = torch.tensor(order)[position]
+    g, t, h = lane // 4, lane % 4, k // 2
+    entry_row = g + 8 * (k % 2)
+    entry_col = 2 * t + h if fragments.dtype.itemsize == 2 else t + 4 * h
+    sub_of_slot = torch.nonzero(layout.sub_slots >= 0).flatten()
+    assert torch.equal(layout.sub_slots[sub_of_slot].long(), torch.arange(sub_of_slot.numel()))
+    assert fragments.numel() == sub_of_slot.numel() * 128
+    block, window = sub_of_slot // GROUP_WINDOWS, sub_of_slot % GROUP_WINDOWS
     chunk_of_block = torch.searchsorted(layout.chunk_starts.long(), torch.arange(layout.num_blocks), right=True) - 1
     group = layout.chunk_group.long()[chunk_of_block][block]
-    slot = group * GROUP_ROWS + window * WINDOW + entries[:, 1] // BLOCK_WIDTH
-    rows = layout.row_map.long()[slot]
-    cols = layout.block_cols.long()[block * BLOCK_WIDTH + entries[:, 1] % BLOCK_WIDTH]
-    dense = torch.zeros(layout.num_rows, layout.num_cols, dtype=values.dtype)
-    dense.index_put_((rows, cols), values, accumulate=True)
+    slot_rows = layout.row_map.long()[(group * GROUP_ROWS + window * WINDOW)[:, None] + entry_row]
+    cols = layout.block_cols.long()[(block * BLOCK_WIDTH)[:, None] + entry_col]
+    held = fragments.view(-1, 128) != 0
+    assert bool((slot_rows[held] >= 0).all() and (cols[held] >= 0).all()), "a value outside the matrix"
+    dense = torch.zeros(layout.num_rows, layout.num_cols, dtype=fragments.dtype)
+    dense.index_put_((slot_rows[held], cols[held]), fragments.view(-1, 128)[held], accumulate=True)
     return dense
 
 
@@ -75,12 +80,13 @@ def test_round_trip(shape, density, reordered, chunk):
     dense, rowptr, col, values = random_csr(m, k, density, seed=m * k)
     perm = torch.randperm(m) if reordered else None
     layout = build_grouped(rowptr, col, m, k, perm, chunk)
-    assert torch.equal(grouped_dense(layout, values[layout.gather.long()]), dense)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        assert torch.equal(grouped_dense(layout, fragment_values(layout, values.to(dtype))), dense.to(dtype))
     groups = -(-m // GROUP_ROWS)
     blocks = layout.num_blocks
     assert layout.row_map.numel() == groups * GROUP_ROWS
-    assert layout.bitmaps.numel() == blocks * GROUP_WINDOWS * 4
-    assert layout.sub_offsets.numel() == blocks * GROUP_WINDOWS + 1 and int(layout.sub_offsets[-1]) == col.numel()
+    assert layout.sub_slots.numel() == blocks * GROUP_WINDOWS
+    assert layout.gather.numel() == layout.slot_entry.numel() == col.numel()
     starts = layout.chunk_starts.long()
     assert int(starts[-1]) == blocks and bool((starts[1:] > starts[:-1]).all())
     if chunk:
@@ -116,7 +122,7 @@ def test_split_round_trip(reordered, min_pair_nnz):
     layout = build_grouped(rowptr, col, m, m, perm, min_pair_nnz=min_pair_nnz, pairs=pairs)
     rest = layout.rest
     assert rest is not None
-    held = grouped_dense(layout, values[layout.gather.long()]) + rest_dense(rest, values[rest.gather.long()], m, m)
+    held = grouped_dense(layout, fragment_values(layout, values)) + rest_dense(rest, values[rest.gather.long()], m, m)
     assert torch.equal(held, dense)
     assert torch.equal(torch.sort(torch.cat([layout.gather, rest.gather])).values, torch.arange(col.numel(), dtype=torch.int32))
     assert split_sizes(pairs, [min_pair_nnz])[min_pair_nnz] == (layout.num_blocks, rest.nnz)

@@ -10,7 +10,7 @@ import torch
 
 from torch_tcsparse import TCSparseTensor, grouped
 from torch_tcsparse.formats import grouped as grouped_format
-from torch_tcsparse.formats.grouped import build_grouped
+from torch_tcsparse.formats.grouped import build_grouped, fragment_values
 
 from .kernel_data import (
     HUB_NNZ,
@@ -207,17 +207,22 @@ def test_binding_rejects_bad_inputs():
     row, col, values = random_matrix(100, 100, 5)
     a = TCSparseTensor.from_coo(row, col, values, shape=(100, 100))
     layout = a._structure.grouped()
-    v = values.float()[layout.gather.long()]
+    fragments = fragment_values(layout, a.csr.values)
     x = torch.randn(100, 8, device="cuda")
-    with pytest.raises(RuntimeError, match="values must be float32"):
-        grouped.spmm(x, layout, v.double())
+    with pytest.raises(RuntimeError, match="fragments must have x's dtype Half, got Float"):
+        grouped.spmm(x.half(), layout, fragments)
+    with pytest.raises(RuntimeError, match="fragments must be 1-D and contiguous with a multiple of 128"):
+        grouped.spmm(x, layout, fragments[:-1])
     with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16"):
-        grouped.spmm(x.double(), layout, v)
+        grouped.spmm(x.double(), layout, fragments.double())
     with pytest.raises(RuntimeError, match="bias must be"):
-        grouped.spmm(x, layout, v, torch.zeros(9, device="cuda"))
+        grouped.spmm(x, layout, fragments, torch.zeros(9, device="cuda"))
     short = layout._replace(row_map=layout.row_map[:-1])
     with pytest.raises(RuntimeError, match="row_map must be 1-D with"):
-        grouped.spmm(x, short, v)
+        grouped.spmm(x, short, fragments)
+    short = layout._replace(sub_slots=layout.sub_slots[:-1])
+    with pytest.raises(RuntimeError, match="sub_slots must be 1-D with"):
+        grouped.spmm(x, short, fragments)
 
 
 def test_selector_offers_grouped_on_dense_matrices_only():

@@ -91,7 +91,15 @@ struct Tile<float, kSplit> {
     uint32_t hi[4];
     uint32_t lo[kSplit ? 4 : 1];
 
-    __device__ explicit Tile(const float (&e)[4]) {
+    __device__ explicit Tile(const float (&e)[4]) { init(e); }
+
+    // From a lane's fragment as the grouped layout stores it: e[0..3] in one 16-byte word.
+    __device__ explicit Tile(const uint4& w) {
+        const float e[4] = {__uint_as_float(w.x), __uint_as_float(w.y), __uint_as_float(w.z), __uint_as_float(w.w)};
+        init(e);
+    }
+
+    __device__ void init(const float (&e)[4]) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             hi[i] = ptx::to_tf32(e[i]);
@@ -125,12 +133,24 @@ struct Tile {
     __device__ explicit Tile(const float (&e)[4])
         : a0(Element<T>::pack2(e[0], e[2])), a1(Element<T>::pack2(e[1], e[3])) {}
 
+    // From a lane's fragment as the grouped layout stores it: the two registers, already packed.
+    __device__ explicit Tile(const uint2& w) : a0(w.x), a1(w.y) {}
+
     __device__ void multiply(float (&acc)[8][4], const uint4& x0, const uint4& x1) const {
 #pragma unroll
         for (int m = 0; m < 8; ++m) {
             // Element m of each copy (low or high half of word m / 2), x0's in the low half.
             const uint32_t b = __byte_perm(word(x0, m >> 1), word(x1, m >> 1), (m & 1) ? 0x7632 : 0x5410);
             Element<T>::mma(acc[m], a0, a1, b);
+        }
+    }
+
+    // The same with 8-byte copies of 4 elements (the grouped kernel's).
+    __device__ void multiply(float (&acc)[4][4], const uint2& x0, const uint2& x1) const {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const uint32_t w0 = (m >> 1) ? x0.y : x0.x, w1 = (m >> 1) ? x1.y : x1.x;
+            Element<T>::mma(acc[m], a0, a1, __byte_perm(w0, w1, (m & 1) ? 0x7632 : 0x5410));
         }
     }
 };

@@ -21,18 +21,18 @@ tcsparse::Precision precision_of(bool exact) {
 }
 
 // Y = A @ x (+ bias on every row) for the grouped layout (torch_tcsparse/formats/grouped.py) and
-// its fp32 values in sub-block order; Y has x's dtype, or float32 with keep_fp32 (the sums a
-// second kernel adds to before one rounding). The layout's contents are not checked here (that would cost
-// a host sync per call): callers pass a TCSparseTensor's, built from a validated CSR.
-at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& chunk_starts,
-                        const at::Tensor& chunk_group, const at::Tensor& block_cols, const at::Tensor& bitmaps,
-                        const at::Tensor& sub_offsets, const at::Tensor& row_map, int64_t num_rows, bool exact,
-                        const std::optional<at::Tensor>& bias, bool keep_fp32) {
-    TCS_CHECK(values.is_cuda(), "values must be a CUDA tensor, got device ", values.device());
-    const at::Device device = values.device();
-    TCS_CHECK(values.scalar_type() == at::kFloat, "values must be float32, got ", values.scalar_type());
-    TCS_CHECK(values.dim() == 1 && values.is_contiguous(), "values must be 1-D and contiguous, got shape ",
-              values.sizes());
+// its fragments (x's dtype, fragment_values); Y has x's dtype, or float32 with keep_fp32 (the sums
+// a second kernel adds to before one rounding). The layout's contents are not checked here (that
+// would cost a host sync per call): callers pass a TCSparseTensor's, built from a validated CSR.
+at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const at::Tensor& chunk_starts,
+                        const at::Tensor& chunk_group, const at::Tensor& block_cols, const at::Tensor& sub_slots,
+                        const at::Tensor& row_map, int64_t num_rows, bool exact, const std::optional<at::Tensor>& bias,
+                        bool keep_fp32) {
+    TCS_CHECK(fragments.is_cuda(), "fragments must be a CUDA tensor, got device ", fragments.device());
+    const at::Device device = fragments.device();
+    TCS_CHECK(fragments.dim() == 1 && fragments.is_contiguous() && fragments.numel() % tcsparse::kFragmentEntries == 0,
+              "fragments must be 1-D and contiguous with a multiple of ", int64_t{tcsparse::kFragmentEntries},
+              " entries, got shape ", fragments.sizes());
     TCS_CHECK(num_rows >= 0, "num_rows must be non-negative, got ", num_rows);
     TCS_CHECK(chunk_starts.dim() == 1 && chunk_starts.numel() >= 1, "chunk_starts must be 1-D and non-empty");
     TCS_CHECK(block_cols.dim() == 1 && block_cols.numel() % 8 == 0, "block_cols must be 1-D with a multiple of 8 "
@@ -42,14 +42,15 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at:
     check_index(chunk_starts, "chunk_starts", at::kInt, num_chunks + 1, device);
     check_index(chunk_group, "chunk_group", at::kInt, num_chunks, device);
     check_index(block_cols, "block_cols", at::kInt, num_blocks * 8, device);
-    check_index(bitmaps, "bitmaps", at::kInt, num_blocks * tcsparse::kGroupWindows * 4, device);
-    check_index(sub_offsets, "sub_offsets", at::kInt, num_blocks * tcsparse::kGroupWindows + 1, device);
+    check_index(sub_slots, "sub_slots", at::kInt, num_blocks * tcsparse::kGroupWindows, device);
     check_index(row_map, "row_map", at::kInt, num_groups * tcsparse::kGroupRows, device);
-    TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the values are on ", device);
+    TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the fragments are on ", device);
     TCS_CHECK(x.dim() == 2, "x must be 2-D, got shape ", x.sizes());
     const at::ScalarType dtype = x.scalar_type();
     TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
               "x must be float32, float16 or bfloat16, got ", dtype);
+    TCS_CHECK(fragments.scalar_type() == dtype, "fragments must have x's dtype ", dtype, ", got ",
+              fragments.scalar_type());
     TCS_CHECK(!exact || dtype == at::kFloat, "the exact (3xTF32) product takes float32 x, got ", dtype);
     const at::Tensor xc = x.contiguous();
     const int64_t n = xc.size(1);
@@ -65,15 +66,18 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at:
     const auto floats = xc.options().dtype(at::kFloat);
     at::Tensor sums = bias.has_value() ? bias->to(at::kFloat).expand({num_rows, n}).contiguous()
                                        : at::zeros({num_rows, n}, floats);
-    // The kernel reads each sub-block's bitmap as one 16-byte word.
-    const at::Tensor bitmaps16 = reinterpret_cast<uintptr_t>(bitmaps.data_ptr()) % 16 ? bitmaps.clone() : bitmaps;
+    // The kernel reads a block's fragment slots and a lane's fragment in one copy each.
+    const auto aligned = [](const at::Tensor& t) {
+        return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 ? t.clone() : t;
+    };
+    const at::Tensor slots16 = aligned(sub_slots), fragments16 = aligned(fragments);
     const tcsparse::GroupedArrays a{chunk_starts.data_ptr<int32_t>(), chunk_group.data_ptr<int32_t>(),
-                                    block_cols.data_ptr<int32_t>(),
-                                    reinterpret_cast<const uint32_t*>(bitmaps16.data_ptr<int32_t>()),
-                                    sub_offsets.data_ptr<int32_t>(), row_map.data_ptr<int32_t>(), num_chunks};
+                                    block_cols.data_ptr<int32_t>(), slots16.data_ptr<int32_t>(),
+                                    row_map.data_ptr<int32_t>(), num_chunks};
     with_element_type(dtype, [&](auto element) {
         using T = decltype(element);
-        check_launch(tcsparse::grouped_spmm<T>(a, values.data_ptr<float>(), reinterpret_cast<const T*>(xc.const_data_ptr()),
+        check_launch(tcsparse::grouped_spmm<T>(a, reinterpret_cast<const T*>(fragments16.const_data_ptr()),
+                                               reinterpret_cast<const T*>(xc.const_data_ptr()),
                                                sums.data_ptr<float>(), n, precision_of(exact),
                                                c10::cuda::getCurrentCUDAStream()),
                      "grouped_spmm");
@@ -85,9 +89,8 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& values, const at:
 
 TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
     m.def(
-        "grouped_spmm(Tensor x, Tensor values, Tensor chunk_starts, Tensor chunk_group, Tensor block_cols, "
-        "Tensor bitmaps, Tensor sub_offsets, Tensor row_map, int num_rows, bool exact, Tensor? bias, "
-        "bool keep_fp32=False) -> Tensor");
+        "grouped_spmm(Tensor x, Tensor fragments, Tensor chunk_starts, Tensor chunk_group, Tensor block_cols, "
+        "Tensor sub_slots, Tensor row_map, int num_rows, bool exact, Tensor? bias, bool keep_fp32=False) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {

@@ -23,6 +23,7 @@ namespace tcsparse {
 
 constexpr int kGroupWindows = 4;   // 16-row windows per group
 constexpr int kGroupRows = 16 * kGroupWindows;
+constexpr int kFragmentEntries = 16 * 8;  // entries of a 16 x 8 sub-block: 4 per lane
 
 // A grouped layout (torch_tcsparse/formats/grouped.py). Blocks are numbered across groups, those
 // of a group consecutive; a chunk is a run of blocks of one group, the unit of work of one warp
@@ -32,18 +33,18 @@ struct GroupedArrays {
     const int32_t* chunk_starts;  // [num_chunks + 1]: first block of each chunk, then num_blocks
     const int32_t* chunk_group;   // [num_chunks]
     const int32_t* block_cols;    // [num_blocks * 8]: original column ids, -1 for padding
-    const uint32_t* bitmaps;      // [num_blocks * kGroupWindows * 4], 16-byte aligned: the 128-bit
-                                  // occupancy of sub-block (block, window) as in ME-TCF
-    const int32_t* sub_offsets;   // [num_blocks * kGroupWindows + 1]: first value of each sub-block
+    const int32_t* sub_slots;     // [num_blocks * kGroupWindows], 16-byte aligned: the fragment slot of
+                                  // sub-block (block, window), -1 where it is empty
     const int32_t* row_map;       // [num_groups * kGroupRows]: original row of each slot, -1 past the end
     int64_t num_chunks;
 };
 
 // out[num_rows, n] += A @ X in fp32 (out zeroed by the caller: float Y itself, or an fp32 scratch
-// that the caller rounds into 16-bit Y). X (T) row-major with leading dimension n; values fp32 in
-// sub-block order. precision: TF32 or the 3xTF32 split (fp32 X only).
+// that the caller rounds into 16-bit Y). X (T) row-major with leading dimension n; fragments
+// [slots * kFragmentEntries] (T, 16-byte aligned): per slot and lane, the lane's four A entries
+// (formats/grouped.py, fragment_values). precision: TF32 or the 3xTF32 split (fp32 X only).
 template <typename T>
-cudaError_t grouped_spmm(const GroupedArrays& a, const float* values, const T* x, float* out, int64_t n,
+cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, int64_t n,
                          Precision precision, cudaStream_t stream);
 
 }  // namespace tcsparse

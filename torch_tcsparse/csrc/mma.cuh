@@ -69,6 +69,13 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
                  "r"(src_bytes));
 }
 
+// 8-byte asynchronous copy global -> shared through L1; src_bytes is 8 or 0 (zero fill). Both
+// addresses 8-byte aligned.
+__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_address(smem)), "l"(gmem),
+                 "r"(src_bytes));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int Pending>

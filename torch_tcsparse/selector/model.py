@@ -19,28 +19,27 @@ from .shape import BalancedLaunch, MatrixShape, balanced_makespan_units, base_ma
 # (the package docstring).
 ROWS_ORDER_GAIN = 0.2
 
-# The grouped kernel's time: a fixed part (zeroing the fp32 sums, launch) and a cost per warp-step
-# (one block of a chunk for one warp), whole GPU, by bytes per element of X. Measured on an H200
-# (132 SMs) at N = 128, 2026-11-24: ogbl-ddi's 27,289 blocks x 4 warps per chunk (float32) ran in
-# 87 us, 0.80 ns per step; float16 (2 warps x 2 slices) in 64 us, 0.58 ns; uniform 4267 (35,778
-# blocks) 111 / 82 us; band 16384 (6,128 blocks) 26 / 21 us.
-GROUPED_STEP_NS = {4: 0.80, 2: 0.58}
-GROUPED_FIXED_US = 6.0
+# The grouped kernel's time: a fixed part (zeroing the fp32 sums, launch; for 16-bit types also
+# rounding them into Y) and a cost per warp-step (one block of a chunk for one warp), whole GPU,
+# by bytes per element of X. Fitted on an H200 (132 SMs) at N = 128, 2026-11-24, fragments in
+# one copy: ogbl-ddi in tca order and as given (14,429 and 27,289 blocks x 4 warps per chunk),
+# uniform 4267 (35,778) and band 16384 (6,128) ran 40.5, 75.5, 96.2, 26.0 us in float32 and
+# 36.9, 58.8, 77.0, 29.0 us in float16; the fits are within 12%.
+GROUPED_STEP_NS = {4: 0.606, 2: 0.408}
+GROUPED_FIXED_US = {4: 8.9, 2: 16.3}
 GROUPED_REFERENCE_SMS = 132
 
 
 def grouped_warps_per_chunk(n: int, dtype: torch.dtype) -> int:
-    """Warps per chunk of the grouped kernel (csrc/grouped_spmm.cu): fp32 takes all 4 windows of a
-    group and 32 columns per warp, 16-bit types 2 windows and 64 columns."""
-    if dtype.itemsize >= 4:
-        return -(-n // 32)
-    return 2 * -(-n // 64)
+    """Warps per chunk of the grouped kernel (csrc/grouped_spmm.cu): one per 32 columns, each
+    taking all 4 windows of the group, in every dtype."""
+    return -(-n // 32)
 
 
 def grouped_time_us(shape: MatrixShape, n: int, dtype: torch.dtype, sm_count: int) -> float:
     steps = shape.grouped_blocks * grouped_warps_per_chunk(n, dtype)
-    per_step = GROUPED_STEP_NS[4 if dtype.itemsize >= 4 else 2]
-    return GROUPED_FIXED_US + per_step * steps * GROUPED_REFERENCE_SMS / sm_count / 1e3
+    size = 4 if dtype.itemsize >= 4 else 2
+    return GROUPED_FIXED_US[size] + GROUPED_STEP_NS[size] * steps * GROUPED_REFERENCE_SMS / sm_count / 1e3
 
 
 def grouped_path_us(shape: MatrixShape, n: int, dtype: torch.dtype, sm_count: int, rows_constants: dict,
