@@ -247,8 +247,8 @@ def fragment_values(layout: GroupedLayout, values: torch.Tensor) -> torch.Tensor
     c(t, k // 2)) of the 16 x 8 sub-block, as ``csrc/elements.cuh`` lays out the mma: c = t + 4h
     for float32 (TF32) and wider, kept in the order k = 0..3; c = 2t + h for 16-bit types, kept
     in the order 0, 2, 1, 3 so that each pair of a row is one 32-bit register of the operand."""
-    slot_entry = layout.slot_entry.long()
-    slot, row, col = slot_entry // FRAGMENT_ENTRIES, (slot_entry // BLOCK_WIDTH) % WINDOW, slot_entry % BLOCK_WIDTH
+    entry = layout.slot_entry % FRAGMENT_ENTRIES  # in the slot_entry's dtype: int32 up to 2^31 entries
+    row, col = entry // BLOCK_WIDTH, entry % BLOCK_WIDTH
     g, upper = row % 8, row // 8
     if values.dtype.itemsize == 2:
         t, h = col // 2, col % 2
@@ -256,8 +256,9 @@ def fragment_values(layout: GroupedLayout, values: torch.Tensor) -> torch.Tensor
     else:
         t, h = col % 4, col // 4
         position = 2 * h + upper
+    index = layout.slot_entry - entry + (4 * g + t) * 4 + position
     fragments = torch.zeros(layout.num_slots * FRAGMENT_ENTRIES, dtype=values.dtype, device=values.device)
-    fragments[slot * FRAGMENT_ENTRIES + (4 * g + t) * 4 + position] = values[layout.gather.long()]
+    fragments[index] = values[layout.gather]
     return fragments
 
 
