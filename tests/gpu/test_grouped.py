@@ -107,6 +107,7 @@ def test_hub_row_bias_and_reordering(tf32, n, bias, dtype):
 def test_rectangular_and_strided_x(tf32, dtype):
     check(1000, 5000, 64, dtype)
     check(5000, 300, 13, dtype)
+    check(1000, 1000, 36, dtype)  # a multiple of 4, not of 8: whole copies, the last step half used
     wide = torch.randn(900, 56, device="cuda").to(dtype)
     check(700, 900, 40, dtype, x=wide[:, 1:41])  # not 16-byte aligned: the element copies
     check(700, 900, 64, dtype, x=torch.randn(64, 900, device="cuda").to(dtype).t())

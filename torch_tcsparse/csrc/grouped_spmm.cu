@@ -21,7 +21,8 @@ namespace tcsparse {
 namespace {
 
 constexpr int kGroupedBlocksPerSm = 4;
-constexpr int kGroupedStep = 32;  // output columns per warp: 8 lane groups x 4 elements
+constexpr int kQuad = 4;                   // elements of T per copy
+constexpr int kGroupedStep = 8 * kQuad;    // output columns per warp: 8 lane groups x 4 elements
 
 // Four elements of T in one copy.
 template <typename T>
@@ -68,30 +69,20 @@ __device__ __forceinline__ void copy_quad(Quad<T>* dst, const T* src, bool valid
 }
 
 // Start the copies of the rows of X of the lane's two block columns (-1: padding) at the lane's
-// four columns of the step, zero past n. kVec: n a multiple of 8 and X 16-byte aligned, so each
-// is one copy; otherwise element by element (2-byte elements are below cp.async's minimum of 4,
-// so those are loaded and stored here).
+// four columns of the step, zero past n: one copy each with kVec (n a multiple of 4, X 16-byte
+// aligned), else element by element.
 template <typename T, bool kVec>
 __device__ __forceinline__ void issue_x_quads(Quad<T> (&dst)[2][32], const int32_t (&cols)[2],
                                               const T* __restrict__ x, int64_t n, int64_t nbase, int lane) {
-    const int64_t c0 = nbase + 4 * (lane >> 2);
+    const int64_t c0 = nbase + kQuad * (lane >> 2);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int32_t col = cols[h];
         const T* row = x + static_cast<int64_t>(col < 0 ? 0 : col) * n;
         if constexpr (kVec) {
             copy_quad<T>(&dst[h][lane], row + c0, col >= 0 && c0 < n, x);
-        } else if constexpr (sizeof(T) == 4) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const bool ok = col >= 0 && c0 + e < n;
-                ptx::cp_async_4(reinterpret_cast<T*>(&dst[h][lane]) + e, ok ? row + c0 + e : x, ok ? 4 : 0);
-            }
         } else {
-            const auto* src = reinterpret_cast<const unsigned short*>(row);
-            auto* out = reinterpret_cast<unsigned short*>(&dst[h][lane]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) out[e] = col >= 0 && c0 + e < n ? __ldg(src + c0 + e) : 0;
+            copy_elements<T, kQuad>(&dst[h][lane], row, c0, n, col >= 0, x);
         }
     }
 }
@@ -104,7 +95,7 @@ __device__ __forceinline__ void issue_group_block(GroupRing<T, S>& ring, int sta
 #pragma unroll
     for (int r = 0; r < kGroupWindows; ++r) {
         const bool present = m.slot[r] >= 0;
-        const int64_t first = present ? static_cast<int64_t>(m.slot[r]) * kFragmentEntries + 4 * lane : 0;
+        const int64_t first = present ? static_cast<int64_t>(m.slot[r]) * kFragmentEntries + kQuad * lane : 0;
         copy_quad<T>(&ring.a[stage][r][lane], fragments + first, present, fragments);
     }
 }
@@ -157,47 +148,29 @@ __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSm)
                                        lane);
 }
 
-template <typename T, typename Launch>
-cudaError_t grouped_dispatch(bool vec, Precision precision, Launch&& launch) {
-    const bool split = sizeof(T) == 4 && precision == Precision::kTF32x3;
-    return TCS_BOOL_SWITCH(vec, kVec, [&] {
-        return TCS_BOOL_SWITCH(split, kSplit, [&] {
-            if constexpr (kSplit && sizeof(T) != 4) {
-                return cudaErrorInvalidValue;
-            } else {
-                return launch.template operator()<kVec, kSplit>();
-            }
-        });
-    });
-}
-
-template <typename T>
-struct GroupedLaunch {
-    const GroupedArrays& a;
-    const T* fragments;
-    const T* x;
-    float* out;
-    int64_t n;
-    cudaStream_t stream;
-    template <bool kVec, bool kSplit>
-    cudaError_t operator()() const {
-        const int64_t slices = ceil_div(n, kGroupedStep);
-        const int64_t grid = ceil_div(a.num_chunks * slices, kWarps);
-        if (grid > 0x7fffffffll) return cudaErrorInvalidConfiguration;
-        grouped_spmm_kernel<T, kGroupedStages, kVec, kSplit>
-            <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, fragments, x, out, n, static_cast<int>(slices));
-        return cudaGetLastError();
-    }
-};
-
 }  // namespace
 
 template <typename T>
 cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, int64_t n,
                          Precision precision, cudaStream_t stream) {
     if (a.num_chunks == 0 || n == 0) return cudaSuccess;
-    const bool vec = n % kPerCopy<T> == 0 && aligned16(x) && aligned16(out);
-    return grouped_dispatch<T>(vec, precision, GroupedLaunch<T>{a, fragments, x, out, n, stream});
+    // n % 4 == 0 keeps every copy of X and every float4 atomic of the sums inside its row.
+    const bool vec = n % kQuad == 0 && aligned16(x) && aligned16(out);
+    const bool split = sizeof(T) == 4 && precision == Precision::kTF32x3;
+    const int64_t slices = ceil_div(n, kGroupedStep);
+    const int64_t grid = ceil_div(a.num_chunks * slices, kWarps);
+    if (grid > 0x7fffffffll) return cudaErrorInvalidConfiguration;
+    return TCS_BOOL_SWITCH(vec, kVec, [&] {
+        return TCS_BOOL_SWITCH(split, kSplit, [&] {
+            if constexpr (kSplit && sizeof(T) != 4) {
+                return cudaErrorInvalidValue;
+            } else {
+                grouped_spmm_kernel<T, kGroupedStages, kVec, kSplit><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+                    a, fragments, x, out, n, static_cast<int>(slices));
+                return cudaGetLastError();
+            }
+        });
+    });
 }
 
 template cudaError_t grouped_spmm<float>(const GroupedArrays&, const float*, const float*, float*, int64_t, Precision,

@@ -83,15 +83,16 @@ struct alignas(16) WarpRing {
                             // lanes side by side, so the 4-byte copies hit 32 distinct banks
 };
 
-// 16 bytes of a row of X without cp.async (n not a multiple of the copy, or X misaligned):
-// element by element, zero past n or for padding. fp32 elements still go asynchronously; 2-byte
-// elements are below cp.async's 4-byte minimum, so they are loaded and stored here.
-template <typename T>
-__device__ __forceinline__ void copy_elements(uint4* dst, const T* __restrict__ row, int64_t c0, int64_t n, bool valid,
+// E elements of a row of X (one copy's worth: 16 bytes here, 8 in the grouped kernel) without a
+// vector copy (n not a multiple of the copy, or X misaligned): element by element, zero past n or
+// for padding. fp32 elements still go asynchronously; 2-byte elements are below cp.async's 4-byte
+// minimum, so they are loaded and stored here.
+template <typename T, int E = kPerCopy<T>>
+__device__ __forceinline__ void copy_elements(void* dst, const T* __restrict__ row, int64_t c0, int64_t n, bool valid,
                                               const T* __restrict__ any) {
     if constexpr (sizeof(T) == 4) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < E; ++e) {
             const bool ok = valid && c0 + e < n;
             ptx::cp_async_4(reinterpret_cast<T*>(dst) + e, ok ? row + c0 + e : any, ok ? 4 : 0);
         }
@@ -99,66 +100,50 @@ __device__ __forceinline__ void copy_elements(uint4* dst, const T* __restrict__ 
         const auto* src = reinterpret_cast<const unsigned short*>(row);
         auto* out = reinterpret_cast<unsigned short*>(dst);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) out[e] = valid && c0 + e < n ? __ldg(src + c0 + e) : 0;
+        for (int e = 0; e < E; ++e) out[e] = valid && c0 + e < n ? __ldg(src + c0 + e) : 0;
     }
 }
 
-// Start the copies of the rows of X for one block (the lane's two block columns m.col[h], NV
-// steps each) into `dst`. Padding columns and columns past n are zero-filled by the copies.
-template <typename T, int NV, bool kVec>
-__device__ __forceinline__ void issue_x(uint4 (&dst)[2][NV][32], const int32_t (&cols)[2], const T* __restrict__ x,
-                                        int64_t n, int64_t nbase, int lane) {
+// Start the copies of one block into `stage`. A fragment entry (r, c) of lane (g, t) is one of
+// (g, k0), (g + 8, k0), (g, k1), (g + 8, k1); it is bit (r % 4) * 8 + c of bitmap word r / 4,
+// and its value's index in the block is the number of set bits before it. Missing entries,
+// padding columns and columns past n are zero-filled by the copies themselves.
+template <typename T, int NV, int S, bool kVec>
+__device__ __forceinline__ void issue_block(WarpRing<NV, S>& ring, int stage, const BlockMeta& m,
+                                            const float* __restrict__ values, const T* __restrict__ x, int64_t n,
+                                            int64_t nbase, int lane) {
     constexpr int E = kPerCopy<T>;
-    const int g = lane >> 2;
+    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int32_t col = cols[h];
+        const int32_t col = m.col[h];
         const T* row = x + static_cast<int64_t>(col < 0 ? 0 : col) * n;
 #pragma unroll
         for (int s = 0; s < NV; ++s) {
             const int64_t c0 = nbase + kStep<T> * s + E * g;
-            uint4* slot = &dst[h][s][lane];
+            uint4* dst = &ring.x[stage][h][s][lane];
             if constexpr (kVec) {
                 const bool ok = col >= 0 && c0 < n;
-                ptx::cp_async_16(slot, ok ? row + c0 : x, ok ? 16 : 0);
+                ptx::cp_async_16(dst, ok ? row + c0 : x, ok ? 16 : 0);
             } else {
-                copy_elements<T>(slot, row, c0, n, col >= 0, x);
+                copy_elements<T>(dst, row, c0, n, col >= 0, x);
             }
         }
     }
-}
-
-// Start the copies of the lane's A fragment of one 16 x 8 block (occupancy `bits`, first value at
-// `offset`) into `dst`. A fragment entry (r, c) of lane (g, t) is one of (g, k0), (g + 8, k0),
-// (g, k1), (g + 8, k1); it is bit (r % 4) * 8 + c of bitmap word r / 4, and its value's index in
-// the block is the number of set bits before it. Missing entries are zero-filled by the copy.
-template <typename T>
-__device__ __forceinline__ void issue_fragment(float (&dst)[4][32], const uint4& bits, int32_t offset,
-                                               const float* __restrict__ values, int lane) {
-    const int g = lane >> 2, t = lane & 3;
     const int low = g >> 2;  // word of row g (0 or 1); row g + 8 is in word low + 2
-    const uint32_t w_low = low ? bits.y : bits.x;
-    const uint32_t w_high = low ? bits.w : bits.z;
-    const int before_low = low ? __popc(bits.x) : 0;
-    const int before_high = __popc(bits.x) + __popc(bits.y) + (low ? __popc(bits.z) : 0);
+    const uint32_t w_low = low ? m.bits.y : m.bits.x;
+    const uint32_t w_high = low ? m.bits.w : m.bits.z;
+    const int before_low = low ? __popc(m.bits.x) : 0;
+    const int before_high = __popc(m.bits.x) + __popc(m.bits.y) + (low ? __popc(m.bits.z) : 0);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const uint32_t w = (k & 1) ? w_high : w_low;
         const int pos = (g & 3) * 8 + Element<T>::block_col(t, k >> 1);
         const bool present = (w >> pos) & 1u;
         const uint32_t index =
-            static_cast<uint32_t>(offset) + ((k & 1) ? before_high : before_low) + __popc(w & ((1u << pos) - 1u));
-        ptx::cp_async_4(&dst[k][lane], values + (present ? index : 0u), present ? 4 : 0);
+            static_cast<uint32_t>(m.offset) + ((k & 1) ? before_high : before_low) + __popc(w & ((1u << pos) - 1u));
+        ptx::cp_async_4(&ring.a[stage][k][lane], values + (present ? index : 0u), present ? 4 : 0);
     }
-}
-
-// Start the copies of one block into `stage`.
-template <typename T, int NV, int S, bool kVec>
-__device__ __forceinline__ void issue_block(WarpRing<NV, S>& ring, int stage, const BlockMeta& m,
-                                            const float* __restrict__ values, const T* __restrict__ x, int64_t n,
-                                            int64_t nbase, int lane) {
-    issue_x<T, NV, kVec>(ring.x[stage], m.col, x, n, nbase, lane);
-    issue_fragment<T>(ring.a[stage], m.bits, m.offset, values, lane);
 }
 
 template <typename T, int NV, int S, bool kSplit>
