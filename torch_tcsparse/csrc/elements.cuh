@@ -145,13 +145,10 @@ struct Tile {
         }
     }
 
-    // The same with 8-byte copies of 4 elements (the grouped kernel's).
-    __device__ void multiply(float (&acc)[4][4], const uint2& x0, const uint2& x1) const {
+    // The same with B operands as ldmatrix delivers them (the grouped kernel's): b[m] for acc[m].
+    __device__ void multiply(float (&acc)[4][4], const uint32_t (&b)[4]) const {
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            const uint32_t w0 = (m >> 1) ? x0.y : x0.x, w1 = (m >> 1) ? x1.y : x1.x;
-            Element<T>::mma(acc[m], a0, a1, __byte_perm(w0, w1, (m & 1) ? 0x7632 : 0x5410));
-        }
+        for (int m = 0; m < 4; ++m) Element<T>::mma(acc[m], a0, a1, b[m]);
     }
 };
 

@@ -66,13 +66,11 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
     const auto floats = xc.options().dtype(at::kFloat);
     at::Tensor sums = bias.has_value() ? bias->to(at::kFloat).expand({num_rows, n}).contiguous()
                                        : at::zeros({num_rows, n}, floats);
-    // The kernel reads a block's fragment slots and a lane's fragment in one copy each.
-    const auto aligned = [](const at::Tensor& t) {
-        return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 ? t.clone() : t;
-    };
-    const at::Tensor slots16 = aligned(sub_slots), fragments16 = aligned(fragments);
+    // The kernel copies fragment slots in 16-byte pieces.
+    const at::Tensor fragments16 =
+        reinterpret_cast<uintptr_t>(fragments.data_ptr()) % 16 ? fragments.clone() : fragments;
     const tcsparse::GroupedArrays a{chunk_starts.data_ptr<int32_t>(), chunk_group.data_ptr<int32_t>(),
-                                    block_cols.data_ptr<int32_t>(), slots16.data_ptr<int32_t>(),
+                                    block_cols.data_ptr<int32_t>(), sub_slots.data_ptr<int32_t>(),
                                     row_map.data_ptr<int32_t>(), num_chunks};
     with_element_type(dtype, [&](auto element) {
         using T = decltype(element);

@@ -1,17 +1,18 @@
 // The grouped Tensor-Core SpMM (grouped_spmm.h): one warp per (chunk of a group's blocks, slice of
 // 32 output columns). Per block the warp gathers the rows of X of the block's 8 columns once (as
-// the ME-TCF kernels do, metcf_spmm.cuh) and multiplies them by the lane's A fragments of the
-// group's four sub-blocks, one per window: each gather serves four windows. Everything goes
-// through the warp's own cp.async ring, as in the ME-TCF kernels, so warps never wait for each
-// other.
+// the ME-TCF kernels do, metcf_spmm.cuh) and multiplies them by the group's four 16 x 8
+// sub-blocks, one per window: each gather serves four windows. Everything goes through the warp's
+// own cp.async ring, as in the ME-TCF kernels, so warps never wait for each other.
 //
-// Every copy is four elements of T (16 bytes for fp32, 8 for 16-bit types): of a row of X, and of
-// a lane's fragment, which the layout stores fragment by fragment (formats/grouped.py). The
-// ME-TCF kernels copy 16 bytes, 8 elements of a 16-bit type; here that would double the
-// accumulators (32 floats per window), and four windows of them would not fit the registers.
-// With four elements per copy, a warp's step is 32 columns and its accumulators 16 floats per
-// window for every type, and the lane owns output columns 8t .. 8t + 7 of the step as for fp32
-// (store_tile<float>).
+// The warp copies what a step needs as a whole, in 16-byte pieces split among its lanes: the
+// block's 8 rows of X at the slice's 32 columns (one or two pieces per lane) and each window's
+// fragment slot as the layout stores it (formats/grouped.py; a quarter warp per window). A lane
+// then reads its operands out of what other lanes copied: fp32 B operands as 16-byte words of
+// the tile, 16-bit ones through ldmatrix (transposed), which hands each lane its B operands
+// directly. Against each lane copying its own operands, that takes half the copies and one
+// address per lane and step instead of six, for 16-bit types (ptxas: 178 instructions per
+// step before). Lanes read each other's copies, so the warp syncs after its wait and before it
+// refills a stage.
 #include <type_traits>
 
 #include "grouped_spmm.h"
@@ -21,17 +22,19 @@ namespace tcsparse {
 namespace {
 
 constexpr int kGroupedBlocksPerSm = 4;
-constexpr int kQuad = 4;                   // elements of T per copy
-constexpr int kGroupedStep = 8 * kQuad;    // output columns per warp: 8 lane groups x 4 elements
+constexpr int kGroupedStep = 32;  // output columns per warp
 
-// Four elements of T in one copy.
 template <typename T>
-using Quad = std::conditional_t<sizeof(T) == 4, uint4, uint2>;
+constexpr int kChunk = 16 / static_cast<int>(sizeof(T));  // elements of T per 16-byte piece
+template <typename T>
+constexpr int kRowChunks = kGroupedStep / kChunk<T>;  // pieces of a row of X in a step: 8 fp32, 4 16-bit
+template <typename T>
+constexpr int kSlotChunks = kFragmentEntries / kChunk<T>;  // pieces of a fragment slot: 32 fp32, 16 16-bit
 
 template <typename T, int S>
 struct alignas(16) GroupRing {
-    Quad<T> x[S][2][32];              // rows of X of the lane's two block columns
-    Quad<T> a[S][kGroupWindows][32];  // the lane's fragment of each window's sub-block
+    uint4 x[S][kBlockCols * kRowChunks<T>];         // the block's rows of X, row-major (x_chunk)
+    uint4 a[S][kGroupWindows][kSlotChunks<T>];      // each window's fragment slot, as stored
 };
 
 // Stages: four float32 rings fill a thread block's 48 KB of static shared memory. A 16-bit stage
@@ -39,64 +42,108 @@ struct alignas(16) GroupRing {
 // 0.059 ms, the ordered SBM 0.756 against 0.747 ms).
 constexpr int kGroupedStages = 4;
 
-// What a lane needs to start the copies of one block: its two columns and each window's
-// fragment slot (-1: the window has no nonzero in the block).
+// Where piece c of row r of a step's tile of X lies. Swizzled so that the reads of one shared
+// memory wavefront hit 8 distinct 16-byte bank groups: for fp32 a quarter warp's 16-byte words
+// (rows t, pieces g in {0, 1} or {2, 3}, ...), for 16-bit types the 8 rows of one ldmatrix matrix.
+template <typename T>
+__device__ __forceinline__ int x_chunk(int r, int c) {
+    if constexpr (sizeof(T) == 4) {
+        return r * kRowChunks<T> + (c ^ ((2 * r) & 7));
+    } else {
+        return r * kRowChunks<T> + (c ^ ((r >> 1) & 3));
+    }
+}
+
+// What a lane copies for one block: row lane / 4 of the tile of X (the block's column there, -1
+// for padding) and part of window lane / 8's fragment slot (-1: the window has no nonzero in the
+// block).
 struct GroupMeta {
-    int32_t col[2];
-    int32_t slot[kGroupWindows];
+    int32_t col;
+    int32_t slot;
 };
 
-__device__ __forceinline__ GroupMeta load_group_meta(const GroupedArrays& a, int64_t b, int64_t re, int t,
-                                                     int col0, int col1) {
-    GroupMeta m{{-1, -1}, {-1, -1, -1, -1}};
+__device__ __forceinline__ GroupMeta load_group_meta(const GroupedArrays& a, int64_t b, int64_t re, int lane) {
+    GroupMeta m{-1, -1};
     if (b < re) {
-        m.col[0] = __ldg(a.block_cols + b * kBlockCols + col0);
-        m.col[1] = __ldg(a.block_cols + b * kBlockCols + col1);
-        const int4 v = __ldg(reinterpret_cast<const int4*>(a.sub_slots) + b);
-        m.slot[0] = v.x, m.slot[1] = v.y, m.slot[2] = v.z, m.slot[3] = v.w;
+        m.col = __ldg(a.block_cols + b * kBlockCols + (lane >> 2));
+        m.slot = __ldg(a.sub_slots + b * kGroupWindows + (lane >> 3));
     }
     return m;
 }
 
-// One copy of four elements from src into dst; zero-filled when !valid (nothing read).
-template <typename T>
-__device__ __forceinline__ void copy_quad(Quad<T>* dst, const T* src, bool valid, const T* any) {
-    if constexpr (sizeof(Quad<T>) == 16) {
-        ptx::cp_async_16(dst, valid ? src : any, valid ? 16 : 0);
-    } else {
-        ptx::cp_async_8(dst, valid ? src : any, valid ? 8 : 0);
-    }
-}
-
-// Start the copies of the rows of X of the lane's two block columns (-1: padding) at the lane's
-// four columns of the step, zero past n: one copy each with kVec (n a multiple of 4, X 16-byte
-// aligned), else element by element.
-template <typename T, bool kVec>
-__device__ __forceinline__ void issue_x_quads(Quad<T> (&dst)[2][32], const int32_t (&cols)[2],
-                                              const T* __restrict__ x, int64_t n, int64_t nbase, int lane) {
-    const int64_t c0 = nbase + kQuad * (lane >> 2);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int32_t col = cols[h];
-        const T* row = x + static_cast<int64_t>(col < 0 ? 0 : col) * n;
-        if constexpr (kVec) {
-            copy_quad<T>(&dst[h][lane], row + c0, col >= 0 && c0 < n, x);
-        } else {
-            copy_elements<T, kQuad>(&dst[h][lane], row, c0, n, col >= 0, x);
-        }
-    }
-}
-
+// Start the lane's copies of one block into `stage`: pieces (lane % 4) + 4i of its row of X, zero
+// past n or for padding (whole pieces with kVec: n a multiple of a piece, X 16-byte aligned; else
+// element by element), and pieces (lane % 8) + 8i of its window's fragment slot (zero for an
+// empty sub-block).
 template <typename T, int S, bool kVec>
 __device__ __forceinline__ void issue_group_block(GroupRing<T, S>& ring, int stage, const GroupMeta& m,
                                                   const T* __restrict__ fragments, const T* __restrict__ x, int64_t n,
                                                   int64_t nbase, int lane) {
-    issue_x_quads<T, kVec>(ring.x[stage], m.col, x, n, nbase, lane);
+    constexpr int E = kChunk<T>;
+    const int r = lane >> 2;
+    const T* row = x + static_cast<int64_t>(m.col < 0 ? 0 : m.col) * n;
 #pragma unroll
-    for (int r = 0; r < kGroupWindows; ++r) {
-        const bool present = m.slot[r] >= 0;
-        const int64_t first = present ? static_cast<int64_t>(m.slot[r]) * kFragmentEntries + kQuad * lane : 0;
-        copy_quad<T>(&ring.a[stage][r][lane], fragments + first, present, fragments);
+    for (int i = 0; i < kRowChunks<T> / 4; ++i) {
+        const int c = (lane & 3) + 4 * i;
+        const int64_t c0 = nbase + E * c;
+        uint4* dst = &ring.x[stage][x_chunk<T>(r, c)];
+        if constexpr (kVec) {
+            const bool ok = m.col >= 0 && c0 < n;
+            ptx::cp_async_16(dst, ok ? row + c0 : x, ok ? 16 : 0);
+        } else {
+            copy_elements<T, E>(dst, row, c0, n, m.col >= 0, x);
+        }
+    }
+    // The 8 lanes of a window copy 128 contiguous bytes of its slot per instruction.
+    const T* slot = fragments + (m.slot < 0 ? 0 : static_cast<int64_t>(m.slot) * kFragmentEntries);
+#pragma unroll
+    for (int i = 0; i < kSlotChunks<T> / 8; ++i) {
+        const int piece = (lane & 7) + 8 * i;
+        ptx::cp_async_16(&ring.a[stage][lane >> 3][piece], slot + E * piece, m.slot >= 0 ? 16 : 0);
+    }
+}
+
+// The products of one block for the four windows. fp32: lane (g, t) takes piece g of rows t and
+// t + 4 (B operands of 4 n-tiles whose columns interleave, as store_tile<float> expects). 16-bit:
+// ldmatrix reads n-tile i from piece i of the 8 rows.
+template <typename T, int S, bool kSplit>
+__device__ __forceinline__ void multiply_group_block(const GroupRing<T, S>& ring, int stage, Acc<float, 1> (&acc)[kGroupWindows],
+                                                     int lane) {
+    if constexpr (sizeof(T) == 4) {
+        const int g = lane >> 2, t = lane & 3;
+        const uint4 x0 = ring.x[stage][x_chunk<T>(t, g)], x1 = ring.x[stage][x_chunk<T>(t + 4, g)];
+#pragma unroll
+        for (int r = 0; r < kGroupWindows; ++r) Tile<float, kSplit>(ring.a[stage][r][lane]).multiply(acc[r][0], x0, x1);
+    } else {
+        uint32_t b[4];
+        ptx::ldmatrix_x4_trans(b, &ring.x[stage][x_chunk<T>(lane & 7, lane >> 3)]);
+#pragma unroll
+        for (int r = 0; r < kGroupWindows; ++r)
+            Tile<T, false>(reinterpret_cast<const uint2*>(ring.a[stage][r])[lane]).multiply(acc[r][0], b);
+    }
+}
+
+// Adds a 16-bit step's sums of one window into out: lane (g, t) holds rows g and g + 8 at columns
+// 8i + 2t and 8i + 2t + 1 of the slice for n-tile i (the mma's layout of ldmatrix's columns).
+template <bool kVec>
+__device__ __forceinline__ void add_pairs(const float (&acc)[4][4], float* __restrict__ out, const int32_t* row_map,
+                                          int64_t slot0, int64_t n, int64_t nbase, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int64_t row = row_map[slot0 + g + 8 * h];
+        if (row < 0) continue;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int64_t c = nbase + 8 * i + 2 * t;
+            float* p = out + row * n + c;
+            if constexpr (kVec) {
+                if (c < n) ptx::atomic_add_f2(p, make_float2(acc[i][2 * h], acc[i][2 * h + 1]));
+            } else {
+                if (c < n) atomicAdd(p, acc[i][2 * h]);
+                if (c + 1 < n) atomicAdd(p + 1, acc[i][2 * h + 1]);
+            }
+        }
     }
 }
 
@@ -107,8 +154,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSm)
     __shared__ GroupRing<T, S> rings[kWarps];
     const int64_t item = global_warp();
     if (item >= a.num_chunks * slices) return;
-    const int lane = threadIdx.x & 31, t = lane & 3;
-    const int col0 = Element<T>::block_col(t, 0), col1 = Element<T>::block_col(t, 1);
+    const int lane = threadIdx.x & 31;
     // Slices of one chunk side by side: they read the same sparse data, which L1 then serves.
     const int64_t c = item / slices;
     const int64_t nbase = item % slices * kGroupedStep;
@@ -121,31 +167,33 @@ __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSm)
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
         if (rb + s < re)
-            issue_group_block<T, S, kVec>(ring, s, load_group_meta(a, rb + s, re, t, col0, col1), fragments, x, n,
-                                          nbase, lane);
+            issue_group_block<T, S, kVec>(ring, s, load_group_meta(a, rb + s, re, lane), fragments, x, n, nbase, lane);
         ptx::cp_async_commit();
     }
-    GroupMeta next = load_group_meta(a, rb + S - 1, re, t, col0, col1);
+    GroupMeta next = load_group_meta(a, rb + S - 1, re, lane);
     int stage = 0, fill = S - 1;
     for (int64_t b = rb; b < re; ++b) {
+        __syncwarp();  // every lane has read the stage this refills
         if (b + S - 1 < re) issue_group_block<T, S, kVec>(ring, fill, next, fragments, x, n, nbase, lane);
         ptx::cp_async_commit();
-        next = load_group_meta(a, b + S, re, t, col0, col1);
+        next = load_group_meta(a, b + S, re, lane);
         ptx::cp_async_wait<S - 1>();
-#pragma unroll
-        for (int r = 0; r < kGroupWindows; ++r) {
-            const Tile<T, kSplit> tile(ring.a[stage][r][lane]);
-            tile.multiply(acc[r][0], ring.x[stage][0][lane], ring.x[stage][1][lane]);
-        }
+        __syncwarp();  // and every lane's copies of this stage have landed
+        multiply_group_block<T, S, kSplit>(ring, stage, acc, lane);
         stage = stage + 1 == S ? 0 : stage + 1;
         fill = fill + 1 == S ? 0 : fill + 1;
     }
     ptx::cp_async_wait<0>();
     const int64_t slot0 = static_cast<int64_t>(a.chunk_group[c]) * kGroupRows;
 #pragma unroll
-    for (int r = 0; r < kGroupWindows; ++r)
-        store_tile<float, 16, 1, kVec>(acc[r], StoreMode::kAtomic, nullptr, out, a.row_map, slot0 + 16 * r, n, nbase,
-                                       lane);
+    for (int r = 0; r < kGroupWindows; ++r) {
+        if constexpr (sizeof(T) == 4) {
+            store_tile<float, 16, 1, kVec>(acc[r], StoreMode::kAtomic, nullptr, out, a.row_map, slot0 + 16 * r, n,
+                                           nbase, lane);
+        } else {
+            add_pairs<kVec>(acc[r][0], out, a.row_map, slot0 + 16 * r, n, nbase, lane);
+        }
+    }
 }
 
 }  // namespace
@@ -154,8 +202,9 @@ template <typename T>
 cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, int64_t n,
                          Precision precision, cudaStream_t stream) {
     if (a.num_chunks == 0 || n == 0) return cudaSuccess;
-    // n % 4 == 0 keeps every copy of X and every float4 atomic of the sums inside its row.
-    const bool vec = n % kQuad == 0 && aligned16(x) && aligned16(out);
+    // n a multiple of a 16-byte piece keeps every copy of X and every vector atomic of the sums
+    // inside its row.
+    const bool vec = n % (16 / static_cast<int64_t>(sizeof(T))) == 0 && aligned16(x) && aligned16(out);
     const bool split = sizeof(T) == 4 && precision == Precision::kTF32x3;
     const int64_t slices = ceil_div(n, kGroupedStep);
     const int64_t grid = ceil_div(a.num_chunks * slices, kWarps);

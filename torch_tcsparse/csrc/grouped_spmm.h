@@ -33,8 +33,8 @@ struct GroupedArrays {
     const int32_t* chunk_starts;  // [num_chunks + 1]: first block of each chunk, then num_blocks
     const int32_t* chunk_group;   // [num_chunks]
     const int32_t* block_cols;    // [num_blocks * 8]: original column ids, -1 for padding
-    const int32_t* sub_slots;     // [num_blocks * kGroupWindows], 16-byte aligned: the fragment slot of
-                                  // sub-block (block, window), -1 where it is empty
+    const int32_t* sub_slots;     // [num_blocks * kGroupWindows]: the fragment slot of sub-block
+                                  // (block, window), -1 where it is empty
     const int32_t* row_map;       // [num_groups * kGroupRows]: original row of each slot, -1 past the end
     int64_t num_chunks;
 };

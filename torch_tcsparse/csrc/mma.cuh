@@ -69,18 +69,22 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
                  "r"(src_bytes));
 }
 
-// 8-byte asynchronous copy global -> shared through L1; src_bytes is 8 or 0 (zero fill). Both
-// addresses 8-byte aligned.
-__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_address(smem)), "l"(gmem),
-                 "r"(src_bytes));
-}
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int Pending>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+}
+
+// Four 8 x 8 matrices of 16-bit elements from shared memory, transposed: lanes 8i .. 8i + 7 give
+// the addresses of the 8 rows (16 bytes each) of matrix i, and lane (g, t) receives in r[i] the
+// elements (2t, g) and (2t + 1, g) of matrix i: the B operand of an m16n8k8 mma whose k runs down
+// the rows.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(smem))
+                 : "memory");
 }
 
 // Read-only 16-byte global load (LDG.128 through the non-coherent path); not volatile, so the
@@ -100,6 +104,16 @@ __device__ __forceinline__ void atomic_add_f4(float* p, float4 v) {
     atomicAdd(p + 1, v.y);
     atomicAdd(p + 2, v.z);
     atomicAdd(p + 3, v.w);
+#endif
+}
+
+// Vector fp32 atomic add of two neighbours (one instruction on sm_90, two scalar atomics before).
+__device__ __forceinline__ void atomic_add_f2(float* p, float2 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(p), v);
+#else
+    atomicAdd(p + 0, v.x);
+    atomicAdd(p + 1, v.y);
 #endif
 }
 
