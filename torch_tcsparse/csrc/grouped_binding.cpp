@@ -63,9 +63,15 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
     const c10::cuda::CUDAGuard guard(device);
     // The kernel adds every chunk's sums atomically into fp32 rows, so they start from zero (or
     // from the bias): Y itself when it is fp32, else a scratch rounded into Y at the end.
-    const auto floats = xc.options().dtype(at::kFloat);
+    // A memset and the rounding kernel launched here, not at::zeros and Tensor::to: on small graphs
+    // (ogbl-ddi) the host time of those two torch ops was more than the kernel's own.
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     at::Tensor sums = bias.has_value() ? bias->to(at::kFloat).expand({num_rows, n}).contiguous()
-                                       : at::zeros({num_rows, n}, floats);
+                                       : at::empty({num_rows, n}, xc.options().dtype(at::kFloat));
+    if (!bias.has_value())
+        check_launch(cudaMemsetAsync(sums.data_ptr(), 0, sums.numel() * sizeof(float), stream), "grouped_spmm");
+    const bool rounded = dtype != at::kFloat && !keep_fp32;
+    at::Tensor y = rounded ? at::empty({num_rows, n}, xc.options()) : sums;
     // The kernel copies fragment slots in 16-byte pieces.
     const at::Tensor fragments16 =
         reinterpret_cast<uintptr_t>(fragments.data_ptr()) % 16 ? fragments.clone() : fragments;
@@ -76,11 +82,11 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
         using T = decltype(element);
         check_launch(tcsparse::grouped_spmm<T>(a, reinterpret_cast<const T*>(fragments16.const_data_ptr()),
                                                reinterpret_cast<const T*>(xc.const_data_ptr()),
-                                               sums.data_ptr<float>(), n, precision_of(exact),
-                                               c10::cuda::getCurrentCUDAStream()),
+                                               sums.data_ptr<float>(), rounded ? static_cast<T*>(y.data_ptr()) : nullptr,
+                                               num_rows, n, precision_of(exact), stream),
                      "grouped_spmm");
     });
-    return dtype == at::kFloat || keep_fp32 ? sums : sums.to(dtype);
+    return y;
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 // address per lane and step instead of six, for 16-bit types (ptxas: 178 instructions per
 // step before). Lanes read each other's copies, so the warp syncs after its wait and before it
 // refills a stage.
-#include <type_traits>
+#include <algorithm>
 
 #include "grouped_spmm.h"
 #include "metcf_spmm.cuh"
@@ -196,11 +196,42 @@ __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSm)
     }
 }
 
-}  // namespace
+// y = the fp32 sums rounded to a 16-bit T, four at a time (count a multiple of 4, both aligned).
+template <typename T>
+__global__ void round_sums_kernel(const float4* __restrict__ sums, uint2* __restrict__ y, int64_t quads) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < quads; i += stride) {
+        const float4 v = sums[i];
+        y[i] = make_uint2(Element<T>::pack2(v.x, v.y), Element<T>::pack2(v.z, v.w));
+    }
+}
 
 template <typename T>
-cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, int64_t n,
-                         Precision precision, cudaStream_t stream) {
+__global__ void round_sums_scalar_kernel(const float* __restrict__ sums, T* __restrict__ y, int64_t count) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
+        y[i] = Element<T>::from_float(sums[i]);
+}
+
+template <typename T>
+cudaError_t round_sums(const float* sums, T* y, int64_t count, cudaStream_t stream) {
+    if (count == 0) return cudaSuccess;
+    constexpr int kRoundThreads = 256;
+    const bool vec = count % 4 == 0 && aligned16(sums) && aligned16(y);
+    const int64_t items = vec ? count / 4 : count;
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(items, kRoundThreads), 8 * 1024));
+    if (vec) {
+        round_sums_kernel<T><<<blocks, kRoundThreads, 0, stream>>>(reinterpret_cast<const float4*>(sums),
+                                                                   reinterpret_cast<uint2*>(y), items);
+    } else {
+        round_sums_scalar_kernel<T><<<blocks, kRoundThreads, 0, stream>>>(sums, y, items);
+    }
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t grouped_products(const GroupedArrays& a, const T* fragments, const T* x, float* out, int64_t n,
+                             Precision precision, cudaStream_t stream) {
     if (a.num_chunks == 0 || n == 0) return cudaSuccess;
     // n a multiple of a 16-byte piece keeps every copy of X and every vector atomic of the sums
     // inside its row.
@@ -222,11 +253,24 @@ cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x,
     });
 }
 
-template cudaError_t grouped_spmm<float>(const GroupedArrays&, const float*, const float*, float*, int64_t, Precision,
-                                         cudaStream_t);
-template cudaError_t grouped_spmm<__half>(const GroupedArrays&, const __half*, const __half*, float*, int64_t,
-                                          Precision, cudaStream_t);
+}  // namespace
+
+template <typename T>
+cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, T* y, int64_t num_rows,
+                         int64_t n, Precision precision, cudaStream_t stream) {
+    const cudaError_t err = grouped_products(a, fragments, x, out, n, precision, stream);
+    if constexpr (sizeof(T) == 4) {
+        return err;
+    } else {
+        return err != cudaSuccess || y == nullptr ? err : round_sums(out, y, num_rows * n, stream);
+    }
+}
+
+template cudaError_t grouped_spmm<float>(const GroupedArrays&, const float*, const float*, float*, float*, int64_t,
+                                         int64_t, Precision, cudaStream_t);
+template cudaError_t grouped_spmm<__half>(const GroupedArrays&, const __half*, const __half*, float*, __half*, int64_t,
+                                          int64_t, Precision, cudaStream_t);
 template cudaError_t grouped_spmm<__nv_bfloat16>(const GroupedArrays&, const __nv_bfloat16*, const __nv_bfloat16*,
-                                                 float*, int64_t, Precision, cudaStream_t);
+                                                 float*, __nv_bfloat16*, int64_t, int64_t, Precision, cudaStream_t);
 
 }  // namespace tcsparse

@@ -39,12 +39,13 @@ struct GroupedArrays {
     int64_t num_chunks;
 };
 
-// out[num_rows, n] += A @ X in fp32 (out zeroed by the caller: float Y itself, or an fp32 scratch
-// that the caller rounds into 16-bit Y). X (T) row-major with leading dimension n; fragments
-// [slots * kFragmentEntries] (T, 16-byte aligned): per slot and lane, the lane's four A entries
-// (formats/grouped.py, fragment_values). precision: TF32 or the 3xTF32 split (fp32 X only).
+// out[num_rows, n] += A @ X in fp32, out zeroed (or holding the bias) by the caller; then, for a
+// 16-bit T and y not null, y[num_rows, n] = out rounded to T. X (T) row-major with leading
+// dimension n; fragments [slots * kFragmentEntries] (T, 16-byte aligned): per slot and lane, the
+// lane's four A entries (formats/grouped.py, fragment_values). precision: TF32 or the 3xTF32 split
+// (fp32 X only).
 template <typename T>
-cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, int64_t n,
-                         Precision precision, cudaStream_t stream);
+cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, T* y, int64_t num_rows,
+                         int64_t n, Precision precision, cudaStream_t stream);
 
 }  // namespace tcsparse
