@@ -24,12 +24,11 @@ namespace {
 constexpr int kGroupedBlocksPerSm = 4;
 constexpr int kGroupedStep = 32;  // output columns per warp
 
+// 16-byte pieces (kPerCopy<T> elements each) of a row of X in a step, and of a fragment slot.
 template <typename T>
-constexpr int kChunk = 16 / static_cast<int>(sizeof(T));  // elements of T per 16-byte piece
+constexpr int kRowChunks = kGroupedStep / kPerCopy<T>;  // 8 fp32, 4 16-bit
 template <typename T>
-constexpr int kRowChunks = kGroupedStep / kChunk<T>;  // pieces of a row of X in a step: 8 fp32, 4 16-bit
-template <typename T>
-constexpr int kSlotChunks = kFragmentEntries / kChunk<T>;  // pieces of a fragment slot: 32 fp32, 16 16-bit
+constexpr int kSlotChunks = kFragmentEntries / kPerCopy<T>;  // 32 fp32, 16 16-bit
 
 template <typename T, int S>
 struct alignas(16) GroupRing {
@@ -79,7 +78,7 @@ template <typename T, int S, bool kVec>
 __device__ __forceinline__ void issue_group_block(GroupRing<T, S>& ring, int stage, const GroupMeta& m,
                                                   const T* __restrict__ fragments, const T* __restrict__ x, int64_t n,
                                                   int64_t nbase, int lane) {
-    constexpr int E = kChunk<T>;
+    constexpr int E = kPerCopy<T>;
     const int r = lane >> 2;
     const T* row = x + static_cast<int64_t>(m.col < 0 ? 0 : m.col) * n;
 #pragma unroll
@@ -91,7 +90,7 @@ __device__ __forceinline__ void issue_group_block(GroupRing<T, S>& ring, int sta
             const bool ok = m.col >= 0 && c0 < n;
             ptx::cp_async_16(dst, ok ? row + c0 : x, ok ? 16 : 0);
         } else {
-            copy_elements<T, E>(dst, row, c0, n, m.col >= 0, x);
+            copy_elements<T>(dst, row, c0, n, m.col >= 0, x);
         }
     }
     // The 8 lanes of a window copy 128 contiguous bytes of its slot per instruction.
@@ -235,7 +234,7 @@ cudaError_t grouped_products(const GroupedArrays& a, const T* fragments, const T
     if (a.num_chunks == 0 || n == 0) return cudaSuccess;
     // n a multiple of a 16-byte piece keeps every copy of X and every vector atomic of the sums
     // inside its row.
-    const bool vec = n % (16 / static_cast<int64_t>(sizeof(T))) == 0 && aligned16(x) && aligned16(out);
+    const bool vec = n % kPerCopy<T> == 0 && aligned16(x) && aligned16(out);
     const bool split = sizeof(T) == 4 && precision == Precision::kTF32x3;
     const int64_t slices = ceil_div(n, kGroupedStep);
     const int64_t grid = ceil_div(a.num_chunks * slices, kWarps);

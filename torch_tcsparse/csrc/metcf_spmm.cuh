@@ -83,13 +83,13 @@ struct alignas(16) WarpRing {
                             // lanes side by side, so the 4-byte copies hit 32 distinct banks
 };
 
-// E elements of a row of X (one copy's worth: 16 bytes here, 8 in the grouped kernel) without a
-// vector copy (n not a multiple of the copy, or X misaligned): element by element, zero past n or
-// for padding. fp32 elements still go asynchronously; 2-byte elements are below cp.async's 4-byte
-// minimum, so they are loaded and stored here.
-template <typename T, int E = kPerCopy<T>>
-__device__ __forceinline__ void copy_elements(void* dst, const T* __restrict__ row, int64_t c0, int64_t n, bool valid,
+// 16 bytes of a row of X without cp.async (n not a multiple of the copy, or X misaligned):
+// element by element, zero past n or for padding. fp32 elements still go asynchronously; 2-byte
+// elements are below cp.async's 4-byte minimum, so they are loaded and stored here.
+template <typename T>
+__device__ __forceinline__ void copy_elements(uint4* dst, const T* __restrict__ row, int64_t c0, int64_t n, bool valid,
                                               const T* __restrict__ any) {
+    constexpr int E = kPerCopy<T>;
     if constexpr (sizeof(T) == 4) {
 #pragma unroll
         for (int e = 0; e < E; ++e) {
