@@ -48,7 +48,7 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
     path = settle(a, torch.randn(a.shape[1], n, device="cuda", dtype=dtype))
     kernel = path if path in kernels.KERNELS else "base"
     block_values = a._block_values
-    module = _ext.load()
+    module, eager = _ext.load(), _ext.eager()
     prepared = kernels._layout_args(s.layout)
     fp32_values = block_values.float()
     return {
@@ -56,6 +56,9 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
         f"ops.run_spmm ({kernel})": lambda x: ops.run_spmm(x, block_values, s.layout, kernel),
         f"kernels.spmm ({kernel})": lambda x: kernels.spmm(x, block_values, s.layout, kernel),
         "compiled op, prepared args": lambda x: module.spmm(
+            x, fp32_values, *prepared, kernel == "balanced", False, False
+        ),
+        "pybind function, prepared args": lambda x: eager.spmm(
             x, fp32_values, *prepared, kernel == "balanced", False, False
         ),
         "torch.empty_like (one allocation)": lambda x: torch.empty_like(x),

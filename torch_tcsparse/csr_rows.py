@@ -87,7 +87,7 @@ def spmm(x, rowptr, col, values, pieces: RowPieces, num_cols: int, bias: torch.T
     a reordered matrix's rows run in its order (``permuted_rows``) and Y comes out in the user's.
     ``addend`` (fp32, Y's shape and row order) is added to Y before its one rounding: another
     kernel's sums over the same Y."""
-    return _ext.load().csr_rows_spmm(
+    return _ext.eager().csr_rows_spmm(
         x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts, pieces.split_rows, num_cols,
         pieces.piece_nnz, bias, row_map, addend,
     )

@@ -26,10 +26,10 @@ def spmm(x: torch.Tensor, layout: GroupedLayout, fragments: torch.Tensor, bias: 
     values (x's dtype, in the rest's order) and its split into pieces (``csr_rows.row_pieces``);
     Y has x's dtype."""
     exact = x.dtype == torch.float32 and not tf32_allowed()
-    grouped_spmm = _ext.load().grouped_spmm
+    grouped_spmm = _ext.eager().grouped_spmm
     rest = layout.rest
     if rest is None:
-        return grouped_spmm(x, fragments, *layout.kernel_arrays(), layout.num_rows, exact, bias)
+        return grouped_spmm(x, fragments, *layout.kernel_arrays(), layout.num_rows, exact, bias, False)
     sums = grouped_spmm(x, fragments, *layout.kernel_arrays(), layout.num_rows, exact, None, True)
     return csr_rows.spmm(x, rest.rowptr, rest.col, rest_values, rest_pieces, layout.num_cols, bias, rest.row_map,
                          addend=sums)

@@ -88,7 +88,7 @@ def launch_spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, bala
     """``spmm`` for operands a TCSparseTensor has already validated (its own layout and values,
     an X it checked): the Python checks are skipped on this per-call path, the binding's checks
     (cheap, in C++) still run."""
-    return _ext.load().spmm(
+    return _ext.eager().spmm(
         x,
         values.float(),
         *_layout_args(layout),

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "binding_checks.h"
+#include "eager_calls.h"
 #include "metcf_convert.h"
 #include "metcf_spmm.h"
 
@@ -87,54 +88,6 @@ void check_values(const at::Tensor& values, int64_t nnz) {
     TCS_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
                 values.sizes());
     TCS_CHECK(values.is_contiguous(), "values must be contiguous");
-}
-
-at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
-                const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
-                const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
-                int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk, bool balanced, bool deterministic,
-                bool exact) {
-    check_values(values, local_ids.numel());
-    const at::Device device = values.device();
-    check_dense(x, "x", num_cols, device);
-    const c10::cuda::CUDAGuard guard(device);
-    Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
-                                chunk_offsets, window, num_rows, chunk, device);
-    const at::Tensor xc = x.contiguous();
-    const int64_t n = xc.size(1);
-    TCS_CHECK(n <= 65535 * 32, "x has ", n, " columns; at most ", 65535 * 32, " are supported");
-    at::Tensor y = at::empty({num_rows, n}, xc.options());
-    if (num_rows == 0 || n == 0) return y;
-    const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
-    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const float* vp = values.data_ptr<float>();
-    const auto& a = layout.arrays;
-    with_element_type(xc.scalar_type(), [&](auto element) {
-        using T = decltype(element);
-        const T* xp = reinterpret_cast<const T*>(xc.const_data_ptr());
-        T* yp = reinterpret_cast<T*>(y.mutable_data_ptr());
-        if (balanced && deterministic) {
-            const int64_t floats = tcsparse::metcf_balanced_workspace_floats(a, n);
-            if (floats * 4 <= kMaxWorkspaceBytes) {
-                at::Tensor workspace = at::empty({floats}, xc.options().dtype(at::kFloat));
-                check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, n, precision, nullptr,
-                                                              workspace.data_ptr<float>(), stream),
-                             "metcf_spmm_balanced (deterministic)");
-                return;
-            }
-            balanced = false;
-        }
-        if (balanced) {
-            // Cut windows are summed in fp32: in y itself when it is fp32, else in a scratch.
-            at::Tensor partial = std::is_same_v<T, float> ? y : at::empty({num_rows, n}, xc.options().dtype(at::kFloat));
-            check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, n, precision, partial.data_ptr<float>(),
-                                                          nullptr, stream),
-                         "metcf_spmm_balanced");
-        } else {
-            check_launch(tcsparse::metcf_spmm_base<T>(a, vp, xp, yp, n, precision, stream), "metcf_spmm_base");
-        }
-    });
-    return y;
 }
 
 at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& window_offsets,
@@ -311,6 +264,58 @@ std::vector<at::Tensor> metcf_fill(const at::Tensor& rowptr, const at::Tensor& c
 
 }  // namespace
 
+namespace tcsparse_binding {
+
+at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
+                const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
+                const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
+                int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk, bool balanced, bool deterministic,
+                bool exact) {
+    check_values(values, local_ids.numel());
+    const at::Device device = values.device();
+    check_dense(x, "x", num_cols, device);
+    const c10::cuda::CUDAGuard guard(device);
+    Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
+                                chunk_offsets, window, num_rows, chunk, device);
+    const at::Tensor xc = x.contiguous();
+    const int64_t n = xc.size(1);
+    TCS_CHECK(n <= 65535 * 32, "x has ", n, " columns; at most ", 65535 * 32, " are supported");
+    at::Tensor y = at::empty({num_rows, n}, xc.options());
+    if (num_rows == 0 || n == 0) return y;
+    const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const float* vp = values.data_ptr<float>();
+    const auto& a = layout.arrays;
+    with_element_type(xc.scalar_type(), [&](auto element) {
+        using T = decltype(element);
+        const T* xp = reinterpret_cast<const T*>(xc.const_data_ptr());
+        T* yp = reinterpret_cast<T*>(y.mutable_data_ptr());
+        if (balanced && deterministic) {
+            const int64_t floats = tcsparse::metcf_balanced_workspace_floats(a, n);
+            if (floats * 4 <= kMaxWorkspaceBytes) {
+                at::Tensor workspace = at::empty({floats}, xc.options().dtype(at::kFloat));
+                check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, n, precision, nullptr,
+                                                              workspace.data_ptr<float>(), stream),
+                             "metcf_spmm_balanced (deterministic)");
+                return;
+            }
+            balanced = false;
+        }
+        if (balanced) {
+            // Cut windows are summed in fp32: in y itself when it is fp32, else in a scratch.
+            at::Tensor partial = std::is_same_v<T, float> ? y : at::empty({num_rows, n}, xc.options().dtype(at::kFloat));
+            check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, n, precision, partial.data_ptr<float>(),
+                                                          nullptr, stream),
+                         "metcf_spmm_balanced");
+        } else {
+            check_launch(tcsparse::metcf_spmm_base<T>(a, vp, xp, yp, n, precision, stream), "metcf_spmm_base");
+        }
+    });
+    return y;
+}
+
+}  // namespace tcsparse_binding
+
 // Registered as torch operators (torch.ops.tcsparse_kernels.*): errors raised by TCS_CHECK
 // reach Python through the dispatcher as RuntimeError. The user-facing ops (autograd, fake
 // tensors) are defined in torch_tcsparse/ops.py on top of these.
@@ -335,7 +340,7 @@ TORCH_LIBRARY(tcsparse_kernels, m) {
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
-    m.impl("spmm", &spmm);
+    m.impl("spmm", &tcsparse_binding::spmm);
     m.impl("sddmm", &sddmm);
     m.impl("metcf_row_map", &metcf_row_map);
     m.impl("metcf_count", &metcf_count);

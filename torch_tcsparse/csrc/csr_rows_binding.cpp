@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "binding_checks.h"
+#include "eager_calls.h"
 #include "csr_rows_spmm.h"
 
 namespace {
@@ -20,6 +21,10 @@ void check_operand(const at::Tensor& t, const char* name, const at::Device& devi
     TCS_CHECK(t.device() == device, name, " is on ", t.device(), " but the operands are on ", device);
     TCS_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, " like x, got ", t.scalar_type());
 }
+
+}  // namespace
+
+namespace tcsparse_binding {
 
 // Y = A @ x (+ bias) for the CSR (rowptr, col, values) split into pieces of piece_nnz nonzeros;
 // x may have any row stride (its columns contiguous), Y is contiguous. x, values, bias and Y
@@ -99,7 +104,7 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
     return y;
 }
 
-}  // namespace
+}  // namespace tcsparse_binding
 
 TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
     m.def(
@@ -108,5 +113,5 @@ TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
-    m.impl("csr_rows_spmm", &csr_rows_spmm);
+    m.impl("csr_rows_spmm", &tcsparse_binding::csr_rows_spmm);
 }

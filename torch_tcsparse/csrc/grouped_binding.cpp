@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "binding_checks.h"
+#include "eager_calls.h"
 #include "grouped_spmm.h"
 
 namespace {
@@ -19,6 +20,10 @@ using tcsparse_binding::with_element_type;
 tcsparse::Precision precision_of(bool exact) {
     return exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
 }
+
+}  // namespace
+
+namespace tcsparse_binding {
 
 // Y = A @ x (+ bias on every row) for the grouped layout (torch_tcsparse/formats/grouped.py) and
 // its fragments (x's dtype, fragment_values); Y has x's dtype, or float32 with keep_fp32 (the sums
@@ -89,7 +94,7 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
     return y;
 }
 
-}  // namespace
+}  // namespace tcsparse_binding
 
 TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
     m.def(
@@ -98,5 +103,5 @@ TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
 }
 
 TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
-    m.impl("grouped_spmm", &grouped_spmm);
+    m.impl("grouped_spmm", &tcsparse_binding::grouped_spmm);
 }
