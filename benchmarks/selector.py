@@ -58,6 +58,7 @@ from common import batch_for, rotation_count, settle, time_cuda  # noqa: E402
 from torch_tcsparse import TCSparseTensor, csr_rows, selector, trials  # noqa: E402
 from torch_tcsparse.formats.csr import from_coo  # noqa: E402
 from torch_tcsparse.selector import CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape, SelectionCache  # noqa: E402
+from torch_tcsparse.selector.model import rows_piece_nnz  # noqa: E402
 
 N_VALUES = (32, 64, 128, 256)
 LARGE_NNZ = 1_000_000
@@ -398,14 +399,16 @@ def fit_bucket(records, shapes, n: int, info: dict, defaults: dict) -> dict:
 
     fitted = {"base": _rounded(base), "balanced": _rounded(balanced)}
     csr_names = ("launch_us", "nnz_us", "row_us", "max_row_us", "miss_nnz_us")
-    # rows also pays a launch that sets the rows it splits (selector.model._rows_time_us).
-    split_launch = [float(s.split_rows > 0) for s in graph_shapes]
-    for path, longest_cap, extra in (("csr", None, {}), ("rows", csr_rows.PIECE_NNZ, {"split_launch_us": split_launch})):
+    # rows walks pieces of its own size per graph and dtype, and pays a launch that sets the rows
+    # it splits (selector.model._rows_time_us).
+    pieces = [rows_piece_nnz(s, record_dtype(r)) for s, r in zip(graph_shapes, records)]
+    split_launch = [float(s.max_row_nnz > piece) for s, piece in zip(graph_shapes, pieces)]
+    for path, capped, extra in (("csr", False, {}), ("rows", True, {"split_launch_us": split_launch})):
         if path not in measured:
             fitted[path] = dict(defaults[path])
             continue
         nnz = np.array([s.nnz for s in graph_shapes], dtype=float)
-        longest = [s.max_row_nnz if longest_cap is None else min(s.max_row_nnz, longest_cap) for s in graph_shapes]
+        longest = [min(s.max_row_nnz, piece) if capped else s.max_row_nnz for s, piece in zip(graph_shapes, pieces)]
         features = np.stack([np.ones_like(nnz), nnz, [s.rows for s in graph_shapes], longest, nnz * misses,
                              *extra.values()], 1)
         coefficients, _ = fit(path, features.astype(float))

@@ -353,12 +353,24 @@ def test_rows_caps_the_longest_row_at_a_piece():
     assert costs["rows"] < 2 * csr_rows.PIECE_NNZ
 
 
-def test_rows_pays_the_split_launch_only_when_a_row_is_split():
-    m = model(rows={"split_launch_us": 7.0, "floor_us": 0.0})
-    unsplit, split = shape([4] * 12), dataclasses.replace(shape([4] * 12), split_rows=3)
-    costs = {s.split_rows: rank(s, 32, m, ("rows",)).costs_us["rows"] for s in (unsplit, split)}
-    assert costs[3] == pytest.approx(costs[0] + 7.0)
-    assert rank(split, 32, m).features["split_rows"] == 3
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rows_pays_the_split_launch_only_when_a_row_is_split(dtype):
+    m = model(rows={"split_launch_us": 7.0, "max_row_us": 0.0, "floor_us": 0.0})
+    unsplit, split = shape([4] * 12, max_row=csr_rows.PIECE_NNZ // 8), shape([4] * 12, max_row=10**6)
+    piece = cost_model.rows_piece_nnz(split, dtype)
+    assert unsplit.max_row_nnz <= cost_model.rows_piece_nnz(unsplit, dtype)
+    costs = [rank(s, 32, m, ("rows",), dtype).costs_us["rows"] for s in (unsplit, split)]
+    assert costs[1] == pytest.approx(costs[0] + 7.0)
+    assert rank(split, 32, m, dtype=dtype).features["rows_piece_nnz"] == piece
+
+
+def test_small_graphs_take_small_pieces():
+    # float16 splits only where a row is longer than PIECE_NNZ anyway (its split costs launches)
+    assert csr_rows.split_piece_nnz(10**5, 10**3, torch.float32) == 32
+    assert csr_rows.split_piece_nnz(10**5, 10**3, torch.float16) == 64
+    assert csr_rows.split_piece_nnz(10**5, csr_rows.PIECE_NNZ, torch.float16) == csr_rows.PIECE_NNZ
+    assert csr_rows.split_piece_nnz(csr_rows.MEDIUM_NNZ, 10**3, torch.bfloat16) == 128
+    assert csr_rows.split_piece_nnz(csr_rows.LARGE_NNZ, 10**3, torch.float32) == csr_rows.PIECE_NNZ
 
 
 def test_kernels_left_out_of_candidates():

@@ -18,8 +18,12 @@ from . import _ext
 from .formats.csr import INT32_MAX
 
 # Nonzeros per piece: rows longer than this are split and their pieces summed with atomics. On
-# an H200, 256 beat 1024 on R-MAT (hubs of 10^5 nonzeros) and matched it elsewhere.
+# an H200, 256 beat 1024 on R-MAT (hubs of 10^5 nonzeros) and matched it elsewhere. It is the
+# size on graphs of LARGE_NNZ nonzeros or more, and the one the op path (tcsparse::spmm) uses:
+# its pieces travel without their size. Smaller graphs take smaller pieces (``split_piece_nnz``).
 PIECE_NNZ = 256
+MEDIUM_NNZ = 1 << 20
+LARGE_NNZ = 1 << 24
 # Deterministic mode: no row is split, so every output is one warp's sum in a fixed order.
 UNSPLIT = INT32_MAX
 
@@ -57,8 +61,36 @@ def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ) -> RowPieces:
 
 
 def piece_size() -> int:
-    """Nonzeros per piece for a product run now: no row is split under deterministic algorithms."""
+    """Nonzeros per piece of the op path for a product run now: no row is split under
+    deterministic algorithms."""
     return UNSPLIT if torch.are_deterministic_algorithms_enabled() else PIECE_NNZ
+
+
+def split_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
+    """Nonzeros per piece of a matrix of ``nnz`` nonzeros whose longest row has ``max_row_nnz``,
+    for X of ``dtype``.
+
+    A warp walks its piece a few nonzeros per step, each step a round trip to L2, so on a graph
+    too small to fill the GPU many times over the longest piece sets the time. H200, N = 128, rows
+    path as given (pieces of 256 -> these): snap_email-Enron float32 113 -> 45 us, float16 61 ->
+    40 us; snap_wiki-Vote 47.5 -> 17 / 32 -> 21 us; planetoid_pubmed float32 38 -> 23 us;
+    ogbl-ddi 129 -> 114 / 84 -> 77 us; R-MAT 18 526 -> 500 / 375 -> 371 us. Smaller pieces cost
+    atomics: pieces of 16 ran slower everywhere, 32 slower than 64 in float16 (its steps take
+    twice the nonzeros). A 16-bit split also costs two launches (the rows are summed in an fp32
+    scratch), which outweighed the gain on graphs whose longest row is under PIECE_NNZ
+    (planetoid_cora float16 15 -> 19 us): those stay whole."""
+    if nnz >= LARGE_NNZ:
+        return PIECE_NNZ
+    if nnz >= MEDIUM_NNZ:
+        return 128
+    if dtype.itemsize < 4:
+        return PIECE_NNZ if max_row_nnz <= PIECE_NNZ else 64
+    return 32
+
+
+def product_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
+    """``split_piece_nnz`` for a product run now: no row is split under deterministic algorithms."""
+    return UNSPLIT if torch.are_deterministic_algorithms_enabled() else split_piece_nnz(nnz, max_row_nnz, dtype)
 
 
 def check_indices(rowptr: torch.Tensor) -> None:

@@ -45,6 +45,7 @@ class Structure:
         self._rows_csr: RowsCsr | None = None
         self._grouped: GroupedLayout | None = None
         self._grouped_pieces: csr_rows.RowPieces | None = None
+        self._max_row_nnz: int | None = None
         if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
             rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
         self.selection = SelectionCache(rows_share_ratio, self.grouped_size)
@@ -72,6 +73,18 @@ class Structure:
             rowptr = self.rowptr if key[1] else self.rows_csr().rowptr
             self._row_pieces[key] = csr_rows.row_pieces(rowptr, piece_nnz)
         return self._row_pieces[key]
+
+    def rows_piece_nnz(self, dtype: torch.dtype) -> int:
+        """Nonzeros per piece of the "rows" path's products with X of ``dtype``
+        (``csr_rows.product_piece_nnz``); the longest row comes from the conversion's host copies
+        (read back once for a layout without them)."""
+        if self._max_row_nnz is None:
+            counts = self.layout.host_counts
+            if counts is not None:
+                self._max_row_nnz = counts.max_row_nnz
+            else:
+                self._max_row_nnz = int((self.rowptr[1:] - self.rowptr[:-1]).max()) if self.num_rows else 0
+        return csr_rows.product_piece_nnz(self.nnz, self._max_row_nnz, dtype)
 
     def rows_csr(self) -> RowsCsr:
         """The CSR the "rows" kernel reads: ours, or for a reordered matrix a copy with the rows

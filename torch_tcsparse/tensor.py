@@ -352,7 +352,7 @@ class TCSparseTensor(torch.Tensor):
             pieces = None if layout.rest is None else s.grouped_pieces()
             return lambda x, bias: grouped.spmm(x, layout, fragments, bias, rest_values, pieces)
         csr_rows.check_indices(s.rowptr)
-        rows, pieces = s.rows_csr(), s.row_pieces(csr_rows.piece_size())
+        rows, pieces = s.rows_csr(), s.row_pieces(s.rows_piece_nnz(self._values.dtype))
         values = self._rows_values()
         return lambda x, bias: csr_rows.spmm(x, rows.rowptr, rows.col, values, pieces, s.num_cols, bias, rows.row_map)
 

@@ -171,7 +171,7 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
         "balanced": kernel_time_us(balanced, launch.makespan, launch.work, slots["balanced"], miss)
         + balanced["zero_us"] * launch.zeroed_windows * shape.window,
         "csr": _csr_time_us(csr, shape, shape.max_row_nnz, miss),
-        "rows": _rows_time_us(constants["rows"], shape, miss),
+        "rows": _rows_time_us(constants["rows"], shape, miss, rows_piece_nnz(shape, kernel_dtype)),
     }
     if shape.grouped_blocks is not None:
         device_us["grouped"] = grouped_path_us(shape, n, kernel_dtype, model.sm_count, constants["rows"], miss)
@@ -193,10 +193,17 @@ def _csr_time_us(constants: dict, shape: MatrixShape, longest: int, miss: float)
     )
 
 
-def _rows_time_us(constants: dict, shape: MatrixShape, miss: float) -> float:
-    split_launch = constants.get("split_launch_us", 0.0) if shape.split_rows else 0.0
+def _rows_time_us(constants: dict, shape: MatrixShape, miss: float, piece_nnz: int = csr_rows.PIECE_NNZ) -> float:
+    """The rows kernel's time with rows split into pieces of ``piece_nnz`` nonzeros: the longest
+    piece, and a launch of its own when any row is split."""
+    split_launch = constants.get("split_launch_us", 0.0) if shape.max_row_nnz > piece_nnz else 0.0
     in_order = 1.0 - ROWS_ORDER_GAIN * (1.0 - shape.rows_share_ratio)
-    return _csr_time_us(constants, shape, min(shape.max_row_nnz, csr_rows.PIECE_NNZ), miss) * in_order + split_launch
+    return _csr_time_us(constants, shape, min(shape.max_row_nnz, piece_nnz), miss) * in_order + split_launch
+
+
+def rows_piece_nnz(shape: MatrixShape, dtype: torch.dtype) -> int:
+    """The pieces the rows path splits ``shape``'s rows into for X of ``dtype``."""
+    return csr_rows.split_piece_nnz(shape.nnz, shape.max_row_nnz, dtype)
 
 
 def approximation_ratio(shape: MatrixShape, prediction: Prediction) -> float:
@@ -261,6 +268,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "balanced_zeroed_windows": launch.zeroed_windows,
         "max_row_nnz": shape.max_row_nnz,
         "split_rows": shape.split_rows,
+        "rows_piece_nnz": rows_piece_nnz(shape, dtype if dtype in KERNEL_DTYPES else torch.float32),
         "rows_share_ratio": shape.rows_share_ratio,
         "grouped_blocks": shape.grouped_blocks,
         "grouped_rest_nnz": shape.grouped_rest_nnz,
