@@ -35,7 +35,6 @@ torch_tcsparse/calibration/) and ``summary.txt``.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
@@ -55,8 +54,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import spmm as spmm_suite  # noqa: E402
 from common import batch_for, rotation_count, settle, time_cuda  # noqa: E402
 
-from torch_tcsparse import TCSparseTensor, csr_rows, selector, trials  # noqa: E402
-from torch_tcsparse.formats.csr import from_coo  # noqa: E402
+from torch_tcsparse import TCSparseTensor, selector, trials  # noqa: E402
 from torch_tcsparse.selector import CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, Calibration, DeviceModel, MatrixShape, SelectionCache  # noqa: E402
 from torch_tcsparse.selector.model import rows_piece_nnz  # noqa: E402
 
@@ -215,6 +213,11 @@ def device_info(n_values) -> dict:
     }
 
 
+# The meta slot that held the rows longer than 256 nonzeros (runs of 2026-11-24 before the rows
+# pieces were sized per matrix); kept so that older runs still load. Nothing reads it.
+SPLIT_ROWS_UNRECORDED = -1
+
+
 def save(out: Path, records, shapes, info) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "measurements.json").write_text(json.dumps({"device": info, "records": records}, indent=1))
@@ -222,7 +225,7 @@ def save(out: Path, records, shapes, info) -> None:
     for name, shape in shapes.items():
         arrays[f"{name}/window_blocks"] = shape.window_blocks
         arrays[f"{name}/meta"] = np.array(
-            [shape.window, shape.rows, shape.nnz, shape.max_row_nnz, shape.num_cols, shape.split_rows,
+            [shape.window, shape.rows, shape.nnz, shape.max_row_nnz, shape.num_cols, SPLIT_ROWS_UNRECORDED,
              -1 if shape.grouped_blocks is None else shape.grouped_blocks, shape.grouped_rest_nnz], dtype=np.int64
         )
     np.savez_compressed(out / "shapes.npz", **arrays)
@@ -235,27 +238,15 @@ def load_saved(folder: Path):
         for key in arrays.files:
             name, field = key.rsplit("/", 1)
             if field == "meta":
-                # cols since 2026-11-22, split rows since 2026-11-24, grouped blocks (-1: none)
-                # later, the grouped rest's nonzeros later still
+                # cols since 2026-11-22, then the slot of the split rows (SPLIT_ROWS_UNRECORDED),
+                # grouped blocks (-1: none) and the grouped rest's nonzeros, each later
                 window, rows, nnz, max_row, *later = (int(v) for v in arrays[key])
                 cols = later[0] if later else None
-                split = later[1] if len(later) > 1 else split_rows_of(name)
                 grouped = later[2] if len(later) > 2 and later[2] >= 0 else None
                 rest = later[3] if len(later) > 3 else 0
-                shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, cols, split,
+                shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, cols,
                                            grouped_blocks=grouped, grouped_rest_nnz=rest)
     return drop_stale(data["records"], folder), shapes, data["device"]
-
-
-@functools.cache
-def split_rows_of(name: str) -> int:
-    """Rows longer than a "rows" piece in graph ``name``, rebuilt on the CPU (minutes for the
-    largest synthetic graphs, once per process). A synthetic graph is then drawn from the CPU's
-    random stream, not the GPU's: the count is that of another draw of the same law, and whether
-    any row is split (what the selector reads) is the same."""
-    row, col, size = spmm_suite.suite()[name](device="cpu")
-    rows, cols = size if isinstance(size, tuple) else (size, size)
-    return int(csr_rows.split_row_count(from_coo(row, col, None, rows, cols).rowptr))
 
 
 def drop_stale(records, folder: Path):

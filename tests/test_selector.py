@@ -465,7 +465,6 @@ def test_conversion_host_copies_match_the_device_layout():
     assert counts.window_offsets.tolist() == layout.window_offsets.tolist()
     assert counts.chunk_offsets.tolist() == layout.chunk_offsets.tolist()
     assert counts.max_row_nnz == int((layout.csr_rowptr[1:] - layout.csr_rowptr[:-1]).max())
-    assert counts.split_rows == int(((layout.csr_rowptr[1:] - layout.csr_rowptr[:-1]) > csr_rows.PIECE_NNZ).sum()) == 1
     # The shape built from them equals the one read back from the tensors alone.
     from_host = MatrixShape.of(layout)
     rebuilt = type(layout).from_tensors(layout.tensors(), layout.window, layout.num_rows, layout.num_cols)
@@ -473,7 +472,6 @@ def test_conversion_host_copies_match_the_device_layout():
     read_back = MatrixShape.of(rebuilt)
     assert from_host.window_blocks.tolist() == read_back.window_blocks.tolist()
     assert from_host.max_row_nnz == read_back.max_row_nnz
-    assert from_host.split_rows == read_back.split_rows == 1
     for given, computed in zip(from_host._chunk_prefixes, read_back._chunk_prefixes):
         assert given.tolist() == computed.tolist()
     assert from_host.summary == read_back.summary
@@ -631,7 +629,7 @@ def made_up_run(bench, tmp_path, name, scale=1.0):
     shapes, records = {}, []
     for i in range(6):
         blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 300 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
-        shapes[f"g{i}"] = MatrixShape(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i), 100 * i, split_rows=i % 2)
+        shapes[f"g{i}"] = MatrixShape(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i), 100 * i)
         for n in selector.BUCKETS:
             record = {"graph": f"g{i}", "n": n, "dtype": "float32", "choice_us": 100.0,
                       "launch": {p: [4, selector.default_column_slices(n)] for p in selector.KERNEL_CHOICES}}
@@ -641,28 +639,18 @@ def made_up_run(bench, tmp_path, name, scale=1.0):
     return tmp_path / name, records, shapes, info
 
 
-def test_benchmark_saves_split_rows_and_fills_them_for_older_runs(tmp_path, monkeypatch):
+def test_benchmark_shapes_load_back_also_from_older_runs(tmp_path):
     bench = selector_benchmark()
     folder, _, shapes, _ = made_up_run(bench, tmp_path, "run")
-    assert {name: s.split_rows for name, s in bench.load_saved(folder)[1].items()} == {
-        name: s.split_rows for name, s in shapes.items()}
-    # A run saved before the split rows were: its meta rows end at the columns.
+    loaded = bench.load_saved(folder)[1]
+    for name, shape in shapes.items():
+        assert (loaded[name].max_row_nnz, loaded[name].num_cols) == (shape.max_row_nnz, shape.num_cols)
+        assert loaded[name].window_blocks.tolist() == shape.window_blocks.tolist()
+    # A run saved before the columns were: its meta rows end at the longest row.
     with np.load(folder / "shapes.npz") as arrays:
-        older = {key: arrays[key][:5] if key.endswith("/meta") else arrays[key] for key in arrays.files}
+        older = {key: arrays[key][:4] if key.endswith("/meta") else arrays[key] for key in arrays.files}
     np.savez_compressed(folder / "shapes.npz", **older)
-    monkeypatch.setattr(bench, "split_rows_of", lambda name: 40 + int(name[1:]))
-    assert {name: s.split_rows for name, s in bench.load_saved(folder)[1].items()} == {
-        f"g{i}": 40 + i for i in range(6)}
-
-
-def test_benchmark_split_rows_of_a_suite_graph_rebuilt_on_the_cpu():
-    bench = selector_benchmark()
-    row, col, n = synthetic.band(600, 300)
-    bench.spmm_suite.SYNTHETIC["test_band"] = lambda device="cuda": synthetic.band(600, 300, device=device)
-    try:
-        assert bench.split_rows_of("test_band") == int((torch.bincount(row, minlength=n) > csr_rows.PIECE_NNZ).sum())
-    finally:
-        del bench.spmm_suite.SYNTHETIC["test_band"]
+    assert all(s.cols is None and s.grouped_blocks is None for s in bench.load_saved(folder)[1].values())
 
 
 def test_benchmark_leaves_stale_times_out_and_one_run_out(tmp_path, capsys):

@@ -41,12 +41,6 @@ class RowPieces(NamedTuple):
     piece_nnz: int
 
 
-def split_row_count(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ) -> torch.Tensor:
-    """The rows longer than a piece, as a 1-element int64 tensor on rowptr's device (no sync):
-    the conversion copies it to the host with its other counts, for the kernel selector."""
-    return ((rowptr[1:] - rowptr[:-1]) > piece_nnz).sum().view(1)
-
-
 def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ) -> RowPieces:
     degree = rowptr[1:] - rowptr[:-1]
     split_rows = torch.nonzero(degree > piece_nnz).flatten()

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import _ext, csr_rows
+from .. import _ext
 from .csr import CSR, index_dtype_for
 
 # TC blocks handled by one thread block of the balanced kernel. 32 blocks of 16x8 are 4096
@@ -173,14 +173,12 @@ class MetcfLayout:
 
 @dataclass(frozen=True)
 class HostCounts:
-    """Host copies of per-window prefix sums (int64 numpy, length windows + 1), the longest row and
-    the rows the "rows" path splits into pieces."""
+    """Host copies of per-window prefix sums (int64 numpy, length windows + 1) and the longest row."""
 
     window_offsets: np.ndarray
     chunk_offsets: np.ndarray
     nonempty_before: np.ndarray  # windows with at least one block before each window
     max_row_nnz: int
-    split_rows: int  # rows longer than csr_rows.PIECE_NNZ
 
 
 def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
@@ -353,11 +351,8 @@ class _KernelBuild:
         stride = self.num_windows + 1
         window_offsets = counts[:stride].to(torch.int32)
         chunk_offsets = counts[stride : 2 * stride].to(torch.int32)
-        # The split rows ride along in the one copy the conversion makes.
-        host = torch.cat([counts, csr_rows.split_row_count(self.csr.rowptr)]).cpu().numpy()
-        host_counts = HostCounts(
-            host[:stride], host[stride : 2 * stride], host[2 * stride : 3 * stride], int(host[-2]), int(host[-1])
-        )
+        host = counts.cpu().numpy()
+        host_counts = HostCounts(host[:stride], host[stride : 2 * stride], host[2 * stride : 3 * stride], int(host[-1]))
         return window_offsets, chunk_offsets, host_counts
 
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
@@ -378,7 +373,7 @@ def _read_back_counts(window_offsets, chunk_offsets, blocks_per_window, rowptr) 
     row_lengths = rowptr[1:] - rowptr[:-1]
     longest = row_lengths.max().view(1) if row_lengths.numel() else rowptr.new_zeros(1)
     nonempty_before = _exclusive_cumsum((blocks_per_window > 0).long())
-    parts = [window_offsets, chunk_offsets, nonempty_before, longest.long(), csr_rows.split_row_count(rowptr)]
+    parts = [window_offsets, chunk_offsets, nonempty_before, longest.long()]
     host = torch.cat(parts).cpu().numpy()
-    offsets, chunks, nonempty, _, _ = np.split(host, np.cumsum([p.numel() for p in parts])[:-1])
-    return HostCounts(offsets, chunks, nonempty, int(host[-2]), int(host[-1]))
+    offsets, chunks, nonempty, _ = np.split(host, np.cumsum([p.numel() for p in parts])[:-1])
+    return HostCounts(offsets, chunks, nonempty, int(host[-1]))

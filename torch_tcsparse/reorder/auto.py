@@ -24,7 +24,6 @@ import torch
 
 from dataclasses import replace
 
-from .. import csr_rows
 from ..formats.csr import CSR
 from ..formats import grouped as grouped_format
 from ..formats.grouped import group_pairs, may_pay, split_sizes
@@ -55,14 +54,13 @@ def _predictor(csr: CSR, window: int, n: int):
     permutation: computed once."""
     row_nnz = csr.rowptr[1:] - csr.rowptr[:-1]
     max_row = int(row_nnz.max()) if row_nnz.numel() else 0
-    split_rows = int(csr_rows.split_row_count(csr.rowptr))
     given_share = distinct_share(csr.rowptr, csr.col, csr.num_cols, None)
     model = selector.device_model(csr.col.device)
 
     def predict(perm) -> tuple[int, float, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
         ratio = 1.0 if perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, perm, given_share)
-        shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row, csr.num_cols, split_rows,
+        shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row, csr.num_cols,
                                      rows_share_ratio=ratio)
         blocks = int(per_window.sum())
         if may_pay(csr.nnz, blocks) and csr.col.dtype == torch.int32:

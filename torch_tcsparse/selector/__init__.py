@@ -29,7 +29,7 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
   * miss`` (the gather of X per nonzero, the write of Y per row, the row-split imbalance of the
   longest row);
 - rows (our CUDA-core CSR kernel): the same form with its own constants, the
-  longest row capped at a piece (``csr_rows.PIECE_NNZ``: longer rows are split), plus
+  longest row capped at the matrix's piece (``csr_rows.split_piece_nnz``: longer rows are split), plus
   ``split_launch_us`` when any row is split: the kernel that first sets those rows of Y is a launch
   of its own, and the split pieces run last, with atomics (fitted 4-8 us on an H200, more than a
   launch; it decides between rows and csr on small power-law graphs, where they are close);

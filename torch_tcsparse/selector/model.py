@@ -267,7 +267,6 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
         "windows_over_32_blocks": shape.summary.split_windows,
         "balanced_zeroed_windows": launch.zeroed_windows,
         "max_row_nnz": shape.max_row_nnz,
-        "split_rows": shape.split_rows,
         "rows_piece_nnz": rows_piece_nnz(shape, dtype if dtype in KERNEL_DTYPES else torch.float32),
         "rows_share_ratio": shape.rows_share_ratio,
         "grouped_blocks": shape.grouped_blocks,

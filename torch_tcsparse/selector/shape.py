@@ -9,7 +9,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .. import csr_rows
 from ..formats.metcf import BALANCE_CHUNK, MetcfLayout
 from .schedule import EXACT_JOBS_PER_SLOT, batched_schedule, fluid_schedule
 
@@ -39,7 +38,6 @@ class MatrixShape:
     nnz: int
     max_row_nnz: int
     cols: int | None = None  # columns of A (rows of X); None: as many as rows
-    split_rows: int = 0  # rows longer than csr_rows.PIECE_NNZ (split into pieces by "rows")
     rows_share_ratio: float = 1.0  # the rows path's order against the given one (package docstring)
     grouped_blocks: int | None = None  # blocks of the grouped layout; None: the path cannot pay
     grouped_rest_nnz: int = 0  # nonzeros the grouped path leaves to the rows kernel
@@ -55,14 +53,12 @@ class MatrixShape:
         if counts is not None:
             offsets = counts.window_offsets
             return cls(layout.window, np.diff(offsets), layout.num_rows, layout.nnz, counts.max_row_nnz,
-                       layout.num_cols, counts.split_rows,
-                       prefixes=(counts.chunk_offsets, offsets, counts.nonempty_before))
+                       layout.num_cols, prefixes=(counts.chunk_offsets, offsets, counts.nonempty_before))
         offsets, rowptr = layout.window_offsets, layout.csr_rowptr
         blocks = offsets[1:] - offsets[:-1]
         longest = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
-        split = csr_rows.split_row_count(rowptr)
-        host = torch.cat([blocks, longest.to(blocks.dtype), split.to(blocks.dtype)]).cpu().numpy().astype(np.int64)
-        return cls(layout.window, host[:-2], layout.num_rows, layout.nnz, int(host[-2]), layout.num_cols, int(host[-1]))
+        host = torch.cat([blocks, longest.to(blocks.dtype)]).cpu().numpy().astype(np.int64)
+        return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]), layout.num_cols)
 
     @property
     def num_cols(self) -> int:
