@@ -130,16 +130,17 @@ def test_a_trial_waits_for_a_product_where_timing_is_allowed(measured_cache, mon
     assert cache.choose(lay, 64, torch.float32, CUDA)[1] is trial
 
 
-def test_allowed_only_on_cuda_outside_deterministic_mode():
+def test_off_by_default():
+    assert not trials.is_enabled()
+
+
+def test_allowed_only_when_enabled_on_cuda_outside_deterministic_mode():
+    assert not trials.allowed(CUDA)
     trials.set_enabled(True)
-    assert not trials.allowed(torch.device("cpu"))
     try:
+        assert not trials.allowed(torch.device("cpu"))
         torch.use_deterministic_algorithms(True)
         assert not trials.allowed(CUDA)
     finally:
         torch.use_deterministic_algorithms(False)
-    trials.set_enabled(False)
-    try:
-        assert not trials.allowed(CUDA)
-    finally:
-        trials.set_enabled(True)
+        trials.set_enabled(False)

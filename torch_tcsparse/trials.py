@@ -1,12 +1,19 @@
-"""Measured choice: the selector's close candidates timed on a matrix's first product.
+"""Measured choice (opt-in): the selector's close candidates timed on a matrix's first product.
 
 The simulation (``selector``) ranks the paths, but its costs carry errors: 10-25% on small
 power-law graphs, where "rows", "csr" and the Tensor-Core kernels are close; a host faster or
-slower than the one it was fitted on; kernels that changed since the fit. On a fresh H200 run the
-model alone picked a path within 5% of the fastest on 86% of (graph, N) pairs in float32 and once
-ran 1.26x slower than cuSPARSE; every miss had the fastest path predicted within 30% of the choice.
+slower than the one it was fitted on; kernels that changed since the fit. On an H200 (2026-11-23)
+the model alone picked a path within 5% of the fastest on 86% of (graph, N) pairs in float32 and
+once ran 1.26x slower than cuSPARSE; every miss had the fastest path predicted within 30% of the
+choice.
 
-So, like ``torch.backends.cudnn.benchmark``, the first product of a matrix at an N bucket runs
+Off by default since 2026-11-24: with rows pieces sized per matrix the prediction alone picked
+within 5% of the fastest on 91-99% of the pairs (two fresh H200 runs, float32 and float16), never
+more than 0.953x cuSPARSE's time, while a trial cost 8-21 products' time in the median.
+``set_enabled(True)`` turns it on (a host or GPU unlike the calibration's, kernels changed since
+the fit).
+
+When on, like ``torch.backends.cudnn.benchmark``, the first product of a matrix at an N bucket runs
 every candidate predicted within ``MARGIN`` of the choice on the caller's operands (``Trial``):
 ``UNTIMED_CALLS`` calls each (lazy kernel loading, cold caches), then ``TIMED_ROUNDS`` rounds of
 one sample per candidate, a sample being back-to-back calls timed with CUDA events, as many as
@@ -22,10 +29,9 @@ waits for the host, and a sample spread over the caller's loop held its other wo
 synchronisations too. On an H200 those read torch.sparse (the heaviest path on the host) 20-90%
 high and settled on paths up to 1.69x slower than it.
 
-Not measured, the predicted choice runs from the first call: with
+Not measured, the predicted choice runs from the first call: unless ``set_enabled(True)``, with
 ``torch.use_deterministic_algorithms(True)`` (the path would depend on timings), while a CUDA graph
-is being captured, inside ``torch.compile``, when the prediction leaves no close candidate, and
-after ``set_enabled(False)``.
+is being captured, inside ``torch.compile``, and when the prediction leaves no close candidate.
 """
 from __future__ import annotations
 
@@ -41,11 +47,11 @@ SAMPLE_US = 400.0
 MAX_CALLS_PER_SAMPLE = 32
 CSR_TIE = 0.05
 
-_enabled = True
+_enabled = False
 
 
 def set_enabled(enabled: bool) -> None:
-    """Turn measured choices on (the default) or off, for every matrix from the next choice on:
+    """Turn measured choices on or off (the default), for every matrix from the next choice on:
     off, a path is the simulation's prediction alone."""
     global _enabled
     _enabled = bool(enabled)

@@ -13,6 +13,14 @@ from .kernel_data import SUBSET, random_matrix, reference, relative_error
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.fixture(autouse=True)
+def trials_on():
+    """Trials are opt-in (``trials.set_enabled``): every test here turns them on."""
+    trials.set_enabled(True)
+    yield
+    trials.set_enabled(False)
+
+
 def matrix(m=3000):
     row, col, values = random_matrix(m, m, 10)
     return TCSparseTensor.from_coo(row, col, values, shape=(m, m)), (row, col, values)
