@@ -41,7 +41,6 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -117,9 +116,8 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
     for name in names:
         a32 = load_graph(name)
         layout = a32._structure.layout
-        grouped_size = a32._structure.grouped_size()
-        shapes[name] = replace(MatrixShape.of(layout), grouped_blocks=None if grouped_size is None else grouped_size[0],
-                               grouped_rest_nnz=0 if grouped_size is None else grouped_size[1])
+        blocks, rest, one_chunk = a32._structure.grouped_size() or (None, 0, False)
+        shapes[name] = MatrixShape.of(layout, grouped_blocks=blocks, grouped_rest_nnz=rest, grouped_one_chunk=one_chunk)
         windows = layout.num_windows
         for dtype in dtypes:
             a = a32 if dtype == torch.float32 else a32.to(dtype)
@@ -149,7 +147,7 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
 def first_choice_us(layout, n: int, dtype: torch.dtype, grouped_size, repeat: int = 5) -> tuple[float, float]:
     """What a product pays for its first choice at an N bucket, on a fresh cache each time (the
     block counts from the conversion's host copies, the grouped layout's from ``grouped_size``,
-    built once per matrix and then kept, the simulation, a trial set up where one runs): the
+    built once per matrix and then kept, and the simulation; trials are opt-in and off here): the
     median microseconds of ``repeat``, and the first alone, which follows the GPU timings cold."""
     totals = []
     for _ in range(repeat):
@@ -166,7 +164,11 @@ def measured_choice(a: TCSparseTensor, x: torch.Tensor) -> tuple[str, dict, dict
     prediction stood alone)."""
     s = a._structure
     s.selection = SelectionCache(s.selection.rows_share_ratio, s.grouped_size)
-    settled = settle(a, x)
+    trials.set_enabled(True)  # opt-in in the library
+    try:
+        settled = settle(a, x)
+    finally:
+        trials.set_enabled(False)
     explanation = a.explain(x.shape[1])
     calls = {path: trials.UNTIMED_CALLS + trials.TIMED_ROUNDS * trials.sample_calls(explanation.costs_us[path])
              for path in explanation.measured_us}
@@ -226,7 +228,8 @@ def save(out: Path, records, shapes, info) -> None:
         arrays[f"{name}/window_blocks"] = shape.window_blocks
         arrays[f"{name}/meta"] = np.array(
             [shape.window, shape.rows, shape.nnz, shape.max_row_nnz, shape.num_cols, SPLIT_ROWS_UNRECORDED,
-             -1 if shape.grouped_blocks is None else shape.grouped_blocks, shape.grouped_rest_nnz], dtype=np.int64
+             -1 if shape.grouped_blocks is None else shape.grouped_blocks, shape.grouped_rest_nnz,
+             int(shape.grouped_one_chunk)], dtype=np.int64
         )
     np.savez_compressed(out / "shapes.npz", **arrays)
 
@@ -239,13 +242,15 @@ def load_saved(folder: Path):
             name, field = key.rsplit("/", 1)
             if field == "meta":
                 # cols since 2026-11-22, then the slot of the split rows (SPLIT_ROWS_UNRECORDED),
-                # grouped blocks (-1: none) and the grouped rest's nonzeros, each later
+                # grouped blocks (-1: none), the grouped rest's nonzeros and whether every group is one
+                # chunk, each later
                 window, rows, nnz, max_row, *later = (int(v) for v in arrays[key])
                 cols = later[0] if later else None
                 grouped = later[2] if len(later) > 2 and later[2] >= 0 else None
                 rest = later[3] if len(later) > 3 else 0
+                one_chunk = bool(later[4]) if len(later) > 4 else False
                 shapes[name] = MatrixShape(window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, cols,
-                                           grouped_blocks=grouped, grouped_rest_nnz=rest)
+                                           grouped_blocks=grouped, grouped_rest_nnz=rest, grouped_one_chunk=one_chunk)
     return drop_stale(data["records"], folder), shapes, data["device"]
 
 

@@ -491,7 +491,8 @@ def test_cache_computes_once_per_bucket_dtype_device(monkeypatch):
     layout = small_layout()
     reads = []
     original = MatrixShape.of
-    monkeypatch.setattr(MatrixShape, "of", classmethod(lambda cls, lay: reads.append(1) or original(lay)))
+    monkeypatch.setattr(MatrixShape, "of",
+                        classmethod(lambda cls, lay, **features: reads.append(1) or original(lay, **features)))
     cache = SelectionCache()
     first = cache.explain(layout, 100, torch.float32)
     assert cache.explain(layout, 128, torch.float32) is first  # same bucket
@@ -732,3 +733,20 @@ def test_grouped_rest_priced_and_split_chosen_by_price():
     assert predicted == pytest.approx(cost_model.predict(whole, 128, model).device_us["grouped"] + rest_us)
     assert selector.grouped_split({1: (20_000, 0), 16: (2_000, 10_000)}, shape, model) == 16
     assert selector.grouped_split({1: (20_000, 0), 16: (19_000, shape.nnz)}, shape, model) == 1
+
+
+def test_grouped_kernel_writing_16bit_y_itself_drops_the_zeroing_and_rounding():
+    """Where every group is one chunk and nothing is left to the rows kernel, a 16-bit Y is
+    written by the grouped kernel alone (no zeroed sums, no rounding launch): float32 and layouts
+    with several chunks per group or a rest keep their fixed cost."""
+    one_chunk = dataclasses.replace(shape([4] * 8), grouped_blocks=100, grouped_one_chunk=True)
+    shared = dataclasses.replace(one_chunk, grouped_one_chunk=False)
+    with_rest = dataclasses.replace(one_chunk, grouped_rest_nnz=10)
+
+    def time_us(s, dtype=torch.float16):
+        return cost_model.grouped_time_us(s, 128, dtype, 132)
+
+    saved = cost_model.GROUPED_FIXED_US[2] - cost_model.GROUPED_DIRECT_FIXED_US
+    assert time_us(shared) - time_us(one_chunk) == pytest.approx(saved)
+    assert time_us(with_rest) == time_us(shared)
+    assert time_us(one_chunk, torch.float32) == time_us(shared, torch.float32)

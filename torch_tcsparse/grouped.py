@@ -7,8 +7,9 @@ the CUDA-core "rows" kernel, which adds the Tensor-Core sums before rounding Y o
 It serves dense-ish graphs (ogbl-ddi, dense communities, band matrices), where nearly every
 window of a group touches the same columns. Values reach the kernel as fragments in X's dtype
 (``formats.grouped.fragment_values``); products are summed in fp32 (TF32 or 3xTF32 for float32 X, as the ME-TCF kernels);
-chunks of a group's blocks run on different warps and add their sums atomically, so the result
-is not bitwise reproducible: the selector leaves the path out under deterministic algorithms.
+chunks of a group's blocks run on different warps and add their sums atomically (a 16-bit Y where
+every group is one chunk is written by its warps directly), so the result is not bitwise
+reproducible: the selector leaves the path out under deterministic algorithms.
 """
 from __future__ import annotations
 

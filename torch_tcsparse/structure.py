@@ -118,15 +118,15 @@ class Structure:
             self._grouped_pieces = csr_rows.row_pieces(self.grouped().rest.rowptr)
         return self._grouped_pieces
 
-    def grouped_size(self) -> tuple[int, int] | None:
-        """(blocks of the grouped layout, nonzeros it leaves to the rows kernel) for the
-        selector, or None where the path cannot pay (``formats.grouped.may_pay``: the windows of a
+    def grouped_size(self) -> tuple[int, int, bool] | None:
+        """(blocks of the grouped layout, nonzeros it leaves to the rows kernel, whether every
+        group is one chunk) for the selector, or None where the path cannot pay (``formats.grouped.may_pay``: the windows of a
         group share few columns) or the indices need int64. Builds the layout where it may pay
         (ogbl-ddi: 3 ms)."""
         if not may_pay(self.nnz, self.layout.num_blocks) or self.col.dtype != torch.int32:
             return None
         layout = self.grouped()
-        return layout.num_blocks, layout.rest_nnz
+        return layout.num_blocks, layout.rest_nnz, layout.one_chunk_per_group
 
     def csr(self, values: torch.Tensor) -> CSR:
         return CSR(self.rowptr, self.col, values, self.num_rows, self.num_cols)

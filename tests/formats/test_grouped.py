@@ -33,7 +33,8 @@ def grouped_dense(layout: GroupedLayout, fragments: torch.Tensor) -> torch.Tenso
     assert torch.equal(layout.sub_slots[sub_of_slot].long(), torch.arange(sub_of_slot.numel()))
     assert fragments.numel() == sub_of_slot.numel() * 128
     block, window = sub_of_slot // GROUP_WINDOWS, sub_of_slot % GROUP_WINDOWS
-    chunk_of_block = torch.searchsorted(layout.chunk_starts.long(), torch.arange(layout.num_blocks), right=True) - 1
+    chunk_sizes = layout.chunk_starts[1:] - layout.chunk_starts[:-1]
+    chunk_of_block = torch.arange(chunk_sizes.numel()).repeat_interleave(chunk_sizes.long())
     group = layout.chunk_group.long()[chunk_of_block][block]
     slot_rows = layout.row_map.long()[(group * GROUP_ROWS + window * WINDOW)[:, None] + entry_row]
     cols = layout.block_cols.long()[(block * BLOCK_WIDTH)[:, None] + entry_col]
@@ -51,6 +52,21 @@ def rest_dense(rest: RestCsr, values: torch.Tensor, num_rows: int, num_cols: int
     dense = torch.zeros(num_rows, num_cols, dtype=values.dtype)
     dense.index_put_((rows, rest.col.long()), values, accumulate=True)
     return dense
+
+
+def check_chunks(layout: GroupedLayout, groups: int, chunk: int | None):
+    """Every group has at least one chunk, its chunks consecutive, a chunk holds at most ``chunk``
+    blocks of its group's run, and only an empty group's chunk holds none (then it is its group's
+    only one): where every group is one chunk the kernel writes Y without zeroing it first."""
+    starts, chunk_group = layout.chunk_starts.long(), layout.chunk_group.long()
+    sizes = starts[1:] - starts[:-1]
+    per_group = torch.bincount(chunk_group, minlength=groups)
+    assert per_group.numel() == groups and bool((per_group >= 1).all())
+    assert torch.equal(chunk_group, torch.arange(groups).repeat_interleave(per_group))
+    assert int(starts[0]) == 0 and int(starts[-1]) == layout.num_blocks and bool((sizes >= 0).all())
+    assert bool((per_group[chunk_group[sizes == 0]] == 1).all())
+    if chunk:
+        assert bool((sizes <= chunk).all())
 
 
 def communities(m, seed):
@@ -87,10 +103,7 @@ def test_round_trip(shape, density, reordered, chunk):
     assert layout.row_map.numel() == groups * GROUP_ROWS
     assert layout.sub_slots.numel() == blocks * GROUP_WINDOWS
     assert layout.gather.numel() == layout.slot_entry.numel() == col.numel()
-    starts = layout.chunk_starts.long()
-    assert int(starts[-1]) == blocks and bool((starts[1:] > starts[:-1]).all())
-    if chunk:
-        assert bool(((starts[1:] - starts[:-1]) <= chunk).all())
+    check_chunks(layout, groups, chunk)
     expected_rows = torch.arange(m) if perm is None else perm
     assert torch.equal(layout.row_map[:m].long(), expected_rows)
     assert bool((layout.row_map[m:] == -1).all())
@@ -104,6 +117,40 @@ def test_groups_share_columns():
     layout = build_grouped(csr.crow_indices().int(), csr.col_indices().int(), 64, 8)
     assert layout.num_blocks == 1
     assert torch.equal(layout.block_cols, torch.arange(8, dtype=torch.int32))
+
+
+def test_empty_groups_keep_one_chunk():
+    """Rows 64..191 empty (two whole groups) and a matrix with no nonzero at all: each empty
+    group has one chunk of no block, which writes its rows (zeros, or the bias)."""
+    dense = torch.zeros(300, 40)
+    dense[:64, :20] = 1.0
+    dense[192:, 10:] = 2.0
+    csr = dense.to_sparse_csr()
+    layout = build_grouped(csr.crow_indices().int(), csr.col_indices().int(), 300, 40, chunk=1)
+    check_chunks(layout, 5, 1)
+    sizes = (layout.chunk_starts[1:] - layout.chunk_starts[:-1]).tolist()
+    chunk_group = layout.chunk_group.tolist()
+    assert [sizes[chunk_group.index(g)] for g in (1, 2)] == [0, 0]
+    assert chunk_group.count(1) == chunk_group.count(2) == 1
+    assert torch.equal(grouped_dense(layout, fragment_values(layout, csr.values())), dense)
+    nothing = torch.zeros(70, 70).to_sparse_csr()
+    layout = build_grouped(nothing.crow_indices().int(), nothing.col_indices().int(), 70, 70)
+    assert layout.num_blocks == 0
+    assert layout.chunk_starts.tolist() == [0, 0, 0] and layout.chunk_group.tolist() == [0, 1]
+
+
+def test_band_groups_have_one_chunk():
+    """A band matrix: every group's blocks fit one chunk, so there are as many chunks as groups
+    (for 16-bit Y the binding then neither allocates nor zeroes sums: every warp stores its
+    rows)."""
+    m = 1000
+    i = torch.arange(m)
+    band = ((i[:, None] - i[None, :]).abs() <= 8).float()
+    csr = band.to_sparse_csr()
+    layout = build_grouped(csr.crow_indices().int(), csr.col_indices().int(), m, m)
+    groups = -(-m // GROUP_ROWS)
+    check_chunks(layout, groups, None)
+    assert layout.chunk_group.numel() == groups
 
 
 def test_may_pay():

@@ -1,6 +1,8 @@
 """GPU tests of the "grouped" path (the Tensor-Core kernel on the grouped layout) against float64.
 
-Fresh random data each run, outputs poisoned with NaN first. float32 runs TF32 (tolerance a
+Fresh random data each run, outputs poisoned with NaN first (a 16-bit Y where every group is one
+chunk is not zeroed before the kernel: every row is written by a warp, so an unwritten entry
+fails). float32 runs TF32 (tolerance a
 multiple of torch's own TF32 matmul error on the same data) or, with TF32 off, the 3xTF32 split
 (a multiple of torch.sparse's fp32 error); float16/bfloat16 take the matrix and X rounded to the
 dtype and the tolerance of test_kernels_16bit.py.
@@ -8,7 +10,7 @@ dtype and the tolerance of test_kernels_16bit.py.
 import pytest
 import torch
 
-from torch_tcsparse import TCSparseTensor, grouped
+from torch_tcsparse import TCSparseTensor, _ext, grouped
 from torch_tcsparse.formats import grouped as grouped_format
 from torch_tcsparse.formats.grouped import build_grouped, fragment_values
 
@@ -58,7 +60,13 @@ def tolerance(csr, x, product, ref):
 
 def check(m, k, n, dtype=torch.float32, mean_degree=8, bias=False, reorder="none", x=None, rest=False, **matrix):
     row, col, values = random_matrix(m, k, mean_degree, **matrix)
-    a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k), reorder=reorder)
+    return check_matrix(row, col, values, (m, k), n, dtype, bias, reorder, x, rest)
+
+
+def check_matrix(row, col, values, shape, n, dtype=torch.float32, bias=False, reorder="none", x=None, rest=False):
+    """The grouped product of the COO matrix (row, col, values) against float64; the tensor."""
+    m, k = shape
+    a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=shape, reorder=reorder)
     if rest:
         assert a._structure.grouped().rest_nnz > 0
     csr = a.csr
@@ -70,12 +78,46 @@ def check(m, k, n, dtype=torch.float32, mean_degree=8, bias=False, reorder="none
     out = a.matmul(x, path="grouped", bias=b)
     torch.cuda.synchronize()
     assert out.dtype == dtype and out.shape == (m, n)
+    check_error(out, ref, tolerance(csr, x, product, ref), f"m={m} k={k} n={n} {dtype}")
+    return a
+
+
+def check_error(out, ref, limit, what):
     err = relative_error(out, ref)
     if ref.norm() == 0:
         assert err == 0.0
         return
-    limit = tolerance(csr, x, product, ref)
-    assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (m={m} k={k} n={n} {dtype})"
+    assert err <= limit, f"relative error {err:.3g} over {limit:.3g} ({what})"
+
+
+def band_coo(m, width):
+    """A band matrix: row i holds columns i - width .. i + width, randn values."""
+    row = torch.arange(m, device="cuda").repeat_interleave(2 * width + 1)
+    col = row + torch.arange(-width, width + 1, device="cuda").repeat(m)
+    keep = (col >= 0) & (col < m)
+    return row[keep], col[keep], torch.randn(int(keep.sum()), device="cuda")
+
+
+def mixed_coo(m, k, scattered=0):
+    """An m x k matrix (k >= m) with groups of every kind: rows 0..63 of ~600 nonzeros each (one group of hundreds of blocks,
+    many chunks adding atomically), rows 64..191 empty (two groups of one chunk of no block),
+    then a band (groups of one chunk), the last group partial; plus ``scattered`` random
+    nonzeros on band rows, pairs of one nonzero that a split leaves to the rest."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(int(torch.randint(0, 2**31, (1,))))
+    dense_row = torch.arange(64, device="cuda").repeat_interleave(600)
+    dense_col = torch.randint(0, k, (dense_row.numel(),), device="cuda", generator=gen)
+    band_row, band_col, _ = band_coo(m, 8)
+    on_band = band_row >= 192
+    extra_row = torch.randint(192, m, (scattered,), device="cuda", generator=gen)
+    extra_col = torch.randint(0, k, (scattered,), device="cuda", generator=gen)
+    row = torch.cat([dense_row, band_row[on_band], extra_row])
+    col = torch.cat([dense_col, band_col[on_band], extra_col])
+    return row, col, torch.randn(row.numel(), device="cuda", generator=gen)
+
+
+def chunks_per_group(layout):
+    return torch.bincount(layout.chunk_group.long()).tolist()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -113,13 +155,84 @@ def test_rectangular_and_strided_x(tf32, dtype):
     check(700, 900, 64, dtype, x=torch.randn(64, 900, device="cuda").to(dtype).t())
 
 
+# N: odd, under a piece, a multiple of 8 ending inside a 32-column slice (whole copies, a partial
+# slice), a multiple of 32, and even but no multiple of 4 or 8 (element copies).
+EPILOGUE_N = [7, 40, 130] if SUBSET else [1, 7, 40, 104, 128, 130]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", EPILOGUE_N)
+@pytest.mark.parametrize("bias", [False, True])
+def test_single_chunk_groups_store_y(tf32, split_at, n, bias, dtype):
+    """A band matrix: every group is one chunk, so for 16-bit Y the binding allocates Y alone,
+    neither zeroed nor filled, and each warp stores its rows in Y's dtype with the bias (float32:
+    atomics into zeroed rows); the last group is partial (rows past the end skipped). Then with
+    its 64-row pieces shuffled and reversed, so that the stores go through a row map, and groups
+    still span few columns."""
+    split_at(1)
+    m = 1000
+    pieces = torch.arange(m, device="cuda").split(64)
+    order = torch.cat([pieces[i].flip(0) for i in torch.randperm(len(pieces)).tolist()])
+    for reorder in ("none", order):
+        a = check_matrix(*band_coo(m, 8), (m, m), n, dtype, bias, reorder=reorder)
+        layout = a._structure.grouped()
+        assert layout.rest is None and chunks_per_group(layout) == [1] * 16
+    row, col, values = band_coo(m, 8)
+    kept = row >= 128  # groups 0 and 1 empty: their chunk of no block writes zeros (or the bias)
+    a = check_matrix(row[kept], col[kept], values[kept], (m, m), n, dtype, bias)
+    assert chunks_per_group(a._structure.grouped()) == [1] * 16
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", EPILOGUE_N)
+@pytest.mark.parametrize("bias", [False, True])
+def test_mixed_and_empty_groups(tf32, split_at, n, bias, dtype):
+    """A group of many chunks (fp32 atomics into zeroed sums, then rounded), empty groups (a chunk
+    of no block) and groups of one chunk in one layout; then the same through the rest (pairs of
+    one nonzero to the rows kernel, which adds the kernel's fp32 sums, keep_fp32, before rounding
+    once)."""
+    split_at(1)
+    m, k = 1000, 3000
+    a = check_matrix(*mixed_coo(m, k), (m, k), n, dtype, bias)
+    layout = a._structure.grouped()
+    per_group = chunks_per_group(layout)
+    sizes = (layout.chunk_starts[1:] - layout.chunk_starts[:-1]).tolist()
+    assert layout.rest is None and per_group[0] > 1 and set(per_group[1:]) == {1}
+    chunk_group = layout.chunk_group.tolist()
+    assert [sizes[chunk_group.index(g)] for g in (1, 2)] == [0, 0]
+    split_at(2)
+    a = check_matrix(*mixed_coo(m, k, scattered=500), (m, k), n, dtype, bias, rest=True)
+    assert chunks_per_group(a._structure.grouped())[0] > 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bias", [False, True])
+def test_keep_fp32_output(tf32, split_at, bias, dtype):
+    """The binding's fp32 output (keep_fp32) on a layout of every kind of group, with a bias:
+    every chunk adds into it from the bias."""
+    split_at(1)
+    m, k, n = 1000, 3000, 40
+    row, col, values = mixed_coo(m, k)
+    a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k))
+    layout, (fragments, _) = a._structure.grouped(), a._grouped_values()
+    x = torch.randn(k, n, device="cuda").to(dtype)
+    b = torch.randn(n, device="cuda").to(dtype) if bias else None
+    csr = a.csr
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
+    ref = product + (b.double() if bias else 0.0)
+    poison(m * n + 1)
+    out = _ext.eager().grouped_spmm(x, fragments, *layout.kernel_arrays(), m, False, b, True)
+    assert out.dtype == torch.float32 and out.shape == (m, n)
+    check_error(out, ref, tolerance(csr, x, product, ref), f"keep_fp32 {dtype}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", [7, 32, 160] if SUBSET else [1, 7, 13, 32, 128, 160, 512])
 @pytest.mark.parametrize("m", M_GRID)
 def test_split_shape_grid(tf32, split_at, m, n, dtype):
     """Pairs of fewer than 4 nonzeros through the rows kernel, which adds the Tensor-Core sums
     before rounding. At M = 1000 both parts hold nonzeros; at M = 65537 no pair reaches 4 and
-    the layout is empty (the kernel only zeroes the sums)."""
+    the layout has no block (each group's one chunk writes zero sums)."""
     split_at(4)
     check(m, m, n, dtype, mean_degree=min(m, 40), rest=m >= 64)
 
@@ -230,7 +343,7 @@ def test_selector_offers_grouped_on_dense_matrices_only():
     dense_rows = random_matrix(2000, 2000, 400)
     dense = TCSparseTensor.from_coo(*dense_rows[:2], dense_rows[2], shape=(2000, 2000))
     layout = dense._structure.grouped()
-    assert dense._structure.grouped_size() == (layout.num_blocks, layout.rest_nnz)
+    assert dense._structure.grouped_size() == (layout.num_blocks, layout.rest_nnz, layout.one_chunk_per_group)
     assert layout.num_blocks <= build_grouped(dense._structure.rowptr, dense._structure.col, 2000, 2000).num_blocks
     assert "grouped" in dense.explain(128).candidates
     sparse_rows = random_matrix(20000, 20000, 4)

@@ -66,29 +66,39 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
                   bias->sizes());
     }
     const c10::cuda::CUDAGuard guard(device);
-    // The kernel adds every chunk's sums atomically into fp32 rows, so they start from zero (or
-    // from the bias): Y itself when it is fp32, else a scratch rounded into Y at the end.
-    // A memset and the rounding kernel launched here, not at::zeros and Tensor::to: on small graphs
-    // (ogbl-ddi) the host time of those two torch ops was more than the kernel's own.
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    at::Tensor sums = bias.has_value() ? bias->to(at::kFloat).expand({num_rows, n}).contiguous()
-                                       : at::empty({num_rows, n}, xc.options().dtype(at::kFloat));
-    if (!bias.has_value())
-        check_launch(cudaMemsetAsync(sums.data_ptr(), 0, sums.numel() * sizeof(float), stream), "grouped_spmm");
     const bool rounded = dtype != at::kFloat && !keep_fp32;
-    at::Tensor y = rounded ? at::empty({num_rows, n}, xc.options()) : sums;
     // The kernel copies fragment slots in 16-byte pieces.
     const at::Tensor fragments16 =
         reinterpret_cast<uintptr_t>(fragments.data_ptr()) % 16 ? fragments.clone() : fragments;
     const tcsparse::GroupedArrays a{chunk_starts.data_ptr<int32_t>(), chunk_group.data_ptr<int32_t>(),
                                     block_cols.data_ptr<int32_t>(), sub_slots.data_ptr<int32_t>(),
                                     row_map.data_ptr<int32_t>(), num_chunks};
+    // Where every group is one chunk (the layout gives each group at least one), a 16-bit Y is
+    // written by the kernel alone, bias included (grouped_spmm.h). Elsewhere the kernel adds every
+    // chunk's sums atomically into fp32 rows, so they start from zero (or from the bias): Y itself
+    // when it is fp32, else a scratch rounded into Y at the end. A memset and the rounding kernel
+    // launched here, not at::zeros and Tensor::to: on small graphs (ogbl-ddi) the host time of
+    // those two torch ops was more than the kernel's own.
+    const bool direct = rounded && num_chunks == num_groups;
+    at::Tensor sums, direct_bias;
+    if (direct) {
+        if (bias.has_value()) direct_bias = bias->contiguous();
+    } else if (bias.has_value()) {
+        sums = bias->to(at::kFloat).expand({num_rows, n}).contiguous();
+    } else {
+        sums = at::empty({num_rows, n}, xc.options().dtype(at::kFloat));
+        check_launch(cudaMemsetAsync(sums.data_ptr(), 0, sums.numel() * sizeof(float), stream), "grouped_spmm");
+    }
+    at::Tensor y = rounded ? at::empty({num_rows, n}, xc.options()) : sums;
     with_element_type(dtype, [&](auto element) {
         using T = decltype(element);
-        check_launch(tcsparse::grouped_spmm<T>(a, reinterpret_cast<const T*>(fragments16.const_data_ptr()),
-                                               reinterpret_cast<const T*>(xc.const_data_ptr()),
-                                               sums.data_ptr<float>(), rounded ? static_cast<T*>(y.data_ptr()) : nullptr,
-                                               num_rows, n, precision_of(exact), stream),
+        check_launch(tcsparse::grouped_spmm<T>(
+                         a, reinterpret_cast<const T*>(fragments16.const_data_ptr()),
+                         reinterpret_cast<const T*>(xc.const_data_ptr()), direct ? nullptr : sums.data_ptr<float>(),
+                         rounded ? static_cast<T*>(y.data_ptr()) : nullptr,
+                         direct_bias.defined() ? static_cast<const T*>(direct_bias.const_data_ptr()) : nullptr,
+                         num_rows, n, precision_of(exact), stream),
                      "grouped_spmm");
     });
     return y;

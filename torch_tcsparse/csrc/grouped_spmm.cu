@@ -13,7 +13,15 @@
 // address per lane and step instead of six, for 16-bit types (ptxas: 121 instructions per
 // step, 169 before). Lanes read each other's copies, so the warp syncs after its wait and before it
 // refills a stage.
+//
+// Where every group is one chunk (band matrices) and Y is 16-bit, the warps round their rows
+// into Y themselves (kDirect): the zeroed fp32 sums and the rounding launch cost more than half
+// of the kernel's own time there (H200, N = 128, band 16384: 22.2 -> 13.1 us of GPU time). Not
+// elsewhere: a last-arriving chunk that rounds its group needs a fence after its atomics, which
+// ran the 16-bit kernel 25-40% slower on ogbl-ddi and uniform 4267; and float32 stores ran 30%
+// slower than atomics into zeroed rows on the band (26.0 against 19.9 us).
 #include <algorithm>
+#include <type_traits>
 
 #include "grouped_spmm.h"
 #include "metcf_spmm.cuh"
@@ -122,12 +130,45 @@ __device__ __forceinline__ void multiply_group_block(const GroupRing<T, S>& ring
     }
 }
 
-// Adds a 16-bit step's sums of one window into out: lane (g, t) holds rows g and g + 8 at columns
-// 8i + 2t and 8i + 2t + 1 of the slice for n-tile i (the mma's layout of ldmatrix's columns).
-template <bool kVec>
-__device__ __forceinline__ void add_pairs(const float (&acc)[4][4], float* __restrict__ out, const int32_t* row_map,
-                                          int64_t slot0, int64_t n, int64_t nbase, int lane) {
+// Writes columns c and c + 1 (`both`: c + 1 < n) of a row at p: added into fp32 sums (kAtomic)
+// or rounded into a 16-bit Y. kVec: n a multiple of 8 and the row 16-byte aligned, so the pair is
+// one aligned word.
+template <bool kAtomic, bool kVec, typename Out>
+__device__ __forceinline__ void write_pair(Out* p, float lo, float hi, bool both) {
+    if constexpr (kAtomic) {
+        static_assert(std::is_same_v<Out, float>, "atomics add into fp32 sums");
+        if constexpr (kVec) {
+            ptx::atomic_add_f2(p, make_float2(lo, hi));
+        } else {
+            atomicAdd(p, lo);
+            if (both) atomicAdd(p + 1, hi);
+        }
+    } else if constexpr (kVec) {
+        *reinterpret_cast<uint32_t*>(p) = Element<Out>::pack2(lo, hi);
+    } else {
+        p[0] = Element<Out>::from_float(lo);
+        if (both) p[1] = Element<Out>::from_float(hi);
+    }
+}
+
+// Writes a 16-bit step's sums of one window (+ bias, when given): lane (g, t) holds rows g and
+// g + 8 at columns 8i + 2t and 8i + 2t + 1 of the slice for n-tile i (the mma's layout of
+// ldmatrix's columns).
+template <bool kAtomic, bool kVec, typename Out, typename T>
+__device__ __forceinline__ void write_pairs(const float (&acc)[4][4], Out* __restrict__ out, const T* __restrict__ bias,
+                                            const int32_t* row_map, int64_t slot0, int64_t n, int64_t nbase,
+                                            int lane) {
     const int g = lane >> 2, t = lane & 3;
+    float b[4][2] = {};
+    if (bias != nullptr) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int64_t c = nbase + 8 * i + 2 * t + e;
+                b[i][e] = c < n ? Element<T>::to_float(bias[c]) : 0.f;
+            }
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int64_t row = row_map[slot0 + g + 8 * h];
@@ -135,21 +176,20 @@ __device__ __forceinline__ void add_pairs(const float (&acc)[4][4], float* __res
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int64_t c = nbase + 8 * i + 2 * t;
-            float* p = out + row * n + c;
-            if constexpr (kVec) {
-                if (c < n) ptx::atomic_add_f2(p, make_float2(acc[i][2 * h], acc[i][2 * h + 1]));
-            } else {
-                if (c < n) atomicAdd(p, acc[i][2 * h]);
-                if (c + 1 < n) atomicAdd(p + 1, acc[i][2 * h + 1]);
-            }
+            if (c < n)
+                write_pair<kAtomic, kVec>(out + row * n + c, acc[i][2 * h] + b[i][0], acc[i][2 * h + 1] + b[i][1],
+                                          c + 1 < n);
         }
     }
 }
 
-template <typename T, int S, bool kVec, bool kSplit>
+// kDirect: every group is one chunk and T is 16-bit; the warp rounds its rows (+ bias) into y.
+// Else it adds them into the fp32 sums `out`.
+template <typename T, int S, bool kVec, bool kSplit, bool kDirect>
 __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSm)
     grouped_spmm_kernel(GroupedArrays a, const T* __restrict__ fragments, const T* __restrict__ x,
-                        float* __restrict__ out, int64_t n, int slices) {
+                        float* __restrict__ out, T* __restrict__ y, const T* __restrict__ bias, int64_t n,
+                        int slices) {
     __shared__ GroupRing<T, S> rings[kWarps];
     const int64_t item = global_warp();
     if (item >= a.num_chunks * slices) return;
@@ -189,8 +229,11 @@ __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSm)
         if constexpr (sizeof(T) == 4) {
             store_tile<float, 16, 1, kVec>(acc[r], StoreMode::kAtomic, nullptr, out, a.row_map, slot0 + 16 * r, n,
                                            nbase, lane);
+        } else if constexpr (kDirect) {
+            write_pairs<false, kVec>(acc[r][0], y, bias, a.row_map, slot0 + 16 * r, n, nbase, lane);
         } else {
-            add_pairs<kVec>(acc[r][0], out, a.row_map, slot0 + 16 * r, n, nbase, lane);
+            write_pairs<true, kVec>(acc[r][0], out, static_cast<const T*>(nullptr), a.row_map, slot0 + 16 * r, n,
+                                    nbase, lane);
         }
     }
 }
@@ -229,25 +272,30 @@ cudaError_t round_sums(const float* sums, T* y, int64_t count, cudaStream_t stre
 }
 
 template <typename T>
-cudaError_t grouped_products(const GroupedArrays& a, const T* fragments, const T* x, float* out, int64_t n,
-                             Precision precision, cudaStream_t stream) {
+cudaError_t grouped_products(const GroupedArrays& a, const T* fragments, const T* x, float* out, T* y, const T* bias,
+                             int64_t n, Precision precision, cudaStream_t stream) {
     if (a.num_chunks == 0 || n == 0) return cudaSuccess;
-    // n a multiple of a 16-byte piece keeps every copy of X and every vector atomic of the sums
-    // inside its row.
-    const bool vec = n % kPerCopy<T> == 0 && aligned16(x) && aligned16(out);
+    // n a multiple of a 16-byte piece keeps every copy of X and every vector write of Y or the
+    // sums inside its row.
+    const bool vec = n % kPerCopy<T> == 0 && aligned16(x) && aligned16(out) && aligned16(y);
     const bool split = sizeof(T) == 4 && precision == Precision::kTF32x3;
     const int64_t slices = ceil_div(n, kGroupedStep);
     const int64_t grid = ceil_div(a.num_chunks * slices, kWarps);
     if (grid > 0x7fffffffll) return cudaErrorInvalidConfiguration;
     return TCS_BOOL_SWITCH(vec, kVec, [&] {
         return TCS_BOOL_SWITCH(split, kSplit, [&] {
-            if constexpr (kSplit && sizeof(T) != 4) {
-                return cudaErrorInvalidValue;
-            } else {
-                grouped_spmm_kernel<T, kGroupedStages, kVec, kSplit><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-                    a, fragments, x, out, n, static_cast<int>(slices));
-                return cudaGetLastError();
-            }
+            return TCS_BOOL_SWITCH(out == nullptr, kDirect, [&] {
+                // The 3xTF32 split is fp32's, the direct rounding into Y 16-bit types'.
+                constexpr bool kValid = sizeof(T) == 4 ? !kDirect : !kSplit;
+                if constexpr (!kValid) {
+                    return cudaErrorInvalidValue;
+                } else {
+                    grouped_spmm_kernel<T, kGroupedStages, kVec, kSplit, kDirect>
+                        <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, fragments, x, out, y, bias, n,
+                                                                               static_cast<int>(slices));
+                    return cudaGetLastError();
+                }
+            });
         });
     });
 }
@@ -255,21 +303,23 @@ cudaError_t grouped_products(const GroupedArrays& a, const T* fragments, const T
 }  // namespace
 
 template <typename T>
-cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, T* y, int64_t num_rows,
-                         int64_t n, Precision precision, cudaStream_t stream) {
-    const cudaError_t err = grouped_products(a, fragments, x, out, n, precision, stream);
+cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, T* y, const T* bias,
+                         int64_t num_rows, int64_t n, Precision precision, cudaStream_t stream) {
+    if (out == nullptr && y == nullptr) return cudaErrorInvalidValue;
+    const cudaError_t err = grouped_products(a, fragments, x, out, y, bias, n, precision, stream);
     if constexpr (sizeof(T) == 4) {
         return err;
     } else {
-        return err != cudaSuccess || y == nullptr ? err : round_sums(out, y, num_rows * n, stream);
+        return err != cudaSuccess || out == nullptr || y == nullptr ? err : round_sums(out, y, num_rows * n, stream);
     }
 }
 
-template cudaError_t grouped_spmm<float>(const GroupedArrays&, const float*, const float*, float*, float*, int64_t,
-                                         int64_t, Precision, cudaStream_t);
-template cudaError_t grouped_spmm<__half>(const GroupedArrays&, const __half*, const __half*, float*, __half*, int64_t,
-                                          int64_t, Precision, cudaStream_t);
+template cudaError_t grouped_spmm<float>(const GroupedArrays&, const float*, const float*, float*, float*,
+                                         const float*, int64_t, int64_t, Precision, cudaStream_t);
+template cudaError_t grouped_spmm<__half>(const GroupedArrays&, const __half*, const __half*, float*, __half*,
+                                          const __half*, int64_t, int64_t, Precision, cudaStream_t);
 template cudaError_t grouped_spmm<__nv_bfloat16>(const GroupedArrays&, const __nv_bfloat16*, const __nv_bfloat16*,
-                                                 float*, __nv_bfloat16*, int64_t, int64_t, Precision, cudaStream_t);
+                                                 float*, __nv_bfloat16*, const __nv_bfloat16*, int64_t, int64_t,
+                                                 Precision, cudaStream_t);
 
 }  // namespace tcsparse

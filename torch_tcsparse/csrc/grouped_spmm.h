@@ -28,7 +28,8 @@ constexpr int kFragmentEntries = 16 * 8;  // entries of a 16 x 8 sub-block: 4 pe
 // A grouped layout (torch_tcsparse/formats/grouped.py). Blocks are numbered across groups, those
 // of a group consecutive; a chunk is a run of blocks of one group, the unit of work of one warp
 // (with a slice of output columns), so a group of many blocks spreads over many warps whose
-// partial sums are added atomically.
+// partial sums are added atomically. Every group has at least one chunk (an empty group's holds
+// no block).
 struct GroupedArrays {
     const int32_t* chunk_starts;  // [num_chunks + 1]: first block of each chunk, then num_blocks
     const int32_t* chunk_group;   // [num_chunks]
@@ -39,13 +40,17 @@ struct GroupedArrays {
     int64_t num_chunks;
 };
 
-// out[num_rows, n] += A @ X in fp32, out zeroed (or holding the bias) by the caller; then, for a
-// 16-bit T and y not null, y[num_rows, n] = out rounded to T. X (T) row-major with leading
-// dimension n; fragments [slots * kFragmentEntries] (T, 16-byte aligned): per slot and lane, the
-// lane's four A entries (formats/grouped.py, fragment_values). precision: TF32 or the 3xTF32 split
-// (fp32 X only).
+// Y = A @ X, [num_rows, n], in one of two ways:
+//   out set: out += A @ X in fp32, out zeroed (or holding the bias) by the caller; then, for a
+//     16-bit T and y not null, y = out rounded to T. bias is not read.
+//   out null (16-bit T, every group of one chunk: num_chunks == num_groups, the layout giving
+//     every group at least one): each chunk's warps write their rows (+ bias, when not null)
+//     rounded into y; nothing to zero beforehand.
+// X (T) row-major with leading dimension n; fragments [slots * kFragmentEntries] (T, 16-byte
+// aligned): per slot and lane, the lane's four A entries (formats/grouped.py, fragment_values).
+// precision: TF32 or the 3xTF32 split (fp32 X only).
 template <typename T>
-cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, T* y, int64_t num_rows,
-                         int64_t n, Precision precision, cudaStream_t stream);
+cudaError_t grouped_spmm(const GroupedArrays& a, const T* fragments, const T* x, float* out, T* y, const T* bias,
+                         int64_t num_rows, int64_t n, Precision precision, cudaStream_t stream);
 
 }  // namespace tcsparse

@@ -11,7 +11,9 @@ sub-blocks, so on dense-ish graphs X is read once per group instead of once per 
 name         dtype shape                         meaning
 ============ ===== ============================= ===========================================
 chunk_starts int32 [chunks + 1]                  first block of each chunk (a run of at most
-                                                 ``chunk`` blocks of one group), then blocks
+                                                 ``chunk`` blocks of one group), then blocks;
+                                                 every group has a chunk, an empty group's
+                                                 holds no block
 chunk_group  int32 [chunks]                      group of each chunk
 block_cols   int32 [blocks * 8]                  original column ids, -1 for padding
 sub_slots    int32 [blocks * GROUP_WINDOWS]      fragment slot of sub-block (block, window),
@@ -54,7 +56,8 @@ GROUP_ROWS = GROUP_WINDOWS * WINDOW
 FRAGMENT_ENTRIES = WINDOW * BLOCK_WIDTH  # a sub-block's entries: 32 lanes x 4
 # Blocks per chunk (one warp's run): the grid should fill the GPU a few times over at N = 128
 # (ogbl-ddi: 67 groups of ~530 blocks, chunks of 32 give ~1,100 chunks and 4 warps each), while
-# each output row takes one atomic add per chunk of its group.
+# each output row takes one atomic add per chunk of its group (or, for 16-bit Y where every group
+# is one chunk, one store: csrc/grouped_spmm.h).
 MIN_CHUNK = 32
 MAX_CHUNK = 512
 TARGET_CHUNKS = 2048
@@ -108,6 +111,12 @@ class GroupedLayout(NamedTuple):
     @property
     def num_blocks(self) -> int:
         return self.block_cols.numel() // BLOCK_WIDTH
+
+    @property
+    def one_chunk_per_group(self) -> bool:
+        """Whether every group is one chunk (every group has at least one): a 16-bit Y is then
+        written by the kernel alone (``csrc/grouped_spmm.h``)."""
+        return self.chunk_group.numel() == -(-self.num_rows // GROUP_ROWS)
 
     @property
     def rest_nnz(self) -> int:
@@ -228,7 +237,9 @@ def build_grouped(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_co
     del filled, slot_of_sub, sub, entry
 
     chunk = chunk or chunk_size(num_blocks)
-    chunks_per_group = (blocks_per_group + chunk - 1) // chunk
+    # An empty group keeps one chunk of no block: where every group is one chunk, its warps write
+    # its rows (zeros, or the bias) and nothing is zeroed beforehand.
+    chunks_per_group = ((blocks_per_group + chunk - 1) // chunk).clamp_min(1)
     chunk_group = torch.arange(groups, device=device).repeat_interleave(chunks_per_group)
     within = torch.arange(chunk_group.numel(), device=device) - _exclusive_cumsum(chunks_per_group)[chunk_group]
     starts = first_block[chunk_group] + within * chunk

@@ -113,9 +113,11 @@ from .paths import BUCKETS, CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, n_bucke
 from .schedule import EXACT_JOBS_PER_SLOT, list_schedule_exact, list_schedule_makespan
 from .shape import (
     BalancedLaunch,
+    BalancedWarps,
     MatrixShape,
     ShapeSummary,
     balanced_makespan_units,
+    balanced_warps,
     base_makespan_units,
     default_column_slices,
 )
@@ -123,6 +125,7 @@ from .shape import (
 __all__ = [
     "BUCKETS",
     "BalancedLaunch",
+    "BalancedWarps",
     "CALIBRATION_DIR",
     "CALIBRATED_CHOICES",
     "CHOICES",
@@ -140,6 +143,7 @@ __all__ = [
     "ShapeSummary",
     "approximation_ratio",
     "balanced_makespan_units",
+    "balanced_warps",
     "base_makespan_units",
     "choose",
     "csr_margins",

@@ -19,13 +19,13 @@ class SelectionCache:
     first product where the prediction leaves close candidates (``trials``); explanations built
     only when asked for. A ``Structure`` holds one; the matrix's block counts come from the host
     copies its conversion made; a reordered matrix's ``rows_share_ratio`` and the block count of
-    its grouped layout (``grouped_size``: blocks and nonzeros left to the rows kernel, built on
-    the first choice) come from the
+    its grouped layout (``grouped_size``: blocks, nonzeros left to the rows kernel and whether
+    every group is one chunk, built on the first choice) come from the
     ``Structure``, which knows the order."""
 
     def __init__(self, rows_share_ratio: float = 1.0, grouped_size=None):
         self.rows_share_ratio = rows_share_ratio
-        self._grouped_size = grouped_size  # () -> (blocks, rest nnz) | None, asked with the shape
+        self._grouped_size = grouped_size  # () -> (blocks, rest nnz, one chunk) | None, asked with the shape
         self._shape: MatrixShape | None = None
         self._explanations: dict = {}
         self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
@@ -35,9 +35,9 @@ class SelectionCache:
     def _shape_of(self, layout: MetcfLayout) -> MatrixShape:
         if self._shape is None:
             size = self._grouped_size() if self._grouped_size is not None else None
-            self._shape = replace(MatrixShape.of(layout), rows_share_ratio=self.rows_share_ratio,
-                                  grouped_blocks=None if size is None else size[0],
-                                  grouped_rest_nnz=0 if size is None else size[1])
+            blocks, rest, one_chunk = (None, 0, False) if size is None else size
+            self._shape = MatrixShape.of(layout, rows_share_ratio=self.rows_share_ratio, grouped_blocks=blocks,
+                                         grouped_rest_nnz=rest, grouped_one_chunk=one_chunk)
         return self._shape
 
     def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:

@@ -13,7 +13,7 @@ from ..formats.metcf import MetcfLayout
 from ..ops import KERNEL_DTYPES
 from .device import Calibration, DeviceModel, device_model
 from .paths import CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, n_bucket
-from .shape import BalancedLaunch, MatrixShape, balanced_makespan_units, base_makespan_units
+from .shape import BalancedLaunch, BalancedWarps, MatrixShape, balanced_warps, base_makespan_units
 
 # The share of the rows path's time that an order removes per unit of distinct-share removed
 # (the package docstring).
@@ -28,6 +28,11 @@ ROWS_ORDER_GAIN = 0.2
 GROUPED_STEP_NS = {4: 0.606, 2: 0.408}
 GROUPED_FIXED_US = {4: 8.9, 2: 16.3}
 GROUPED_REFERENCE_SMS = 132
+# A 16-bit Y where every group is one chunk and nothing is left to the rows kernel: the kernel
+# writes Y alone, with no zeroing and no rounding launch (band 16384 on an H200, N = 128,
+# float16: 14.3-14.5 us per call for 6,128 blocks, 2026-11-24). Its host side is then the rows
+# path's: one allocation and one launch.
+GROUPED_DIRECT_FIXED_US = 4.4
 
 
 def grouped_warps_per_chunk(n: int, dtype: torch.dtype) -> int:
@@ -36,10 +41,16 @@ def grouped_warps_per_chunk(n: int, dtype: torch.dtype) -> int:
     return -(-n // 32)
 
 
+def grouped_writes_directly(shape: MatrixShape, dtype: torch.dtype) -> bool:
+    """Whether the grouped kernel writes a 16-bit Y itself (``csrc/grouped_spmm.h``)."""
+    return dtype.itemsize < 4 and shape.grouped_one_chunk and shape.grouped_rest_nnz == 0
+
+
 def grouped_time_us(shape: MatrixShape, n: int, dtype: torch.dtype, sm_count: int) -> float:
     steps = shape.grouped_blocks * grouped_warps_per_chunk(n, dtype)
     size = 4 if dtype.itemsize >= 4 else 2
-    return GROUPED_FIXED_US[size] + GROUPED_STEP_NS[size] * steps * GROUPED_REFERENCE_SMS / sm_count / 1e3
+    fixed = GROUPED_DIRECT_FIXED_US if grouped_writes_directly(shape, dtype) else GROUPED_FIXED_US[size]
+    return fixed + GROUPED_STEP_NS[size] * steps * GROUPED_REFERENCE_SMS / sm_count / 1e3
 
 
 def grouped_path_us(shape: MatrixShape, n: int, dtype: torch.dtype, sm_count: int, rows_constants: dict,
@@ -143,6 +154,7 @@ class Prediction(NamedTuple):
     slots: dict  # kernel path -> SMs x resident warps
     base: tuple  # (makespan, work) in TC-block units
     balanced: BalancedLaunch
+    balanced_warps: BalancedWarps  # the balanced grid, for pricing it at other unit costs (AR)
     miss: float  # share of X beyond L2
     device_us: dict  # path -> predicted device time
     costs_us: dict  # path -> predicted time of a call, at least its host floor
@@ -162,9 +174,8 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
     slots = {path: model.sm_count * max(1, launch[0]) for path, launch in launches.items()}
 
     base_units, base_work = base_makespan_units(shape, slices["base"], slots["base"], base["block_units"])
-    launch = balanced_makespan_units(
-        shape, slices["balanced"], slots["balanced"], balanced["segment_units"], balanced["split_units"]
-    )
+    warps = balanced_warps(shape, slices["balanced"], slots["balanced"])
+    launch = warps.launch(balanced["segment_units"], balanced["split_units"])
     miss = l2_miss_fraction(shape.num_cols, n, torch.finfo(dtype).bits // 8, model.l2_bytes)
     device_us = {
         "base": kernel_time_us(base, base_units, base_work, slots["base"], miss),
@@ -175,12 +186,14 @@ def predict(shape: MatrixShape, n: int, model: DeviceModel, dtype=torch.float32)
     }
     if shape.grouped_blocks is not None:
         device_us["grouped"] = grouped_path_us(shape, n, kernel_dtype, model.sm_count, constants["rows"], miss)
-        # Its host side is balanced's: a zeroed fp32 output, the kernel, and for 16-bit X a cast.
-        constants["grouped"] = {"floor_us": balanced.get("floor_us", 0.0)}
+        # Its host side is balanced's (a zeroed fp32 output, the kernel, for 16-bit X a rounding
+        # launch), or the rows path's where the kernel writes Y alone.
+        host_like = constants["rows"] if grouped_writes_directly(shape, kernel_dtype) else balanced
+        constants["grouped"] = {"floor_us": host_like.get("floor_us", 0.0)}
     # A call never costs less than its host-side floor (Python, dispatch, launch), which is all
     # that small graphs cost: back-to-back calls then run at the rate the host issues them.
     costs = {path: max(constants[path].get("floor_us", 0.0), us) for path, us in device_us.items()}
-    return Prediction(slices, slots, (base_units, base_work), launch, miss, device_us, costs, constants)
+    return Prediction(slices, slots, (base_units, base_work), launch, warps, miss, device_us, costs, constants)
 
 
 def _csr_time_us(constants: dict, shape: MatrixShape, longest: int, miss: float) -> float:
@@ -206,13 +219,11 @@ def rows_piece_nnz(shape: MatrixShape, dtype: torch.dtype) -> int:
     return csr_rows.split_piece_nnz(shape.nnz, shape.max_row_nnz, dtype)
 
 
-def approximation_ratio(shape: MatrixShape, prediction: Prediction) -> float:
+def approximation_ratio(prediction: Prediction) -> float:
     """DTC-SpMM's AR: base's makespan over balanced's with the same per-block costs for both, so it
     measures only what balancing does to the schedule; the threshold accounts for the atomics and
     the extra zeroing pass."""
-    block_units = prediction.constants["base"]["block_units"]
-    slices, slots = prediction.slices["balanced"], prediction.slots["balanced"]
-    same_cost = balanced_makespan_units(shape, slices, slots, block_units, 0.0).makespan
+    same_cost = prediction.balanced_warps.launch(prediction.constants["base"]["block_units"], 0.0).makespan
     return prediction.base[0] / same_cost if same_cost > 0 else 1.0
 
 
@@ -225,7 +236,7 @@ def predicted_choice(shape: MatrixShape, n: int, model: DeviceModel, candidates=
     """``select``'s path and the predicted cost of every path (what a product pays for on its
     first call at an N bucket)."""
     prediction = predict(shape, n, model, dtype)
-    ar = approximation_ratio(shape, prediction) if model.calibration.kernel_rule == "ar" else None
+    ar = approximation_ratio(prediction) if model.calibration.kernel_rule == "ar" else None
     candidates = _priced(candidates, prediction.costs_us)
     return _decide(candidates, prediction.costs_us, ar, shape.tc_blocks, model.calibration)[0], prediction.costs_us
 
@@ -234,7 +245,7 @@ def rank(shape: MatrixShape, n: int, model: DeviceModel, candidates=CHOICES, dty
     """Simulate and cost every path for ``shape`` times an [K, n] operand on ``model``'s device,
     restricted to ``candidates``, and explain the choice."""
     prediction = predict(shape, n, model, dtype)
-    ar = approximation_ratio(shape, prediction)
+    ar = approximation_ratio(prediction)
     base, slices, slots, launch = prediction.constants["base"], prediction.slices, prediction.slots, prediction.balanced
     base_units, base_work = prediction.base
     balanced = prediction.constants["balanced"]

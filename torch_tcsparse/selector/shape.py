@@ -41,24 +41,26 @@ class MatrixShape:
     rows_share_ratio: float = 1.0  # the rows path's order against the given one (package docstring)
     grouped_blocks: int | None = None  # blocks of the grouped layout; None: the path cannot pay
     grouped_rest_nnz: int = 0  # nonzeros the grouped path leaves to the rows kernel
+    grouped_one_chunk: bool = False  # every group of the grouped layout is one chunk (band matrices)
     # (chunks, TC blocks, non-empty windows) before each window, when already known (the
     # conversion's host copies); else computed on first need.
     prefixes: tuple | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, layout: MetcfLayout) -> "MatrixShape":
+    def of(cls, layout: MetcfLayout, **features) -> "MatrixShape":
         """From the host copies the conversion made; a layout without them (rebuilt from its
-        tensors) is read back from the device once."""
+        tensors) is read back from the device once. ``features``: the fields the layout does not
+        know (``rows_share_ratio``, ``grouped_blocks``, ``grouped_rest_nnz``, ``grouped_one_chunk``)."""
         counts = layout.host_counts
         if counts is not None:
             offsets = counts.window_offsets
             return cls(layout.window, np.diff(offsets), layout.num_rows, layout.nnz, counts.max_row_nnz,
-                       layout.num_cols, prefixes=(counts.chunk_offsets, offsets, counts.nonempty_before))
+                       layout.num_cols, prefixes=(counts.chunk_offsets, offsets, counts.nonempty_before), **features)
         offsets, rowptr = layout.window_offsets, layout.csr_rowptr
         blocks = offsets[1:] - offsets[:-1]
         longest = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
         host = torch.cat([blocks, longest.to(blocks.dtype)]).cpu().numpy().astype(np.int64)
-        return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]), layout.num_cols)
+        return cls(layout.window, host[:-1], layout.num_rows, layout.nnz, int(host[-1]), layout.num_cols, **features)
 
     @property
     def num_cols(self) -> int:
@@ -185,21 +187,52 @@ class BalancedLaunch(NamedTuple):
 def balanced_makespan_units(
     shape: MatrixShape, slices: int, slots: int, segment_units: float, split_units: float
 ) -> BalancedLaunch:
+    """The balanced kernel's persistent grid, exactly as ``metcf_balanced_kernel`` splits it, at
+    ``segment_units`` per segment and ``split_units`` per cut segment (``balanced_warps``)."""
+    return balanced_warps(shape, slices, slots).launch(segment_units, split_units)
+
+
+@dataclass(frozen=True)
+class BalancedWarps:
+    """What each warp of the balanced grid does, whatever a unit costs: per warp its segments,
+    TC blocks and cut segments; or, for a grid of one chunk per warp, the summary that decides it
+    in closed form. The prediction prices it twice (the kernel's constants, and AR's block costs
+    without atomics) from one pass over the warp boundaries."""
+
+    segments: np.ndarray | None
+    blocks: np.ndarray | None
+    cut: np.ndarray | None
+    zeroed_windows: int
+    one_item: ShapeSummary | None = None  # the summary, when every warp takes a single chunk
+    slices: int = 1
+
+    def launch(self, segment_units: float, split_units: float) -> BalancedLaunch:
+        if self.one_item is not None:
+            return _balanced_one_item_per_warp(self.one_item, self.slices, segment_units, split_units,
+                                               self.zeroed_windows)
+        if self.segments is None:
+            return BalancedLaunch(0.0, 0.0, self.zeroed_windows)
+        costs = segment_units * self.segments + self.blocks + split_units * self.cut
+        return BalancedLaunch(float(costs.max()), float(costs.sum()), self.zeroed_windows)
+
+
+def balanced_warps(shape: MatrixShape, slices: int, slots: int) -> BalancedWarps:
     """The balanced kernel's persistent grid, exactly as ``metcf_balanced_kernel`` splits it.
 
     Items are (slice, chunk) pairs, slice-major; the grid has ``G = min(upper bound of the items,
     slots)`` warps and warp i takes the contiguous items [i * per, (i + 1) * per) with
     per = ceil(items / G). Inside its range a warp handles each window's consecutive chunks as one
-    segment (``segment_units`` for its pipeline start and store); a segment whose window crosses
-    the range boundary adds atomically (``split_units``). All warps are co-resident, so the
-    makespan is the largest warp."""
+    segment (a pipeline start and store); a segment whose window crosses the range boundary adds
+    atomically (a cut segment). All warps are co-resident, so the makespan is the largest warp."""
     summary = shape.summary
     chunks = summary.chunks
     items = chunks * slices
     if items == 0:
-        return BalancedLaunch(0.0, 0.0, summary.empty_windows)
+        return BalancedWarps(None, None, None, summary.empty_windows)
     if items <= slots:
-        return _balanced_one_item_per_warp(summary, slices, segment_units, split_units)
+        # Every chunk of a split window but its last continues into the next warp's range.
+        continued = slices * (summary.chunks_of_split_windows - summary.split_windows)
+        return BalancedWarps(None, None, None, summary.empty_windows + continued, one_item=summary, slices=slices)
     upper = (shape.num_windows + summary.tc_blocks // BALANCE_CHUNK + 1) * slices
     per = -(-items // min(upper, slots))
     bounds = np.append(np.arange(0, items, per), items)  # warp i takes [bounds[i], bounds[i + 1])
@@ -213,22 +246,18 @@ def balanced_makespan_units(
     at_bounds = before(bounds)
     start_blocks, start_firsts, start_first = (part[:-1] for part in at_bounds)
     end_blocks, end_firsts, end_first = (part[1:] for part in at_bounds)
-    blocks = end_blocks - start_blocks
     starts_inside = ~start_first  # the range begins in the middle of a window
     ends_inside = (ends < items) & ~end_first  # the next item continues the last window
     segments = end_firsts - start_firsts + starts_inside
     cut = np.where(segments == 1, starts_inside | ends_inside, starts_inside.astype(np.int64) + ends_inside)
-    costs = segment_units * segments + blocks + split_units * cut
-    return BalancedLaunch(float(costs.max()), float(costs.sum()), summary.empty_windows + int(ends_inside.sum()))
+    return BalancedWarps(segments, end_blocks - start_blocks, cut, summary.empty_windows + int(ends_inside.sum()))
 
 
-def _balanced_one_item_per_warp(summary: ShapeSummary, slices: int, segment_units: float, split_units: float):
+def _balanced_one_item_per_warp(summary: ShapeSummary, slices: int, segment_units: float, split_units: float,
+                                zeroed_windows: int) -> BalancedLaunch:
     """``balanced_makespan_units`` when every warp takes a single chunk (items <= slots, so
     per = 1): each chunk is one segment, cut exactly when its window has several chunks."""
     full_split = BALANCE_CHUNK + split_units if summary.split_windows else 0.0
     makespan = segment_units + max(summary.max_single_chunk_blocks, full_split)
     work = slices * (segment_units * summary.chunks + summary.tc_blocks + split_units * summary.chunks_of_split_windows)
-    # Every chunk of a split window but its last continues into the next warp's range.
-    continued = slices * (summary.chunks_of_split_windows - summary.split_windows)
-    return BalancedLaunch(makespan, work, summary.empty_windows + continued)
-
+    return BalancedLaunch(makespan, work, zeroed_windows)
