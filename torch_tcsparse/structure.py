@@ -3,7 +3,6 @@ the transpose built on first need. Tensors that differ only in values (``with_va
 ``Structure``, so conversion and transposition are paid once."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -106,7 +105,7 @@ class Structure:
             if self.col.dtype != torch.int32:
                 raise ValueError(f"path 'grouped' needs int32 indices (under 2^31 nonzeros), got {self.col.dtype}")
             pairs = group_pairs(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm)
-            shape = replace(MatrixShape.of(self.layout), rows_share_ratio=self.selection.rows_share_ratio)
+            shape = MatrixShape.of(self.layout, rows_share_ratio=self.selection.rows_share_ratio)
             threshold = grouped_split(split_sizes(pairs, grouped_format.SPLIT_THRESHOLDS), shape, device_model(self.device))
             self._grouped = build_grouped(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm,
                                           min_pair_nnz=threshold, pairs=pairs)
@@ -120,9 +119,9 @@ class Structure:
 
     def grouped_size(self) -> tuple[int, int, bool] | None:
         """(blocks of the grouped layout, nonzeros it leaves to the rows kernel, whether every
-        group is one chunk) for the selector, or None where the path cannot pay (``formats.grouped.may_pay``: the windows of a
-        group share few columns) or the indices need int64. Builds the layout where it may pay
-        (ogbl-ddi: 3 ms)."""
+        group is one chunk) for the selector, or None where the path cannot pay
+        (``formats.grouped.may_pay``: the windows of a group share few columns) or the indices
+        need int64. Builds the layout where it may pay (ogbl-ddi: 3 ms)."""
         if not may_pay(self.nnz, self.layout.num_blocks) or self.col.dtype != torch.int32:
             return None
         layout = self.grouped()

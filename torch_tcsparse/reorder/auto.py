@@ -19,10 +19,9 @@ already near optimal).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
-
-from dataclasses import replace
 
 from ..formats.csr import CSR
 from ..formats import grouped as grouped_format
