@@ -67,6 +67,9 @@ struct Element<__half> : Element16<__half, __half2> {
     __device__ static __half2 from_float2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
     __device__ static float2 to_float2(__half2 v) { return __half22float2(v); }
     __device__ static void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) { ptx::mma_m16n8k8_f16(d, a0, a1, b); }
+    __device__ static void mma16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        ptx::mma_m16n8k16_f16(d, a, b0, b1);
+    }
 };
 
 template <>
@@ -76,6 +79,9 @@ struct Element<__nv_bfloat16> : Element16<__nv_bfloat16, __nv_bfloat162> {
     __device__ static __nv_bfloat162 from_float2(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
     __device__ static float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
     __device__ static void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) { ptx::mma_m16n8k8_bf16(d, a0, a1, b); }
+    __device__ static void mma16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        ptx::mma_m16n8k16_bf16(d, a, b0, b1);
+    }
 };
 
 // One TC block as lane (g, t) feeds it to the mma, built from the lane's four A entries

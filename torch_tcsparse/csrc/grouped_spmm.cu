@@ -14,6 +14,11 @@
 // step, 169 before). Lanes read each other's copies, so the warp syncs after its wait and before it
 // refills a stage.
 //
+// 16-bit types take two blocks per step, one m16n8k16 per window and n-tile (kStepBlocks): H200,
+// N = 128, float16 kernel time against one block per step with m16n8k8: ordered SBM 360 -> 287
+// us, band 16384 12.7 -> 11.6, uniform 4267 61 -> 59, ogbl-ddi in tca order 23.5 -> 22.7, but
+// ogbl-ddi as given 42 -> 44.
+//
 // Where every group is one chunk (band matrices) and Y is 16-bit, the warps round their rows
 // into Y themselves (kDirect): the zeroed fp32 sums and the rounding launch cost more than half
 // of the kernel's own time there (H200, N = 128, band 16384: 22.2 -> 13.1 us of GPU time). Not
@@ -37,15 +42,22 @@ template <typename T>
 constexpr int kRowChunks = kGroupedStep / kPerCopy<T>;  // 8 fp32, 4 16-bit
 template <typename T>
 constexpr int kSlotChunks = kFragmentEntries / kPerCopy<T>;  // 32 fp32, 16 16-bit
+// Blocks per step: 16-bit types take two consecutive blocks of the chunk through one m16n8k16 per
+// window and n-tile (the first block's columns are k < 8), so a step copies as many bytes as an
+// fp32 step and the loop's fixed work per block halves.
+template <typename T>
+constexpr int kStepBlocks = sizeof(T) == 4 ? 1 : 2;
 
 template <typename T, int S>
 struct alignas(16) GroupRing {
-    uint4 x[S][kBlockCols * kRowChunks<T>];         // the block's rows of X, row-major (x_chunk)
-    uint4 a[S][kGroupWindows][kSlotChunks<T>];      // each window's fragment slot, as stored
+    // the step's rows of X, 8 per block, row-major (x_chunk)
+    uint4 x[S][kStepBlocks<T> * kBlockCols * kRowChunks<T>];
+    // fragment slot of window w of the step's block h at [h * kGroupWindows + w], as stored
+    uint4 a[S][kStepBlocks<T> * kGroupWindows][kSlotChunks<T>];
 };
 
-// Stages: four float32 rings fill a thread block's 48 KB of static shared memory. A 16-bit stage
-// is half the size, but 8 stages ran no faster than 4 (H200, N = 128: ogbl-ddi 0.060 against
+// Stages: four rings of either type fill a thread block's 48 KB of static shared memory. With one
+// block per 16-bit step, 8 stages ran no faster than 4 (H200, N = 128: ogbl-ddi 0.060 against
 // 0.059 ms, the ordered SBM 0.756 against 0.747 ms).
 constexpr int kGroupedStages = 4;
 
@@ -61,37 +73,41 @@ __device__ __forceinline__ int x_chunk(int r, int c) {
     }
 }
 
-// What a lane copies for one block: row lane / 4 of the tile of X (the block's column there, -1
-// for padding) and part of window lane / 8's fragment slot (-1: the window has no nonzero in the
-// block).
+// What a lane copies for the step of blocks b .. b + P - 1: row (lane * P / 4) of the step's
+// tile of X (its column, -1 for padding) and part of fragment slot (lane * P / 8) of the step
+// (-1: that window has no nonzero in that block). Both lie in block b + lane * P / 32, and the
+// blocks' columns and slots are consecutive in block_cols and sub_slots. A block past the chunk's
+// end (re) counts as empty.
 struct GroupMeta {
     int32_t col;
     int32_t slot;
 };
 
+template <int P>
 __device__ __forceinline__ GroupMeta load_group_meta(const GroupedArrays& a, int64_t b, int64_t re, int lane) {
     GroupMeta m{-1, -1};
-    if (b < re) {
-        m.col = __ldg(a.block_cols + b * kBlockCols + (lane >> 2));
-        m.slot = __ldg(a.sub_slots + b * kGroupWindows + (lane >> 3));
+    if (b + lane * P / 32 < re) {
+        m.col = __ldg(a.block_cols + b * kBlockCols + lane * P / 4);
+        m.slot = __ldg(a.sub_slots + b * kGroupWindows + lane * P / 8);
     }
     return m;
 }
 
-// Start the lane's copies of one block into `stage`: pieces (lane % 4) + 4i of its row of X, zero
-// past n or for padding (whole pieces with kVec: n a multiple of a piece, X 16-byte aligned; else
-// element by element), and pieces (lane % 8) + 8i of its window's fragment slot (zero for an
-// empty sub-block).
+// Start the lane's copies of one step into `stage`: with L = 4 / P lanes per row of X, pieces
+// (lane % L) + L i of its row, zero past n or for padding (whole pieces with kVec: n a multiple of
+// a piece, X 16-byte aligned; else element by element), and with L' = 8 / P lanes per slot,
+// pieces (lane % L') + L' i of its fragment slot (zero for an empty sub-block).
 template <typename T, int S, bool kVec>
-__device__ __forceinline__ void issue_group_block(GroupRing<T, S>& ring, int stage, const GroupMeta& m,
-                                                  const T* __restrict__ fragments, const T* __restrict__ x, int64_t n,
-                                                  int64_t nbase, int lane) {
-    constexpr int E = kPerCopy<T>;
-    const int r = lane >> 2;
+__device__ __forceinline__ void issue_group_step(GroupRing<T, S>& ring, int stage, const GroupMeta& m,
+                                                 const T* __restrict__ fragments, const T* __restrict__ x, int64_t n,
+                                                 int64_t nbase, int lane) {
+    constexpr int E = kPerCopy<T>, P = kStepBlocks<T>;
+    constexpr int kRowLanes = 4 / P, kSlotLanes = 8 / P;
+    const int r = lane / kRowLanes;
     const T* row = x + static_cast<int64_t>(m.col < 0 ? 0 : m.col) * n;
 #pragma unroll
-    for (int i = 0; i < kRowChunks<T> / 4; ++i) {
-        const int c = (lane & 3) + 4 * i;
+    for (int i = 0; i < kRowChunks<T> / kRowLanes; ++i) {
+        const int c = lane % kRowLanes + kRowLanes * i;
         const int64_t c0 = nbase + E * c;
         uint4* dst = &ring.x[stage][x_chunk<T>(r, c)];
         if constexpr (kVec) {
@@ -101,32 +117,39 @@ __device__ __forceinline__ void issue_group_block(GroupRing<T, S>& ring, int sta
             copy_elements<T>(dst, row, c0, n, m.col >= 0, x);
         }
     }
-    // The 8 lanes of a window copy 128 contiguous bytes of its slot per instruction.
+    // The lanes of a slot copy 16 * L' contiguous bytes of it per instruction.
     const T* slot = fragments + (m.slot < 0 ? 0 : static_cast<int64_t>(m.slot) * kFragmentEntries);
 #pragma unroll
-    for (int i = 0; i < kSlotChunks<T> / 8; ++i) {
-        const int piece = (lane & 7) + 8 * i;
-        ptx::cp_async_16(&ring.a[stage][lane >> 3][piece], slot + E * piece, m.slot >= 0 ? 16 : 0);
+    for (int i = 0; i < kSlotChunks<T> / kSlotLanes; ++i) {
+        const int piece = lane % kSlotLanes + kSlotLanes * i;
+        ptx::cp_async_16(&ring.a[stage][lane / kSlotLanes][piece], slot + E * piece, m.slot >= 0 ? 16 : 0);
     }
 }
 
-// The products of one block for the four windows. fp32: lane (g, t) takes piece g of rows t and
+// The products of one step for the four windows. fp32: lane (g, t) takes piece g of rows t and
 // t + 4 (B operands of 4 n-tiles whose columns interleave, as store_tile<float> expects). 16-bit:
-// ldmatrix reads n-tile i from piece i of the 8 rows.
+// ldmatrix reads n-tile i of each block from piece i of its 8 rows, and each window's two
+// fragments (one per block) make the m16n8k16's A.
 template <typename T, int S, bool kSplit>
-__device__ __forceinline__ void multiply_group_block(const GroupRing<T, S>& ring, int stage, Acc<float, 1> (&acc)[kGroupWindows],
-                                                     int lane) {
+__device__ __forceinline__ void multiply_group_step(const GroupRing<T, S>& ring, int stage, Acc<float, 1> (&acc)[kGroupWindows],
+                                                    int lane) {
     if constexpr (sizeof(T) == 4) {
         const int g = lane >> 2, t = lane & 3;
         const uint4 x0 = ring.x[stage][x_chunk<T>(t, g)], x1 = ring.x[stage][x_chunk<T>(t + 4, g)];
 #pragma unroll
         for (int r = 0; r < kGroupWindows; ++r) Tile<float, kSplit>(ring.a[stage][r][lane]).multiply(acc[r][0], x0, x1);
     } else {
-        uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, &ring.x[stage][x_chunk<T>(lane & 7, lane >> 3)]);
+        uint32_t b0[4], b1[4];
+        ptx::ldmatrix_x4_trans(b0, &ring.x[stage][x_chunk<T>(lane & 7, lane >> 3)]);
+        ptx::ldmatrix_x4_trans(b1, &ring.x[stage][x_chunk<T>(8 + (lane & 7), lane >> 3)]);
 #pragma unroll
-        for (int r = 0; r < kGroupWindows; ++r)
-            Tile<T, false>(reinterpret_cast<const uint2*>(ring.a[stage][r])[lane]).multiply(acc[r][0], b);
+        for (int r = 0; r < kGroupWindows; ++r) {
+            const uint2 f0 = reinterpret_cast<const uint2*>(ring.a[stage][r])[lane];
+            const uint2 f1 = reinterpret_cast<const uint2*>(ring.a[stage][kGroupWindows + r])[lane];
+            const uint32_t a[4] = {f0.x, f0.y, f1.x, f1.y};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) Element<T>::mma16(acc[r][0][i], a, b0[i], b1[i]);
+        }
     }
 }
 
@@ -203,22 +226,24 @@ __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSm)
     Acc<float, 1> acc[kGroupWindows];
 #pragma unroll
     for (int r = 0; r < kGroupWindows; ++r) zero_acc<float, 1>(acc[r]);
+    constexpr int P = kStepBlocks<T>;
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        if (rb + s < re)
-            issue_group_block<T, S, kVec>(ring, s, load_group_meta(a, rb + s, re, lane), fragments, x, n, nbase, lane);
+        if (rb + P * s < re)
+            issue_group_step<T, S, kVec>(ring, s, load_group_meta<P>(a, rb + P * s, re, lane), fragments, x, n, nbase,
+                                         lane);
         ptx::cp_async_commit();
     }
-    GroupMeta next = load_group_meta(a, rb + S - 1, re, lane);
+    GroupMeta next = load_group_meta<P>(a, rb + P * (S - 1), re, lane);
     int stage = 0, fill = S - 1;
-    for (int64_t b = rb; b < re; ++b) {
+    for (int64_t b = rb; b < re; b += P) {
         __syncwarp();  // every lane has read the stage this refills
-        if (b + S - 1 < re) issue_group_block<T, S, kVec>(ring, fill, next, fragments, x, n, nbase, lane);
+        if (b + P * (S - 1) < re) issue_group_step<T, S, kVec>(ring, fill, next, fragments, x, n, nbase, lane);
         ptx::cp_async_commit();
-        next = load_group_meta(a, b + S, re, lane);
+        next = load_group_meta<P>(a, b + P * S, re, lane);
         ptx::cp_async_wait<S - 1>();
         __syncwarp();  // and every lane's copies of this stage have landed
-        multiply_group_block<T, S, kSplit>(ring, stage, acc, lane);
+        multiply_group_step<T, S, kSplit>(ring, stage, acc, lane);
         stage = stage + 1 == S ? 0 : stage + 1;
         fill = fill + 1 == S ? 0 : fill + 1;
     }
