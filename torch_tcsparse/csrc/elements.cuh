@@ -139,9 +139,6 @@ struct Tile {
     __device__ explicit Tile(const float (&e)[4])
         : a0(Element<T>::pack2(e[0], e[2])), a1(Element<T>::pack2(e[1], e[3])) {}
 
-    // From a lane's fragment as the grouped layout stores it: the two registers, already packed.
-    __device__ explicit Tile(const uint2& w) : a0(w.x), a1(w.y) {}
-
     __device__ void multiply(float (&acc)[8][4], const uint4& x0, const uint4& x1) const {
 #pragma unroll
         for (int m = 0; m < 8; ++m) {
@@ -149,12 +146,6 @@ struct Tile {
             const uint32_t b = __byte_perm(word(x0, m >> 1), word(x1, m >> 1), (m & 1) ? 0x7632 : 0x5410);
             Element<T>::mma(acc[m], a0, a1, b);
         }
-    }
-
-    // The same with B operands as ldmatrix delivers them (the grouped kernel's): b[m] for acc[m].
-    __device__ void multiply(float (&acc)[4][4], const uint32_t (&b)[4]) const {
-#pragma unroll
-        for (int m = 0; m < 4; ++m) Element<T>::mma(acc[m], a0, a1, b[m]);
     }
 };
 
