@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compile every CUDA kernel file of torch_tcsparse/csrc for sm_80 and sm_90 with nvcc alone (no
-# torch headers), fail on any error, and print registers / spills per kernel from ptxas.
+# torch headers) and the selector's C++ model with g++, fail on any error or warning, and print
+# registers / spills per kernel from ptxas.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -16,6 +17,11 @@ for src in torch_tcsparse/csrc/*.cu; do
     pids+=("$!:$log")
   done
 done
+# The selector's C++ model is plain C++ (its binding needs torch and builds with the extension).
+log="$out/selector_model.log"
+${CXX:-g++} -std=c++17 -O2 -Wall -Wextra -Werror -c torch_tcsparse/csrc/selector_model.cpp -o "$out/selector_model.o" \
+  >"$log" 2>&1 &
+pids+=("$!:$log")
 failed=0
 for entry in "${pids[@]}"; do
   pid=${entry%%:*}; log=${entry#*:}

@@ -88,6 +88,7 @@ def measured_cache(monkeypatch):
     costs = {"base": 10.0, "balanced": 12.0, "csr": 30.0, "rows": 11.0}
     monkeypatch.setattr(cache, "runnable_paths", lambda dtype, device, shape: CALIBRATED_CHOICES)
     monkeypatch.setattr(cache, "predicted_choice", lambda *args: ("base", costs))
+    monkeypatch.setattr(cache.native, "available", lambda: False)  # the Python model, faked above
     monkeypatch.setattr(cache, "explain_shape", lambda *args: selector.Explanation(
         "base", "predicted", 64, torch.float32, "test", "test", {}, {}, {}, 1.0, 1.2, {}, {}))
     monkeypatch.setattr(trials, "allowed", lambda device: True)

@@ -21,6 +21,8 @@ SOURCES = (
     "python_module.cpp",
     "csr_rows_binding.cpp",
     "grouped_binding.cpp",
+    "selector_binding.cpp",
+    "selector_model.cpp",
     "kernels_f32.cu",
     "kernels_f16.cu",
     "kernels_bf16.cu",

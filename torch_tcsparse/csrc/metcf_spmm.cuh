@@ -556,9 +556,11 @@ struct ShapeQuery {
     template <int WINDOW, int NV, int S, bool kVec, bool kSplit>
     cudaError_t operator()() const {
         *slices = slices_for<T, NV>(n);
-        const int blocks = balanced ? resident_blocks(metcf_balanced_kernel<T, WINDOW, NV, S, kVec, kSplit>)
-                                    : resident_blocks(metcf_base_kernel<T, WINDOW, NV, S, kVec, kSplit>);
-        *resident = blocks * kWarps;
+        // Asked once per kernel and process, as the launches do: a first choice asks for both
+        // kernels' shapes, and the occupancy query is a driver call.
+        static const int base_blocks = resident_blocks(metcf_base_kernel<T, WINDOW, NV, S, kVec, kSplit>);
+        static const int balanced_blocks = resident_blocks(metcf_balanced_kernel<T, WINDOW, NV, S, kVec, kSplit>);
+        *resident = (balanced ? balanced_blocks : base_blocks) * kWarps;
         return cudaGetLastError();
     }
 };

@@ -59,16 +59,24 @@ are the dtype's own buckets where the calibration has them (``dtype_buckets``), 
 Constants live in ``calibration/<family>.json`` (one per GPU family, ``default.json`` when the
 family has none), per N bucket; ``benchmarks/selector.py --calibrate`` fits them on measurements.
 
-Simulation cost (a choice must cost at most half an SpMM). The conversion leaves the per-window
-prefix sums on the host (``MetcfLayout.host_counts``), so nothing is read from the device and no
-O(windows) prefix is recomputed here. A launch that fits in one wave (every warp resident at
-once, the small graphs) has a closed form, exact: base's makespan is its largest window, the
-balanced grid gives each warp one chunk. Beyond one wave, ``list_schedule_makespan`` is exact
-(vectorized in batches of up to one job per slot) up to ``EXACT_JOBS_PER_SLOT`` jobs per slot,
-and a fluid estimate beyond, in a few O(windows) numpy passes (``fluid_schedule``: within 5% of
-heapq list scheduling on random costs, half a job high on equal ones); the balanced grid is
-exact, from the prefix sums at its warp boundaries. ``select`` (what a product pays on its first
-call at an N bucket) builds no explanation; ``rank`` and ``explain`` do.
+Simulation cost (a choice must cost at most half an SpMM). On a GPU a product's choice is made by
+the same model in C++ (``native``, ``csrc/selector_model.cpp``; tests/gpu/test_selector_native.py
+checks both give the same costs and choice): the matrix's features are handed over once (the
+conversion's per-window prefix sums, ``MetcfLayout.host_counts``, kept by reference: nothing is
+read from the device and no O(windows) prefix is recomputed), a calibration's constants once per
+N bucket, dtype and process, and each first choice at an N bucket is one call. The C++ model
+simulates a kernel's schedule only where the choice depends on it: a kernel costs at least its
+launch and its evenly spread work, and where "rows" (or "grouped") beats that bound the kernels
+cannot be chosen. The Python model explains choices, runs without a GPU, and is what
+``benchmarks/selector.py`` fits and scores offline. A launch that fits in one wave (every warp
+resident at once, the small graphs) has a closed form, exact: base's makespan is its largest
+window, the balanced grid gives each warp one chunk. Beyond one wave, list scheduling is exact up
+to ``EXACT_JOBS_PER_SLOT`` jobs per slot (in numpy in batches of up to one job per slot; in C++ a
+count per half unit of time, the slots' free times being interchangeable), and a fluid estimate
+beyond, in a few O(windows) passes (``fluid_schedule``: within 5% of heapq list scheduling on
+random costs, half a job high on equal ones); the balanced grid is exact, from the prefix sums at
+its warp boundaries. ``select`` (the Python model's choice) builds no explanation; ``rank`` and
+``explain`` do.
 
 Choice: the calibration's ``kernel_rule`` picks the kernel, either DTC-SpMM's (balanced when AR >
 ``ar_threshold``) or the kernel with the lower predicted time (the rule that fitted the measured

@@ -8,6 +8,7 @@ import torch
 
 from .. import trials
 from ..formats.metcf import MetcfLayout
+from . import native
 from .device import device_model
 from .model import Explanation, explain_shape, predicted_choice, runnable_paths
 from .paths import n_bucket
@@ -27,18 +28,34 @@ class SelectionCache:
         self.rows_share_ratio = rows_share_ratio
         self._grouped_size = grouped_size  # () -> (blocks, rest nnz, one chunk) | None, asked with the shape
         self._shape: MatrixShape | None = None
+        self._native: native.NativeMatrix | None = None
         self._explanations: dict = {}
         self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
         self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
         self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> settled path
 
+    def _grouped(self):
+        return self._grouped_size() if self._grouped_size is not None else None
+
     def _shape_of(self, layout: MetcfLayout) -> MatrixShape:
         if self._shape is None:
-            size = self._grouped_size() if self._grouped_size is not None else None
-            blocks, rest, one_chunk = (None, 0, False) if size is None else size
+            blocks, rest, one_chunk = self._grouped() or (None, 0, False)
             self._shape = MatrixShape.of(layout, rows_share_ratio=self.rows_share_ratio, grouped_blocks=blocks,
                                          grouped_rest_nnz=rest, grouped_one_chunk=one_chunk)
         return self._shape
+
+    def _native_of(self, layout: MetcfLayout) -> native.NativeMatrix:
+        if self._native is None:
+            self._native = native.NativeMatrix.of_layout(layout, self.rows_share_ratio, self._grouped())
+        return self._native
+
+    def prepare(self, layout: MetcfLayout) -> None:
+        """Build the matrix's features for its choices now rather than on its first product:
+        once per matrix, for every N bucket and dtype (the C++ model's on a GPU)."""
+        if layout.device.type == "cuda" and native.available():
+            self._native_of(layout)
+        else:
+            self._shape_of(layout)
 
     def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:
         """The prediction's explanation, with the measured times and the settled path once the
@@ -46,7 +63,8 @@ class SelectionCache:
         device = torch.device(layout.device if device is None else device)
         key = (n_bucket(n), dtype, device)
         if key not in self._explanations:
-            self._explanations[key] = self._outside_graphs(explain_shape, layout, n, dtype, device)
+            self._explanations[key] = self._outside_graphs(
+                lambda: explain_shape(self._shape_of(layout), n, dtype, device))
         explanation = self._explanations[key]
         state = self._by_bucket.get(key)
         if isinstance(state, trials.Trial):
@@ -73,7 +91,7 @@ class SelectionCache:
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
-            state = self._by_bucket[bucket] = self._outside_graphs(_first_choice, layout, n, dtype, normalized)
+            state = self._by_bucket[bucket] = self._outside_graphs(self._first_choice, layout, *bucket)
         if isinstance(state, trials.Trial):
             return state.paths[0], state if trials.allowed(normalized) else None
         self._choices[key] = state
@@ -93,27 +111,34 @@ class SelectionCache:
         state = self._by_bucket.get((n_bucket(n), dtype, torch.device(device)))
         return state if isinstance(state, str) else None
 
-    def _outside_graphs(self, compute, layout: MetcfLayout, n: int, dtype: torch.dtype, device: torch.device):
-        """``compute(shape, n, dtype, device)``; a layout without host copies is read back,
-        outside any compiled graph (a cache hit is traceable). Decorating lazily keeps
-        torch._dynamo out of the import."""
-        def run():
-            return compute(self._shape_of(layout), n, dtype, device)
+    def _first_choice(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device: torch.device):
+        """The predicted path at N bucket ``n``, or the ``trials.Trial`` that measures it against
+        its close candidates. On a GPU the C++ model predicts (``native``), else the Python one."""
+        measure = trials.allowed(device)
+        if device.type == "cuda" and native.available():
+            matrix = self._native or self._native_of(layout)
+            choice, costs, candidates = matrix.choose(n, dtype, device, all_costs=measure)
+            if measure and costs is not None:
+                costs = native.costs_by_path(costs)
+        else:
+            shape = self._shape_of(layout)
+            candidates = runnable_paths(dtype, device, shape)
+            if candidates == ("csr",):
+                return "csr"
+            choice, costs = predicted_choice(shape, n, device_model(device), candidates, dtype)
+        if measure and costs is not None:
+            paths = trials.shortlist(choice, costs, candidates)
+            if len(paths) > 1:
+                calls = tuple(trials.sample_calls(costs[path]) for path in paths)
+                return trials.Trial(paths, calls, key=(n, dtype, device))
+        return choice
 
-        return torch.compiler.disable(run)() if torch.compiler.is_compiling() else run()
+    @staticmethod
+    def _outside_graphs(compute, *args):
+        """``compute(*args)``, outside any compiled graph: a layout without host copies is read
+        back (a cache hit is traceable). Decorating lazily keeps torch._dynamo out of the import."""
+        return torch.compiler.disable(compute)(*args) if torch.compiler.is_compiling() else compute(*args)
 
     def __len__(self) -> int:
         return len(self._by_bucket.keys() | self._explanations.keys())
 
-
-def _first_choice(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.device):
-    """The predicted path, or the ``trials.Trial`` that measures it against its close
-    candidates."""
-    candidates = runnable_paths(dtype, device, shape)
-    choice, costs = predicted_choice(shape, n_bucket(n), device_model(device), candidates, dtype)
-    if trials.allowed(device):
-        paths = trials.shortlist(choice, costs, candidates)
-        if len(paths) > 1:
-            calls = tuple(trials.sample_calls(costs[path]) for path in paths)
-            return trials.Trial(paths, calls, key=(n_bucket(n), dtype, device))
-    return choice

@@ -35,10 +35,14 @@ GROUPED_REFERENCE_SMS = 132
 GROUPED_DIRECT_FIXED_US = 4.4
 
 
+# Columns of X per warp of the grouped kernel (csrc/grouped_spmm.cu), in every dtype.
+GROUPED_COLUMNS_PER_WARP = 32
+
+
 def grouped_warps_per_chunk(n: int, dtype: torch.dtype) -> int:
-    """Warps per chunk of the grouped kernel (csrc/grouped_spmm.cu): one per 32 columns, each
-    taking all 4 windows of the group, in every dtype."""
-    return -(-n // 32)
+    """Warps per chunk of the grouped kernel: one per ``GROUPED_COLUMNS_PER_WARP`` columns, each
+    taking all 4 windows of the group."""
+    return -(-n // GROUPED_COLUMNS_PER_WARP)
 
 
 def grouped_writes_directly(shape: MatrixShape, dtype: torch.dtype) -> bool:
@@ -356,17 +360,21 @@ def explain_shape(shape: MatrixShape, n: int, dtype: torch.dtype, device: torch.
     return rank(shape, n_bucket(n), device_model(device), runnable_paths(dtype, device, shape), dtype)
 
 
-def runnable_paths(dtype: torch.dtype, device: torch.device, shape: MatrixShape) -> tuple:
+def runnable_paths(dtype: torch.dtype, device: torch.device, shape, deterministic: bool | None = None) -> tuple:
     """Every path that can run: the kernels where built for the dtype, "rows" with them where
     the indices are int32 (under 2^31 rows, columns and nonzeros), "grouped" where the matrix may
     gain from it (``Structure.grouped_blocks``) and results need not be deterministic (its chunks
-    add atomically), always "csr"."""
+    add atomically; ``deterministic``: None for torch's current setting), always "csr".
+    ``shape``: a ``MatrixShape`` or a ``native.NativeMatrix`` (their ``rows``, ``num_cols``,
+    ``nnz`` and ``grouped_blocks``)."""
     if not _kernels_usable(dtype, device):
         return ("csr",)
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
     excluded = set()
     if index_dtype_for(shape.rows, shape.num_cols, shape.nnz) != torch.int32:
         excluded.add("rows")
-    if shape.grouped_blocks is None or torch.are_deterministic_algorithms_enabled():
+    if shape.grouped_blocks is None or deterministic:
         excluded.add("grouped")
     return tuple(c for c in CHOICES if c not in excluded)
 

@@ -1,0 +1,360 @@
+// The selector's cost model in C++ (selector_model.h). Each function follows the Python function
+// it names, step for step, so that both give the same numbers.
+#include "selector_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <vector>
+
+namespace tcsparse::selector {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// kernel_time_us: the work spread evenly over the slots, then the imbalance tail.
+double kernel_time_us(const KernelPrices& p, double makespan, double work, int64_t slots, double miss) {
+    const double even = work / static_cast<double>(slots);
+    const double unit = p.unit_us + p.miss_unit_us * miss;
+    return p.launch_us + unit * even + p.tail_us * std::max(0.0, makespan - even);
+}
+
+// _csr_time_us
+double linear_time_us(const LinearPrices& p, int64_t nnz, int64_t rows, int64_t longest, double miss) {
+    return p.launch_us + p.nnz_us * static_cast<double>(nnz) + p.row_us * static_cast<double>(rows) +
+           p.max_row_us * static_cast<double>(longest) + p.miss_nnz_us * static_cast<double>(nnz) * miss;
+}
+
+// _rows_time_us: the longest piece, a launch of its own when a row is split, scaled by the order.
+double rows_time_us(const LinearPrices& p, const Matrix& m, int64_t nnz, double miss, int64_t piece_nnz,
+                    double order_gain) {
+    const double split_launch = m.max_row_nnz > piece_nnz ? p.split_launch_us : 0.0;
+    const double in_order = 1.0 - order_gain * (1.0 - m.rows_share_ratio);
+    return linear_time_us(p, nnz, m.rows, std::min(m.max_row_nnz, piece_nnz), miss) * in_order + split_launch;
+}
+
+// List scheduling of the base kernel's warps, `copies` adjacent warps per window of cost
+// `block_units + blocks`, when there are at most a few per slot (schedule.batched_schedule, which
+// is exact). Free times of identical slots are interchangeable, so only their multiset matters:
+// with every cost on the half-unit grid (block_units of every fitted calibration) a count per
+// half unit is a priority queue whose pops never go back in time; otherwise a heap.
+double exact_base_makespan(const Matrix& m, int64_t max_blocks, double block_units, int64_t copies, int64_t slots) {
+    const double doubled = 2.0 * block_units;
+    constexpr int64_t kMaxRing = int64_t{1} << 24;
+    if (doubled == std::floor(doubled) && doubled >= 0 && doubled + 2.0 * static_cast<double>(max_blocks) < kMaxRing) {
+        const int64_t unit = static_cast<int64_t>(doubled);
+        // Free times in the queue span at most one job: a ring of that many half units, indexed
+        // by time modulo its size (`at` is `now`'s index).
+        const int64_t ring = unit + 2 * max_blocks + 1;
+        std::vector<int32_t> count(ring, 0);
+        int64_t job = 0, now = 0, at = 0, latest = 0;
+        for (int64_t w = 0; w < m.windows; ++w) {
+            const int64_t cost = unit + 2 * (m.block_start[w + 1] - m.block_start[w]);
+            for (int64_t copy = 0; copy < copies; ++copy, ++job) {
+                if (job < slots) {  // the first wave starts at once
+                    ++count[cost];
+                    latest = std::max(latest, cost);
+                    continue;
+                }
+                while (count[at] == 0) {
+                    ++now;
+                    if (++at == ring) at = 0;
+                }
+                --count[at];
+                const int64_t end_at = at + cost;
+                ++count[end_at >= ring ? end_at - ring : end_at];
+                latest = std::max(latest, now + cost);
+            }
+        }
+        return static_cast<double>(latest) / 2.0;
+    }
+    std::priority_queue<double, std::vector<double>, std::greater<double>> free;
+    for (int64_t slot = 0; slot < slots; ++slot) free.push(0.0);
+    double latest = 0.0;
+    for (int64_t w = 0; w < m.windows; ++w) {
+        const double cost = block_units + static_cast<double>(m.block_start[w + 1] - m.block_start[w]);
+        for (int64_t copy = 0; copy < copies; ++copy) {
+            const double end = free.top() + cost;
+            free.pop();
+            free.push(end);
+            latest = std::max(latest, end);
+        }
+    }
+    return latest;
+}
+
+// schedule.fluid_schedule for the base kernel: each window's start estimated from the work before
+// it, less half a mean job still running per slot.
+double fluid_base_makespan(const Matrix& m, const Summary& s, double block_units, int64_t copies, int64_t slots) {
+    const double mean = block_units + static_cast<double>(s.tc_blocks) / static_cast<double>(m.windows);
+    const int64_t first_wave = ceil_div(slots, copies);
+    double makespan = 0.0;
+    for (int64_t w = 0; w < m.windows; ++w) {
+        const double cost = block_units + static_cast<double>(m.block_start[w + 1] - m.block_start[w]);
+        double start = 0.0;
+        if (w >= first_wave) {
+            const double before = block_units * static_cast<double>(w) + static_cast<double>(m.block_start[w]);
+            const double last_copy_before = before * static_cast<double>(copies) + cost * static_cast<double>(copies - 1);
+            start = std::max(0.0, last_copy_before / static_cast<double>(slots) - mean / 2.0);
+        }
+        makespan = std::max(makespan, start + cost);
+    }
+    const double total = (block_units * static_cast<double>(m.windows) + static_cast<double>(s.tc_blocks)) *
+                         static_cast<double>(copies);
+    return std::max(makespan, total / static_cast<double>(slots));
+}
+
+struct Units {
+    double makespan = 0, work = 0;
+};
+
+// shape.base_makespan_units
+Units base_units(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, double block_units,
+                 int64_t exact_jobs_per_slot) {
+    if (m.windows == 0) return {};
+    const double work = static_cast<double>(slices) *
+                        (static_cast<double>(m.windows) * block_units + static_cast<double>(s.tc_blocks));
+    const int64_t jobs = m.windows * slices;
+    if (jobs <= slots) return {block_units + static_cast<double>(s.max_blocks), work};
+    if (jobs <= exact_jobs_per_slot * slots) return {exact_base_makespan(m, s.max_blocks, block_units, slices, slots), work};
+    return {fluid_base_makespan(m, s, block_units, slices, slots), work};
+}
+
+// The balanced grid (shape.balanced_warps) priced at the kernel's units and at base's block cost
+// without atomics (AR's denominator), in one pass over the warp boundaries.
+struct Balanced {
+    Units kernel;
+    double same_cost_makespan = 0;
+    int64_t zeroed_windows = 0;
+};
+
+// What lies before an item of the balanced grid (shape.before_chunks, laps of whole slices
+// added): TC blocks, first chunks of a window, and whether the item is a first chunk. Items are
+// asked in increasing order, so the cursor walks forward: no division, and the window found by
+// galloping from the previous one.
+struct Before {
+    int64_t blocks, firsts;
+    bool first;
+};
+
+class ItemCursor {
+  public:
+    ItemCursor(const Matrix& m, const Summary& s, int64_t chunk) : m_(m), s_(s), chunk_(chunk) {}
+
+    Before at(int64_t item) {
+        chunk_in_lap_ += item - item_;
+        item_ = item;
+        while (chunk_in_lap_ >= s_.chunks) {
+            chunk_in_lap_ -= s_.chunks;
+            ++laps_;
+            window_ = 0;
+        }
+        const int64_t c = chunk_in_lap_;
+        const int64_t* starts = m_.chunk_start;
+        const int64_t end = m_.windows + 1;
+        // The last window whose chunks start at or before c.
+        int64_t step = 1, lo = window_, hi = window_ + 1;
+        while (hi < end && starts[hi] <= c) {
+            lo = hi;
+            hi = std::min(end, hi + step);
+            step *= 2;
+        }
+        window_ = (std::upper_bound(starts + lo, starts + hi, c) - starts) - 1;
+        const int64_t inside = c - starts[window_];
+        const bool first = inside == 0 && c < starts[m_.windows];
+        const int64_t nonempty = m_.windows - s_.empty_windows;
+        return {m_.block_start[window_] + inside * chunk_ + laps_ * s_.tc_blocks,
+                m_.nonempty_before[window_] + (inside > 0 ? 1 : 0) + laps_ * nonempty, first};
+    }
+
+  private:
+    const Matrix& m_;
+    const Summary& s_;
+    int64_t chunk_;
+    int64_t item_ = 0, chunk_in_lap_ = 0, laps_ = 0, window_ = 0;
+};
+
+Balanced balanced_units(const Matrix& m, const Summary& s, const KernelPrices& p, double block_units,
+                        int64_t slices, int64_t slots, int64_t chunk) {
+    Balanced out;
+    const int64_t items = s.chunks * slices;
+    out.zeroed_windows = s.empty_windows;
+    if (items == 0) return out;
+    if (items <= slots) {  // one chunk per warp: every chunk a segment, cut when its window has several
+        out.zeroed_windows += slices * (s.chunks_of_split_windows - s.split_windows);
+        auto makespan = [&](double segment, double split) {
+            const double full_split = s.split_windows ? static_cast<double>(chunk) + split : 0.0;
+            return segment + std::max(static_cast<double>(s.max_single_chunk_blocks), full_split);
+        };
+        out.kernel.makespan = makespan(p.segment_units, p.split_units);
+        out.kernel.work = static_cast<double>(slices) *
+                          (p.segment_units * static_cast<double>(s.chunks) + static_cast<double>(s.tc_blocks) +
+                           p.split_units * static_cast<double>(s.chunks_of_split_windows));
+        out.same_cost_makespan = makespan(block_units, 0.0);
+        return out;
+    }
+    const int64_t upper = (m.windows + s.tc_blocks / chunk + 1) * slices;
+    const int64_t per = ceil_div(items, std::min(upper, slots));
+    ItemCursor cursor(m, s, chunk);
+    Before start = cursor.at(0);
+    for (int64_t begin = 0; begin < items; begin += per) {
+        const int64_t next = std::min(items, begin + per);
+        const Before end = cursor.at(next);
+        const bool starts_inside = !start.first;
+        const bool ends_inside = next < items && !end.first;
+        const int64_t segments = end.firsts - start.firsts + (starts_inside ? 1 : 0);
+        const int64_t cut = segments == 1 ? (starts_inside || ends_inside) : int64_t{starts_inside} + ends_inside;
+        const double blocks = static_cast<double>(end.blocks - start.blocks);
+        const double cost = p.segment_units * static_cast<double>(segments) + blocks + p.split_units * static_cast<double>(cut);
+        out.kernel.makespan = std::max(out.kernel.makespan, cost);
+        out.kernel.work += cost;
+        out.same_cost_makespan = std::max(out.same_cost_makespan, block_units * static_cast<double>(segments) + blocks);
+        out.zeroed_windows += ends_inside;
+        start = end;
+    }
+    return out;
+}
+
+bool has(unsigned candidates, int path) { return (candidates >> path) & 1u; }
+
+double base_work(const Matrix& m, const Summary& s, int64_t slices, double block_units) {
+    return static_cast<double>(slices) * (static_cast<double>(m.windows) * block_units + static_cast<double>(s.tc_blocks));
+}
+
+// A kernel's time is at least its launch and its work spread evenly (kernel_time_us's tail only
+// adds) and its host floor; -infinity where a negative constant would break that.
+double lower_bound_us(const KernelPrices& p, double work, int64_t slots, double miss, double extra_us) {
+    const double unit = p.unit_us + p.miss_unit_us * miss;
+    if (p.tail_us < 0 || unit < 0 || extra_us < 0) return -INFINITY;
+    return std::max(p.floor_us, p.launch_us + unit * work / static_cast<double>(slots) + extra_us);
+}
+
+// The balanced grid beyond one chunk per warp does at least its TC blocks and one segment per
+// warp, and zeroes at least the empty windows.
+double balanced_lower_bound_us(const Matrix& m, const Summary& s, const KernelPrices& p, int64_t slices,
+                               int64_t slots, double miss, int64_t chunk) {
+    const int64_t items = s.chunks * slices;
+    if (p.segment_units < 0 || p.split_units < 0 || p.zero_us < 0) return -INFINITY;
+    int64_t warps = items;
+    if (items > slots) {
+        const int64_t upper = (m.windows + s.tc_blocks / chunk + 1) * slices;
+        warps = ceil_div(items, ceil_div(items, std::min(upper, slots)));
+    }
+    const double work = static_cast<double>(slices) * static_cast<double>(s.tc_blocks) +
+                        p.segment_units * static_cast<double>(warps);
+    return lower_bound_us(p, work, slots, miss, p.zero_us * static_cast<double>(s.empty_windows * m.window));
+}
+
+// The choice ``decide`` makes whatever the kernels cost at or above their bounds, or -1 when
+// their costs matter: "rows" (then "grouped" if cheaper still) when it beats every first-step
+// choice, or "grouped" when it beats every second-step one.
+int settled_without_kernels(const Choice& c, unsigned candidates, int64_t tc_blocks, double base_bound,
+                            double balanced_bound, const Rule& rule) {
+    const double* cost = c.costs_us;
+    double first_step = cost[kCsr];  // decide's choice between csr and the kernel costs at least this
+    if (tc_blocks != 0 && has(candidates, kBase)) first_step = std::min(first_step, base_bound);
+    if (tc_blocks != 0 && has(candidates, kBalanced)) first_step = std::min(first_step, balanced_bound);
+    const bool grouped = has(candidates, kGrouped) && c.priced[kGrouped];
+    if (rule.rows_margin <= 1.0 && has(candidates, kRows) && cost[kRows] < (1.0 - rule.rows_margin) * first_step) {
+        return grouped && cost[kGrouped] < cost[kRows] ? kGrouped : kRows;
+    }
+    const double second_step = has(candidates, kRows) ? std::min(first_step, cost[kRows]) : first_step;
+    if (grouped && cost[kGrouped] < second_step) return kGrouped;
+    return -1;
+}
+
+// model._decide_tc_or_csr, then "rows" and "grouped" where predicted faster still.
+int decide(const Choice& c, unsigned candidates, double ar, int64_t tc_blocks, const Rule& rule) {
+    const double* cost = c.costs_us;
+    const int kernel = rule.by_cost ? (cost[kBalanced] < cost[kBase] ? kBalanced : kBase)
+                                    : (ar > rule.ar_threshold ? kBalanced : kBase);
+    int choice = kCsr;
+    if (tc_blocks != 0 && has(candidates, kernel)) {
+        const double margin = kernel == kBase ? rule.csr_margin_base : rule.csr_margin_balanced;
+        const bool csr_closer = has(candidates, kCsr) && cost[kernel] > (1.0 - margin) * cost[kCsr];
+        choice = csr_closer ? kCsr : kernel;
+    }
+    if (has(candidates, kRows) && cost[kRows] < (1.0 - rule.rows_margin) * cost[choice]) choice = kRows;
+    if (has(candidates, kGrouped) && c.priced[kGrouped] && cost[kGrouped] < cost[choice]) choice = kGrouped;
+    return choice;
+}
+
+}  // namespace
+
+Summary summarize(const Matrix& m, int64_t chunk) {
+    Summary s;
+    if (m.windows == 0) return s;
+    int64_t split_windows = 0;
+    for (int64_t w = 0; w < m.windows; ++w) {
+        const int64_t blocks = m.block_start[w + 1] - m.block_start[w];
+        s.max_blocks = std::max(s.max_blocks, blocks);
+        if (blocks > chunk) {
+            ++split_windows;
+        } else {
+            s.max_single_chunk_blocks = std::max(s.max_single_chunk_blocks, blocks);
+        }
+    }
+    s.tc_blocks = m.block_start[m.windows];
+    s.chunks = m.chunk_start[m.windows];
+    s.empty_windows = m.windows - m.nonempty_before[m.windows];
+    s.split_windows = split_windows;
+    s.chunks_of_split_windows = s.chunks - (m.windows - s.empty_windows - split_windows);
+    return s;
+}
+
+Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q) {
+    const int64_t base_slots = p.sm_count * std::max<int64_t>(1, q.base.resident);
+    const int64_t balanced_slots = p.sm_count * std::max<int64_t>(1, q.balanced.resident);
+    const int64_t base_slices = std::max<int64_t>(1, q.base.slices);
+    const int64_t balanced_slices = std::max<int64_t>(1, q.balanced.slices);
+    const double x_bytes = static_cast<double>(m.cols) * static_cast<double>(q.n) * static_cast<double>(q.value_bytes);
+    const double miss = x_bytes > 0 ? std::max(0.0, 1.0 - static_cast<double>(p.l2_bytes) / x_bytes) : 0.0;
+
+    Choice c;
+    c.costs_us[kCsr] = std::max(p.csr.floor_us, linear_time_us(p.csr, m.nnz, m.rows, m.max_row_nnz, miss));
+    c.costs_us[kRows] =
+        std::max(p.rows.floor_us, rows_time_us(p.rows, m, m.nnz, miss, q.piece_nnz, p.rule.rows_order_gain));
+    c.priced[kCsr] = c.priced[kRows] = true;
+    c.costs_us[kGrouped] = std::nan("");
+    if (m.grouped_blocks >= 0) {
+        // model.grouped_path_us: the kernel, and the rows kernel on the nonzeros left out.
+        const bool direct = q.value_bytes < 4 && m.grouped_one_chunk && m.grouped_rest_nnz == 0;
+        const double steps = static_cast<double>(m.grouped_blocks * ceil_div(q.n, p.grouped_column_step));
+        double us = (direct ? p.grouped.direct_fixed_us : p.grouped.fixed_us) +
+                    p.grouped.step_ns * steps * p.grouped.reference_sms / static_cast<double>(p.sm_count) / 1e3;
+        if (m.grouped_rest_nnz != 0) {
+            us += rows_time_us(p.rows, m, m.grouped_rest_nnz, miss, p.rest_piece_nnz, p.rule.rows_order_gain);
+        }
+        c.costs_us[kGrouped] = std::max(direct ? p.rows.floor_us : p.balanced.floor_us, us);
+        c.priced[kGrouped] = true;
+    }
+    c.costs_us[kBase] = c.costs_us[kBalanced] = std::nan("");
+    if (!q.all_costs) {
+        const double base_bound = lower_bound_us(p.base, base_work(m, s, base_slices, p.base.block_units), base_slots,
+                                                 miss, 0.0);
+        const double balanced_bound = balanced_lower_bound_us(m, s, p.balanced, balanced_slices, balanced_slots, miss,
+                                                               p.chunk);
+        const int settled = settled_without_kernels(c, q.candidates, s.tc_blocks, base_bound, balanced_bound, p.rule);
+        if (settled >= 0) {
+            c.path = settled;
+            return c;
+        }
+    }
+
+    const Units base = base_units(m, s, base_slices, base_slots, p.base.block_units, p.exact_jobs_per_slot);
+    const Balanced balanced =
+        balanced_units(m, s, p.balanced, p.base.block_units, balanced_slices, balanced_slots, p.chunk);
+    c.costs_us[kBase] = std::max(p.base.floor_us, kernel_time_us(p.base, base.makespan, base.work, base_slots, miss));
+    c.costs_us[kBalanced] =
+        std::max(p.balanced.floor_us,
+                 kernel_time_us(p.balanced, balanced.kernel.makespan, balanced.kernel.work, balanced_slots, miss) +
+                     p.balanced.zero_us * static_cast<double>(balanced.zeroed_windows * m.window));
+    c.priced[kBase] = c.priced[kBalanced] = true;
+    double ar = 1.0;
+    if (!p.rule.by_cost && balanced.same_cost_makespan > 0) ar = base.makespan / balanced.same_cost_makespan;
+    c.path = decide(c, q.candidates, ar, s.tc_blocks, p.rule);
+    return c;
+}
+
+}  // namespace tcsparse::selector
