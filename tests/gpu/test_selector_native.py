@@ -54,7 +54,7 @@ def device_models():
     calibration = model.calibration
 
     def variant(**changes):
-        return dataclasses.replace(model, calibration=dataclasses.replace(calibration, **changes), native_prices={})
+        return dataclasses.replace(model, calibration=dataclasses.replace(calibration, **changes))
 
     odd_units = {n: {path: {**c, "block_units": 2.3} if path == "base" else c for path, c in table.items()}
                  for n, table in calibration.buckets.items()}

@@ -171,9 +171,7 @@ void add_selector(py::module_& m) {
         .def(py::init(&make_matrix), py::arg("window"), py::arg("windows"), py::arg("rows"), py::arg("cols"),
              py::arg("nnz"), py::arg("max_row_nnz"), py::arg("chunk_start"), py::arg("block_start"),
              py::arg("nonempty_before"), py::arg("rows_share_ratio"), py::arg("grouped_blocks"),
-             py::arg("grouped_rest_nnz"), py::arg("grouped_one_chunk"), py::arg("chunk"))
-        .def_property_readonly("tc_blocks", [](const SelectorMatrix& s) { return s.summary.tc_blocks; })
-        .def_property_readonly("chunks", [](const SelectorMatrix& s) { return s.summary.chunks; });
+             py::arg("grouped_rest_nnz"), py::arg("grouped_one_chunk"), py::arg("chunk"));
     py::class_<sel::Prices>(m, "SelectorPrices")
         .def(py::init(&make_prices), py::arg("paths"), py::arg("grouped"), py::arg("rule"), py::arg("sizes"));
     m.def("choose_path", &choose_path, py::arg("matrix"), py::arg("prices"), py::arg("n"), py::arg("dtype"),

@@ -109,12 +109,15 @@ struct Units {
     double makespan = 0, work = 0;
 };
 
+double base_work(const Matrix& m, const Summary& s, int64_t slices, double block_units) {
+    return static_cast<double>(slices) * (static_cast<double>(m.windows) * block_units + static_cast<double>(s.tc_blocks));
+}
+
 // shape.base_makespan_units
 Units base_units(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, double block_units,
                  int64_t exact_jobs_per_slot) {
     if (m.windows == 0) return {};
-    const double work = static_cast<double>(slices) *
-                        (static_cast<double>(m.windows) * block_units + static_cast<double>(s.tc_blocks));
+    const double work = base_work(m, s, slices, block_units);
     const int64_t jobs = m.windows * slices;
     if (jobs <= slots) return {block_units + static_cast<double>(s.max_blocks), work};
     if (jobs <= exact_jobs_per_slot * slots) return {exact_base_makespan(m, s.max_blocks, block_units, slices, slots), work};
@@ -217,10 +220,6 @@ Balanced balanced_units(const Matrix& m, const Summary& s, const KernelPrices& p
 }
 
 bool has(unsigned candidates, int path) { return (candidates >> path) & 1u; }
-
-double base_work(const Matrix& m, const Summary& s, int64_t slices, double block_units) {
-    return static_cast<double>(slices) * (static_cast<double>(m.windows) * block_units + static_cast<double>(s.tc_blocks));
-}
 
 // A kernel's time is at least its launch and its work spread evenly (kernel_time_us's tail only
 // adds) and its host floor; -infinity where a negative constant would break that.

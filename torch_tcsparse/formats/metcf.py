@@ -180,6 +180,11 @@ class HostCounts:
     nonempty_before: np.ndarray  # windows with at least one block before each window
     max_row_nnz: int
 
+    @property
+    def prefixes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Chunks, TC blocks and non-empty windows before each window (what the selector reads)."""
+        return self.chunk_offsets, self.window_offsets, self.nonempty_before
+
 
 def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
     """For offsets of segments, the segment id of each of the ``total`` items (int64)."""

@@ -112,8 +112,6 @@ class DeviceModel:
     calibration: Calibration
     cuda_index: int | None  # None: no CUDA device, occupancy from the calibration's defaults
     l2_bytes: int = DEFAULT_L2_BYTES
-    # (N bucket, dtype) -> the constants handed to the C++ model (``native.prices``)
-    native_prices: dict = field(default_factory=dict, compare=False, repr=False)
 
     def launch(self, path: str, n: int, dtype: torch.dtype = torch.float32, windows: int | None = None):
         """(warps of ``path``'s kernel resident per SM, warps per row window or chunk along N) at

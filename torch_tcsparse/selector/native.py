@@ -77,7 +77,7 @@ class NativeMatrix:
             shape = MatrixShape.of(layout)
             prefixes, longest = shape._chunk_prefixes, shape.max_row_nnz
         else:
-            prefixes, longest = (counts.chunk_offsets, counts.window_offsets, counts.nonempty_before), counts.max_row_nnz
+            prefixes, longest = counts.prefixes, counts.max_row_nnz
         return cls(layout.window, layout.num_windows, layout.num_rows, layout.num_cols, layout.nnz, longest, prefixes,
                    rows_share_ratio, grouped_size)
 
@@ -118,22 +118,19 @@ def costs_by_path(costs: tuple) -> dict:
 
 
 def prices(model: DeviceModel, n: int, dtype: torch.dtype):
-    """The constants of N bucket ``n`` and ``dtype`` in C++, built once per process."""
-    key = (n, dtype)
-    found = model.native_prices.get(key)
-    if found is None:
-        calibration = model.calibration
-        size = 4 if dtype.itemsize >= 4 else 2
-        found = model.native_prices[key] = _ext.eager().SelectorPrices(
-            {path: calibration.constants(path, n, dtype) for path in CALIBRATED_CHOICES},
-            {"step_ns": GROUPED_STEP_NS[size], "fixed_us": GROUPED_FIXED_US[size],
-             "direct_fixed_us": GROUPED_DIRECT_FIXED_US, "reference_sms": GROUPED_REFERENCE_SMS},
-            {"by_cost": calibration.kernel_rule == "cost", "ar_threshold": calibration.ar_threshold,
-             "csr_margin_base": calibration.csr_margin["base"],
-             "csr_margin_balanced": calibration.csr_margin["balanced"],
-             "rows_margin": calibration.rows_margin, "rows_order_gain": ROWS_ORDER_GAIN},
-            {"sm_count": model.sm_count, "l2_bytes": model.l2_bytes, "chunk": BALANCE_CHUNK,
-             "exact_jobs_per_slot": EXACT_JOBS_PER_SLOT, "rest_piece_nnz": csr_rows.PIECE_NNZ,
-             "grouped_column_step": GROUPED_COLUMNS_PER_WARP},
-        )
-    return found
+    """``model``'s constants of N bucket ``n`` and ``dtype`` in C++ (kept per process by the
+    choices' ``_contexts``)."""
+    calibration = model.calibration
+    size = 4 if dtype.itemsize >= 4 else 2
+    return _ext.eager().SelectorPrices(
+        {path: calibration.constants(path, n, dtype) for path in CALIBRATED_CHOICES},
+        {"step_ns": GROUPED_STEP_NS[size], "fixed_us": GROUPED_FIXED_US[size],
+         "direct_fixed_us": GROUPED_DIRECT_FIXED_US, "reference_sms": GROUPED_REFERENCE_SMS},
+        {"by_cost": calibration.kernel_rule == "cost", "ar_threshold": calibration.ar_threshold,
+         "csr_margin_base": calibration.csr_margin["base"],
+         "csr_margin_balanced": calibration.csr_margin["balanced"],
+         "rows_margin": calibration.rows_margin, "rows_order_gain": ROWS_ORDER_GAIN},
+        {"sm_count": model.sm_count, "l2_bytes": model.l2_bytes, "chunk": BALANCE_CHUNK,
+         "exact_jobs_per_slot": EXACT_JOBS_PER_SLOT, "rest_piece_nnz": csr_rows.PIECE_NNZ,
+         "grouped_column_step": GROUPED_COLUMNS_PER_WARP},
+    )

@@ -55,7 +55,7 @@ class MatrixShape:
         if counts is not None:
             offsets = counts.window_offsets
             return cls(layout.window, np.diff(offsets), layout.num_rows, layout.nnz, counts.max_row_nnz,
-                       layout.num_cols, prefixes=(counts.chunk_offsets, offsets, counts.nonempty_before), **features)
+                       layout.num_cols, prefixes=counts.prefixes, **features)
         offsets, rowptr = layout.window_offsets, layout.csr_rowptr
         blocks = offsets[1:] - offsets[:-1]
         longest = (rowptr[1:] - rowptr[:-1]).max().view(1) if layout.num_rows else rowptr.new_zeros(1)
