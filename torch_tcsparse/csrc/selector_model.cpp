@@ -47,16 +47,35 @@ double exact_base_makespan(const Matrix& m, int64_t max_blocks, double block_uni
         // Free times in the queue span at most one job: a ring of that many half units, indexed
         // by time modulo its size (`at` is `now`'s index).
         const int64_t ring = unit + 2 * max_blocks + 1;
-        std::vector<int32_t> count(ring, 0);
-        int64_t job = 0, now = 0, at = 0, latest = 0;
-        for (int64_t w = 0; w < m.windows; ++w) {
+        // The first wave starts at once, so its end times are its costs. They are counted in four
+        // interleaved histograms (one where the ring outgrows the wave): one alone would make each
+        // increment of a repeated cost wait for the previous one's store.
+        const int64_t lane_mask = ring <= slots ? 3 : 0;
+        std::vector<int32_t> lanes((lane_mask + 1) * ring, 0);
+        const int64_t whole = std::min(m.windows, slots / copies);  // windows whose copies all start at once
+        int64_t latest = 0;
+        for (int64_t w = 0; w < whole; ++w) {
             const int64_t cost = unit + 2 * (m.block_start[w + 1] - m.block_start[w]);
-            for (int64_t copy = 0; copy < copies; ++copy, ++job) {
-                if (job < slots) {  // the first wave starts at once
-                    ++count[cost];
-                    latest = std::max(latest, cost);
-                    continue;
-                }
+            lanes[(w & lane_mask) * ring + cost] += static_cast<int32_t>(copies);
+            latest = std::max(latest, cost);
+        }
+        // The next window may start some of its copies in the first wave.
+        const int64_t cut_short = whole < m.windows ? std::min(copies, slots - whole * copies) : 0;
+        if (cut_short > 0) {
+            const int64_t cost = unit + 2 * (m.block_start[whole + 1] - m.block_start[whole]);
+            lanes[cost] += static_cast<int32_t>(cut_short);
+            latest = std::max(latest, cost);
+        }
+        std::vector<int32_t> count(lanes.begin(), lanes.begin() + ring);
+        for (int64_t lane = 1; lane <= lane_mask; ++lane) {
+            for (int64_t t = 0; t < ring; ++t) count[t] += lanes[lane * ring + t];
+        }
+        // The rest of the window the first wave cut short, then every later window.
+        int64_t now = 0, at = 0;
+        for (int64_t w = whole; w < m.windows; ++w) {
+            const int64_t cost = unit + 2 * (m.block_start[w + 1] - m.block_start[w]);
+            const int64_t jobs = w == whole ? copies - cut_short : copies;
+            for (int64_t copy = 0; copy < jobs; ++copy) {
                 while (count[at] == 0) {
                     ++now;
                     if (++at == ring) at = 0;
@@ -221,16 +240,35 @@ Balanced balanced_units(const Matrix& m, const Summary& s, const KernelPrices& p
 
 bool has(unsigned candidates, int path) { return (candidates >> path) & 1u; }
 
-// A kernel's time is at least its launch and its work spread evenly (kernel_time_us's tail only
-// adds) and its host floor; -infinity where a negative constant would break that.
-double lower_bound_us(const KernelPrices& p, double work, int64_t slots, double miss, double extra_us) {
+// A kernel's time is at least kernel_time_us at a lower bound of its makespan (the tail only grows
+// with it) and its host floor. Where the work is a lower bound too, the tail is kept only while
+// more work cannot shorten it by more than it costs (unit >= tail). -infinity where a negative
+// constant would break that.
+double kernel_lower_bound_us(const KernelPrices& p, double makespan, double work, bool work_exact, int64_t slots,
+                             double miss, double extra_us) {
     const double unit = p.unit_us + p.miss_unit_us * miss;
     if (p.tail_us < 0 || unit < 0 || extra_us < 0) return -INFINITY;
-    return std::max(p.floor_us, p.launch_us + unit * work / static_cast<double>(slots) + extra_us);
+    const double kernel = work_exact || unit >= p.tail_us
+                              ? kernel_time_us(p, makespan, work, slots, miss)
+                              : p.launch_us + unit * (work / static_cast<double>(slots));
+    return std::max(p.floor_us, kernel + extra_us);
 }
 
-// The balanced grid beyond one chunk per warp does at least its TC blocks and one segment per
-// warp, and zeroes at least the empty windows.
+// Every job of the base grid runs whole on one slot: the heaviest window bounds the makespan.
+double base_makespan_lower_bound(const Matrix& m, const Summary& s, double block_units) {
+    return m.windows == 0 ? 0.0 : block_units + static_cast<double>(s.max_blocks);
+}
+
+// Every chunk of the balanced grid lies whole in one warp, a segment of its own at least: the
+// heaviest chunk bounds the makespan, both at the kernel's units and at base's block cost.
+double balanced_makespan_lower_bound(const Summary& s, double segment_units, int64_t chunk) {
+    if (s.chunks == 0) return 0.0;
+    const int64_t heaviest = s.split_windows ? chunk : s.max_single_chunk_blocks;
+    return segment_units + static_cast<double>(heaviest);
+}
+
+// The balanced grid does at least its TC blocks and a segment per warp and per non-empty window
+// of each slice, and zeroes at least the empty windows.
 double balanced_lower_bound_us(const Matrix& m, const Summary& s, const KernelPrices& p, int64_t slices,
                                int64_t slots, double miss, int64_t chunk) {
     const int64_t items = s.chunks * slices;
@@ -240,9 +278,11 @@ double balanced_lower_bound_us(const Matrix& m, const Summary& s, const KernelPr
         const int64_t upper = (m.windows + s.tc_blocks / chunk + 1) * slices;
         warps = ceil_div(items, ceil_div(items, std::min(upper, slots)));
     }
+    const int64_t segments = std::max(warps, (m.windows - s.empty_windows) * slices);
     const double work = static_cast<double>(slices) * static_cast<double>(s.tc_blocks) +
-                        p.segment_units * static_cast<double>(warps);
-    return lower_bound_us(p, work, slots, miss, p.zero_us * static_cast<double>(s.empty_windows * m.window));
+                        p.segment_units * static_cast<double>(segments);
+    return kernel_lower_bound_us(p, balanced_makespan_lower_bound(s, p.segment_units, chunk), work, false, slots, miss,
+                                 p.zero_us * static_cast<double>(s.empty_windows * m.window));
 }
 
 // The choice ``decide`` makes whatever the kernels cost at or above their bounds, or -1 when
@@ -263,11 +303,10 @@ int settled_without_kernels(const Choice& c, unsigned candidates, int64_t tc_blo
     return -1;
 }
 
-// model._decide_tc_or_csr, then "rows" and "grouped" where predicted faster still.
-int decide(const Choice& c, unsigned candidates, double ar, int64_t tc_blocks, const Rule& rule) {
+// model._decide_tc_or_csr, then "rows" and "grouped" where predicted faster still; `kernel` is
+// the Tensor-Core kernel the rule picked (kernel_by_rule).
+int decide(const Choice& c, unsigned candidates, int kernel, int64_t tc_blocks, const Rule& rule) {
     const double* cost = c.costs_us;
-    const int kernel = rule.by_cost ? (cost[kBalanced] < cost[kBase] ? kBalanced : kBase)
-                                    : (ar > rule.ar_threshold ? kBalanced : kBase);
     int choice = kCsr;
     if (tc_blocks != 0 && has(candidates, kernel)) {
         const double margin = kernel == kBase ? rule.csr_margin_base : rule.csr_margin_balanced;
@@ -277,6 +316,22 @@ int decide(const Choice& c, unsigned candidates, double ar, int64_t tc_blocks, c
     if (has(candidates, kRows) && cost[kRows] < (1.0 - rule.rows_margin) * cost[choice]) choice = kRows;
     if (has(candidates, kGrouped) && c.priced[kGrouped] && cost[kGrouped] < cost[choice]) choice = kGrouped;
     return choice;
+}
+
+int kernel_by_rule(const Choice& c, double ar, const Rule& rule) {
+    if (rule.by_cost) return c.costs_us[kBalanced] < c.costs_us[kBase] ? kBalanced : kBase;
+    return ar > rule.ar_threshold ? kBalanced : kBase;
+}
+
+// Whether the rule picks base whatever the balanced grid's schedule: by AR, when even the lower
+// bound of its denominator leaves AR at or under the threshold; by cost, when balanced's lower
+// bound is no cheaper than base.
+bool base_by_rule_for_any_balanced(const Choice& c, const Summary& s, const Prices& p, double base_makespan,
+                                   double balanced_bound) {
+    if (p.rule.by_cost) return balanced_bound >= c.costs_us[kBase];
+    if (p.base.block_units < 0) return false;
+    const double denominator = balanced_makespan_lower_bound(s, p.base.block_units, p.chunk);
+    return denominator > 0 && base_makespan / denominator <= p.rule.ar_threshold;
 }
 
 }  // namespace
@@ -329,11 +384,12 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
         c.priced[kGrouped] = true;
     }
     c.costs_us[kBase] = c.costs_us[kBalanced] = std::nan("");
+    const double balanced_bound =
+        balanced_lower_bound_us(m, s, p.balanced, balanced_slices, balanced_slots, miss, p.chunk);
     if (!q.all_costs) {
-        const double base_bound = lower_bound_us(p.base, base_work(m, s, base_slices, p.base.block_units), base_slots,
-                                                 miss, 0.0);
-        const double balanced_bound = balanced_lower_bound_us(m, s, p.balanced, balanced_slices, balanced_slots, miss,
-                                                               p.chunk);
+        const double base_bound =
+            kernel_lower_bound_us(p.base, base_makespan_lower_bound(m, s, p.base.block_units),
+                                  base_work(m, s, base_slices, p.base.block_units), true, base_slots, miss, 0.0);
         const int settled = settled_without_kernels(c, q.candidates, s.tc_blocks, base_bound, balanced_bound, p.rule);
         if (settled >= 0) {
             c.path = settled;
@@ -342,17 +398,28 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
     }
 
     const Units base = base_units(m, s, base_slices, base_slots, p.base.block_units, p.exact_jobs_per_slot);
+    c.costs_us[kBase] = std::max(p.base.floor_us, kernel_time_us(p.base, base.makespan, base.work, base_slots, miss));
+    c.priced[kBase] = true;
+    if (!q.all_costs) {
+        // The balanced grid is walked only where the choice depends on it: where the rule may pick
+        // balanced and the choice would then turn on its cost, or differ from the choice with base.
+        const int with_base = decide(c, q.candidates, kBase, s.tc_blocks, p.rule);
+        if (base_by_rule_for_any_balanced(c, s, p, base.makespan, balanced_bound) ||
+            settled_without_kernels(c, q.candidates, s.tc_blocks, INFINITY, balanced_bound, p.rule) == with_base) {
+            c.path = with_base;
+            return c;
+        }
+    }
     const Balanced balanced =
         balanced_units(m, s, p.balanced, p.base.block_units, balanced_slices, balanced_slots, p.chunk);
-    c.costs_us[kBase] = std::max(p.base.floor_us, kernel_time_us(p.base, base.makespan, base.work, base_slots, miss));
     c.costs_us[kBalanced] =
         std::max(p.balanced.floor_us,
                  kernel_time_us(p.balanced, balanced.kernel.makespan, balanced.kernel.work, balanced_slots, miss) +
                      p.balanced.zero_us * static_cast<double>(balanced.zeroed_windows * m.window));
-    c.priced[kBase] = c.priced[kBalanced] = true;
+    c.priced[kBalanced] = true;
     double ar = 1.0;
     if (!p.rule.by_cost && balanced.same_cost_makespan > 0) ar = base.makespan / balanced.same_cost_makespan;
-    c.path = decide(c, q.candidates, ar, s.tc_blocks, p.rule);
+    c.path = decide(c, q.candidates, kernel_by_rule(c, ar, p.rule), s.tc_blocks, p.rule);
     return c;
 }
 
