@@ -149,7 +149,7 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
 
 
 def first_choice_us(layout, n: int, dtype: torch.dtype, rows_share_ratio: float, grouped_size,
-                    repeat: int = 5) -> dict:
+                    repeat: int = 9) -> dict:
     """What a product pays for its first choice at an N bucket, on a fresh cache each time (trials
     are opt-in and off here), in two parts: the matrix's features (``features_us``: built once
     per matrix, on its first product, from the conversion's host copies; the grouped layout's

@@ -323,15 +323,22 @@ int kernel_by_rule(const Choice& c, double ar, const Rule& rule) {
     return ar > rule.ar_threshold ? kBalanced : kBase;
 }
 
-// Whether the rule picks base whatever the balanced grid's schedule: by AR, when even the lower
-// bound of its denominator leaves AR at or under the threshold; by cost, when balanced's lower
-// bound is no cheaper than base.
-bool base_by_rule_for_any_balanced(const Choice& c, const Summary& s, const Prices& p, double base_makespan,
+// Whether the rule picks base whatever the balanced grid's schedule, for a base makespan and
+// cost at most these: by AR, when even the lower bound of its denominator leaves AR at or under
+// the threshold; by cost, when balanced's lower bound is no cheaper than base.
+bool base_by_rule_for_any_balanced(const Summary& s, const Prices& p, double base_makespan, double base_cost_us,
                                    double balanced_bound) {
-    if (p.rule.by_cost) return balanced_bound >= c.costs_us[kBase];
+    if (p.rule.by_cost) return balanced_bound >= base_cost_us;
     if (p.base.block_units < 0) return false;
     const double denominator = balanced_makespan_lower_bound(s, p.base.block_units, p.chunk);
     return denominator > 0 && base_makespan / denominator <= p.rule.ar_threshold;
+}
+
+// List scheduling ends by the time the work before the last job is spread over the slots plus
+// that job (Graham), so at most the heaviest window after the even share; a hair more covers the
+// schedules' rounding.
+double base_makespan_upper_bound(const Matrix& m, const Summary& s, double work, int64_t slots, double block_units) {
+    return (work / static_cast<double>(slots) + base_makespan_lower_bound(m, s, block_units)) * (1.0 + 1e-9);
 }
 
 }  // namespace
@@ -395,6 +402,18 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
             c.path = settled;
             return c;
         }
+        // Base chosen at the top of its range is chosen anywhere below it (decide turns away from
+        // base only when base costs more), so its schedule need not be simulated then.
+        const double work = base_work(m, s, base_slices, p.base.block_units);
+        const double upper_makespan = base_makespan_upper_bound(m, s, work, base_slots, p.base.block_units);
+        c.costs_us[kBase] = std::max(p.base.floor_us, kernel_time_us(p.base, upper_makespan, work, base_slots, miss));
+        if (p.base.tail_us >= 0 && p.rule.rows_margin <= 1.0 &&
+            base_by_rule_for_any_balanced(s, p, upper_makespan, c.costs_us[kBase], balanced_bound) &&
+            decide(c, q.candidates, kBase, s.tc_blocks, p.rule) == kBase) {
+            c.costs_us[kBase] = std::nan("");
+            c.path = kBase;
+            return c;
+        }
     }
 
     const Units base = base_units(m, s, base_slices, base_slots, p.base.block_units, p.exact_jobs_per_slot);
@@ -404,7 +423,7 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
         // The balanced grid is walked only where the choice depends on it: where the rule may pick
         // balanced and the choice would then turn on its cost, or differ from the choice with base.
         const int with_base = decide(c, q.candidates, kBase, s.tc_blocks, p.rule);
-        if (base_by_rule_for_any_balanced(c, s, p, base.makespan, balanced_bound) ||
+        if (base_by_rule_for_any_balanced(s, p, base.makespan, c.costs_us[kBase], balanced_bound) ||
             settled_without_kernels(c, q.candidates, s.tc_blocks, INFINITY, balanced_bound, p.rule) == with_base) {
             c.path = with_base;
             return c;
