@@ -26,8 +26,15 @@ MANY_WINDOWS = 1 << 40
 available = _ext.available
 
 
+# torch.backends.cuda.matmul.allow_tf32 is read through a module __getattr__ that cost about 1 us
+# on the GPU host (H100, 2026-11-24), on every float32 product; the accessor it calls does not.
+_cublas_allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None)
+
+
 def tf32_allowed() -> bool:
-    return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest"
+    """Whether float32 products may round to TF32: torch's cuBLAS flag or matmul precision."""
+    allowed = _cublas_allow_tf32() if _cublas_allow_tf32 is not None else torch.backends.cuda.matmul.allow_tf32
+    return bool(allowed) or torch.get_float32_matmul_precision() != "highest"
 
 
 def _layout_args(layout: MetcfLayout) -> list:

@@ -87,7 +87,8 @@ class SelectionCache:
         choice = self._choices.get(key)
         if choice is not None:
             return choice, None
-        normalized = torch.device(layout.device if device is None else device)
+        normalized = device if isinstance(device, torch.device) else torch.device(
+            layout.device if device is None else device)
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
@@ -117,7 +118,7 @@ class SelectionCache:
         measure = trials.allowed(device)
         if device.type == "cuda" and native.available():
             matrix = self._native or self._native_of(layout)
-            choice, costs, candidates = matrix.choose(n, dtype, device, all_costs=measure)
+            choice, costs, candidates = matrix.choose(n, dtype, device, measure)
             if measure and costs is not None:
                 costs = native.costs_by_path(costs)
         else:

@@ -50,8 +50,10 @@ class NativeMatrix:
         self.rows, self.num_cols, self.nnz, self.max_row_nnz = rows, cols, nnz, max_row_nnz
         blocks, rest, one_chunk = grouped_size or (-1, 0, False)
         self.grouped_blocks = None if grouped_size is None else blocks
-        self.handle = _ext.eager().SelectorMatrix(window, num_windows, rows, cols, nnz, max_row_nnz, *prefixes,
-                                                  rows_share_ratio, blocks, rest, one_chunk, BALANCE_CHUNK)
+        eager = _ext.eager()
+        self.handle = eager.SelectorMatrix(window, num_windows, rows, cols, nnz, max_row_nnz, *prefixes,
+                                           rows_share_ratio, blocks, rest, one_chunk, BALANCE_CHUNK)
+        self._choose_path = eager.choose_path
         # (dtype, deterministic) -> (candidates, their bits, rows piece): per matrix and dtype, so
         # built with the features for the kernels' dtypes as results are by default.
         self._queries: dict = {}
@@ -103,8 +105,7 @@ class NativeMatrix:
             model = device_model(device)
             context = _contexts[n, dtype, device] = (prices(model, n, dtype), model.cuda_index)
         exact = dtype == torch.float32 and not tf32_allowed()
-        code, costs = _ext.eager().choose_path(self.handle, context[0], n, dtype, exact, piece_nnz, bits, all_costs,
-                                               context[1])
+        code, costs = self._choose_path(self.handle, context[0], n, dtype, exact, piece_nnz, bits, all_costs, context[1])
         return CHOICES[code], costs, candidates
 
 
