@@ -113,6 +113,7 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
     refitted offline."""
     records, shapes = [], {}
     model = selector.device_model(torch.device("cuda"))
+    subjects = {}  # record index -> what first_choice_rounds times for it
     for name in names:
         a32 = load_graph(name)
         layout = a32._structure.layout
@@ -125,49 +126,56 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                 xs = [(torch.randn(a.shape[1], n, device="cuda", dtype=dtype),)
                       for _ in range(rotation_count(a.shape[1] * n * dtype.itemsize))]
                 times = measure_paths(a, xs, repeat)
-                first = first_choice_us(layout, n, dtype, a32._structure.selection.rows_share_ratio,
-                                        a32._structure.grouped_size)
+                subject = (layout, n, dtype, a32._structure.selection.rows_share_ratio, a32._structure.grouped_size)
+                cold_features, cold_choice, first_path = first_choice_sample(*subject)
                 settled, measured, trial_calls = measured_choice(a, xs[0][0])
                 launch = {path: [model.resident(path, n, dtype, windows), model.slices(path, n, dtype, windows)]
                           for path in KERNEL_CHOICES}
+                subjects[len(records)] = subject
                 records.append({"graph": name, "n": n, "dtype": selector.dtype_name(dtype), "times_us": times,
-                                **{key: first[key] for key in ("features_us", "choice_us", "cold_features_us",
-                                                               "cold_choice_us")},
-                                "first_choice": first["path"],
+                                "cold_features_us": cold_features, "cold_choice_us": cold_choice,
+                                "first_choice": first_path,
                                 "settled": settled, "trial_us": measured, "trial_calls": trial_calls,
                                 "launch": launch})
                 print(f"{name:>24} N={n:<4} {selector.dtype_name(dtype):<9}"
                       + " ".join(f"{p}={t:9.1f}" for p, t in times.items())
-                      + f"  first choice {first['choice_us']:7.1f} us + features {first['features_us']:7.1f} us "
-                      + f"(median of 5; cold {first['cold_choice_us']:.1f} + {first['cold_features_us']:.1f}); "
+                      + f"  first choice {first_path} (cold {cold_choice:.1f} us + features {cold_features:.1f} us); "
                       + f"measured choice {settled} (trial: {', '.join(f'{p}={t:.1f}' for p, t in measured.items())})",
                       flush=True)
-        del a, a32
+        del a
         torch.cuda.empty_cache()
         save(out, records, shapes, info)
+    for index, (features, choice) in first_choice_rounds(subjects).items():
+        records[index].update(features_us=features, choice_us=choice)
+    save(out, records, shapes, info)
     return records, shapes
 
 
-def first_choice_us(layout, n: int, dtype: torch.dtype, rows_share_ratio: float, grouped_size,
-                    repeat: int = 9) -> dict:
-    """What a product pays for its first choice at an N bucket, on a fresh cache each time (trials
-    are opt-in and off here), in two parts: the matrix's features (``features_us``: built once
-    per matrix, on its first product, from the conversion's host copies; the grouped layout's
-    size from ``grouped_size``, built once per matrix and then kept) and the choice itself
-    (``choice_us``: what every further N bucket and dtype pays). Median microseconds of
-    ``repeat``; ``cold_*``: the first sample alone, which follows the GPU timings cold; ``path``:
-    the path chosen (by the C++ model on a GPU)."""
-    features, choices = [], []
-    for _ in range(repeat):
-        cache = SelectionCache(rows_share_ratio, grouped_size)
-        start = time.perf_counter()
-        cache.prepare(layout)
-        prepared = time.perf_counter()
-        path, _ = cache.choose(layout, n, dtype, layout.device)
-        features.append((prepared - start) * 1e6)
-        choices.append((time.perf_counter() - prepared) * 1e6)
-    return {"features_us": statistics.median(features), "choice_us": statistics.median(choices),
-            "cold_features_us": features[0], "cold_choice_us": choices[0], "path": path}
+def first_choice_sample(layout, n: int, dtype: torch.dtype, rows_share_ratio: float, grouped_size):
+    """One first choice at an N bucket on a fresh cache (trials are opt-in and off here): the
+    microseconds of the matrix's features (built once per matrix, on its first product, from the
+    conversion's host copies; the grouped layout's size from ``grouped_size``, built once and then
+    kept), of the choice itself (what every further N bucket and dtype pays), and the path chosen
+    (by the C++ model on a GPU)."""
+    cache = SelectionCache(rows_share_ratio, grouped_size)
+    start = time.perf_counter()
+    cache.prepare(layout)
+    prepared = time.perf_counter()
+    path, _ = cache.choose(layout, n, dtype, layout.device)
+    return (prepared - start) * 1e6, (time.perf_counter() - prepared) * 1e6, path
+
+
+def first_choice_rounds(subjects: dict, rounds: int = 9) -> dict:
+    """Median microseconds (features, choice) of ``first_choice_sample`` for each key of
+    ``subjects`` (its arguments), over ``rounds`` rounds of one sample per key. Like the paths'
+    interleaved rounds: a slow spell of the host then costs every key one sample, where samples
+    taken back to back had all fallen in it (H200, 2026-11-24: Cora's nine samples ran 1.6x slow
+    together, features and choice alike, between graphs that took 4.4 us)."""
+    samples = {key: [] for key in subjects}
+    for _ in range(rounds):
+        for key, subject in subjects.items():
+            samples[key].append(first_choice_sample(*subject)[:2])
+    return {key: tuple(statistics.median(part) for part in zip(*values)) for key, values in samples.items()}
 
 
 def measured_choice(a: TCSparseTensor, x: torch.Tensor) -> tuple[str, dict, dict]:

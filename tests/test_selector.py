@@ -571,9 +571,13 @@ def selector_benchmark():
 
 
 def test_benchmark_times_first_choices_on_fresh_caches():
-    first = selector_benchmark().first_choice_us(small_layout(), 128, torch.float32, 1.0, None)
-    assert all(first[key] > 0 for key in ("features_us", "choice_us", "cold_features_us", "cold_choice_us"))
-    assert first["path"] == "csr"  # no kernels on the CPU
+    bench = selector_benchmark()
+    subject = (small_layout(), 128, torch.float32, 1.0, None)
+    features_us, choice_us, path = bench.first_choice_sample(*subject)
+    assert features_us > 0 and choice_us > 0
+    assert path == "csr"  # no kernels on the CPU
+    medians = bench.first_choice_rounds({3: subject, 7: subject}, rounds=3)
+    assert set(medians) == {3, 7} and all(len(pair) == 2 and min(pair) > 0 for pair in medians.values())
 
 
 def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
