@@ -21,12 +21,16 @@ ROWS_ORDER_GAIN = 0.2
 
 # The grouped kernel's time: a fixed part (zeroing the fp32 sums, launch; for 16-bit types also
 # rounding them into Y) and a cost per warp-step (one block of a chunk for one warp), whole GPU,
-# by bytes per element of X. Fitted on an H200 (132 SMs) at N = 128, 2026-11-24, fragments in
-# one copy: ogbl-ddi in tca order and as given (14,429 and 27,289 blocks x 4 warps per chunk),
-# uniform 4267 (35,778) and band 16384 (6,128) ran 40.5, 75.5, 96.2, 26.0 us in float32 and
-# 36.9, 58.8, 77.0, 29.0 us in float16; the fits are within 12%.
-GROUPED_STEP_NS = {4: 0.606, 2: 0.408}
-GROUPED_FIXED_US = {4: 8.9, 2: 16.3}
+# by bytes per element of X. Fitted on an H200 (132 SMs), 2026-11-24 (session 8), by relative
+# least squares on the grouped path's times at N = 32..256 (median of five selector runs) of
+# every suite graph whose grouped layout leaves nothing to the rows kernel, 52 points in
+# float32 and 88 in 16-bit, the layouts' block counts from the runs' shapes.npz or rebuilt on
+# the CPU: within 11% (float32) and 14% (16-bit) RMS. The constants before (8.9 us + 0.606 ns in
+# float32), fitted on four large layouts only, priced small layouts at half their time (PROTEINS
+# in tca order 25.7 us predicted, 45-56 us run), and reorder="auto" took snap_ca-HepPh into tca
+# order for a grouped path that ran 1.5x slower than the graph as given.
+GROUPED_STEP_NS = {4: 0.498, 2: 0.320}
+GROUPED_FIXED_US = {4: 17.7, 2: 21.1}
 GROUPED_REFERENCE_SMS = 132
 # A 16-bit Y where every group is one chunk and nothing is left to the rows kernel: the kernel
 # writes Y alone, with no zeroing and no rounding launch (band 16384 on an H200, N = 128,
