@@ -394,9 +394,9 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
     const double balanced_bound =
         balanced_lower_bound_us(m, s, p.balanced, balanced_slices, balanced_slots, miss, p.chunk);
     if (!q.all_costs) {
-        const double base_bound =
-            kernel_lower_bound_us(p.base, base_makespan_lower_bound(m, s, p.base.block_units),
-                                  base_work(m, s, base_slices, p.base.block_units), true, base_slots, miss, 0.0);
+        const double work = base_work(m, s, base_slices, p.base.block_units);
+        const double base_bound = kernel_lower_bound_us(p.base, base_makespan_lower_bound(m, s, p.base.block_units),
+                                                        work, true, base_slots, miss, 0.0);
         const int settled = settled_without_kernels(c, q.candidates, s.tc_blocks, base_bound, balanced_bound, p.rule);
         if (settled >= 0) {
             c.path = settled;
@@ -404,13 +404,13 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
         }
         // Base chosen at the top of its range is chosen anywhere below it (decide turns away from
         // base only when base costs more), so its schedule need not be simulated then.
-        const double work = base_work(m, s, base_slices, p.base.block_units);
         const double upper_makespan = base_makespan_upper_bound(m, s, work, base_slots, p.base.block_units);
-        c.costs_us[kBase] = std::max(p.base.floor_us, kernel_time_us(p.base, upper_makespan, work, base_slots, miss));
+        Choice at_top = c;
+        at_top.costs_us[kBase] =
+            std::max(p.base.floor_us, kernel_time_us(p.base, upper_makespan, work, base_slots, miss));
         if (p.base.tail_us >= 0 && p.rule.rows_margin <= 1.0 &&
-            base_by_rule_for_any_balanced(s, p, upper_makespan, c.costs_us[kBase], balanced_bound) &&
-            decide(c, q.candidates, kBase, s.tc_blocks, p.rule) == kBase) {
-            c.costs_us[kBase] = std::nan("");
+            base_by_rule_for_any_balanced(s, p, upper_makespan, at_top.costs_us[kBase], balanced_bound) &&
+            decide(at_top, q.candidates, kBase, s.tc_blocks, p.rule) == kBase) {
             c.path = kBase;
             return c;
         }
