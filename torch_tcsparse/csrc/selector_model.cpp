@@ -66,7 +66,8 @@ double exact_base_makespan(const Matrix& m, int64_t max_blocks, double block_uni
             lanes[cost] += static_cast<int32_t>(cut_short);
             latest = std::max(latest, cost);
         }
-        std::vector<int32_t> count(lanes.begin(), lanes.begin() + ring);
+        // The lanes summed into the first: the count the rest of the schedule pops and pushes.
+        int32_t* count = lanes.data();
         for (int64_t lane = 1; lane <= lane_mask; ++lane) {
             for (int64_t t = 0; t < ring; ++t) count[t] += lanes[lane * ring + t];
         }

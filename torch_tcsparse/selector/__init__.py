@@ -66,8 +66,11 @@ conversion's per-window prefix sums, ``MetcfLayout.host_counts``, kept by refere
 read from the device and no O(windows) prefix is recomputed), a calibration's constants once per
 N bucket, dtype and process, and each first choice at an N bucket is one call. The C++ model
 simulates a kernel's schedule only where the choice depends on it: a kernel costs at least its
-launch and its evenly spread work, and where "rows" (or "grouped") beats that bound the kernels
-cannot be chosen. The Python model explains choices, runs without a GPU, and is what
+launch, its evenly spread work and its heaviest window (base) or chunk (balanced), and base at
+most its even share plus its heaviest window (Graham's bound on list scheduling). Where "rows"
+(or "grouped") beats the kernels' lower bounds they cannot be chosen; where base wins at its upper
+bound no schedule is simulated; the balanced grid is walked only where AR may pick it and its
+cost matters. The Python model explains choices, runs without a GPU, and is what
 ``benchmarks/selector.py`` fits and scores offline. A launch that fits in one wave (every warp
 resident at once, the small graphs) has a closed form, exact: base's makespan is its largest
 window, the balanced grid gives each warp one chunk. Beyond one wave, list scheduling is exact up
