@@ -260,30 +260,37 @@ double base_makespan_lower_bound(const Matrix& m, const Summary& s, double block
     return m.windows == 0 ? 0.0 : block_units + static_cast<double>(s.max_blocks);
 }
 
-// Every chunk of the balanced grid lies whole in one warp, a segment of its own at least: the
-// heaviest chunk bounds the makespan, both at the kernel's units and at base's block cost.
-double balanced_makespan_lower_bound(const Summary& s, double segment_units, int64_t chunk) {
+// Items (chunks times slices) each warp of the balanced grid takes: balanced_units' `per`, 1 where
+// there is a warp per item.
+int64_t balanced_items_per_warp(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, int64_t chunk) {
+    const int64_t items = s.chunks * slices;
+    if (items <= slots) return 1;
+    const int64_t upper = (m.windows + s.tc_blocks / chunk + 1) * slices;
+    return ceil_div(items, std::min(upper, slots));
+}
+
+// Every warp of the balanced grid takes `per` consecutive chunks, a segment of its own at least.
+// The heaviest chunk bounds the makespan; and a window of at least 2 per - 1 full chunks (all of
+// a window's chunks but its last are full) holds some warp's `per` chunks whole, at both the
+// kernel's units and base's block cost.
+double balanced_makespan_lower_bound(const Summary& s, double segment_units, int64_t chunk, int64_t per) {
     if (s.chunks == 0) return 0.0;
-    const int64_t heaviest = s.split_windows ? chunk : s.max_single_chunk_blocks;
+    int64_t heaviest = s.max_single_chunk_blocks;
+    if (s.split_windows) heaviest = s.max_blocks / chunk >= 2 * per - 1 ? per * chunk : chunk;
     return segment_units + static_cast<double>(heaviest);
 }
 
 // The balanced grid does at least its TC blocks and a segment per warp and per non-empty window
 // of each slice, and zeroes at least the empty windows.
 double balanced_lower_bound_us(const Matrix& m, const Summary& s, const KernelPrices& p, int64_t slices,
-                               int64_t slots, double miss, int64_t chunk) {
-    const int64_t items = s.chunks * slices;
+                               int64_t slots, double miss, int64_t chunk, int64_t per) {
     if (p.segment_units < 0 || p.split_units < 0 || p.zero_us < 0) return -INFINITY;
-    int64_t warps = items;
-    if (items > slots) {
-        const int64_t upper = (m.windows + s.tc_blocks / chunk + 1) * slices;
-        warps = ceil_div(items, ceil_div(items, std::min(upper, slots)));
-    }
+    const int64_t warps = ceil_div(s.chunks * slices, per);
     const int64_t segments = std::max(warps, (m.windows - s.empty_windows) * slices);
     const double work = static_cast<double>(slices) * static_cast<double>(s.tc_blocks) +
                         p.segment_units * static_cast<double>(segments);
-    return kernel_lower_bound_us(p, balanced_makespan_lower_bound(s, p.segment_units, chunk), work, false, slots, miss,
-                                 p.zero_us * static_cast<double>(s.empty_windows * m.window));
+    return kernel_lower_bound_us(p, balanced_makespan_lower_bound(s, p.segment_units, chunk, per), work, false, slots,
+                                 miss, p.zero_us * static_cast<double>(s.empty_windows * m.window));
 }
 
 // The choice ``decide`` makes whatever the kernels cost at or above their bounds, or -1 when
@@ -327,11 +334,11 @@ int kernel_by_rule(const Choice& c, double ar, const Rule& rule) {
 // Whether the rule picks base whatever the balanced grid's schedule, for a base makespan and
 // cost at most these: by AR, when even the lower bound of its denominator leaves AR at or under
 // the threshold; by cost, when balanced's lower bound is no cheaper than base.
-bool base_by_rule_for_any_balanced(const Summary& s, const Prices& p, double base_makespan, double base_cost_us,
-                                   double balanced_bound) {
+bool base_by_rule_for_any_balanced(const Summary& s, const Prices& p, int64_t balanced_per, double base_makespan,
+                                   double base_cost_us, double balanced_bound) {
     if (p.rule.by_cost) return balanced_bound >= base_cost_us;
     if (p.base.block_units < 0) return false;
-    const double denominator = balanced_makespan_lower_bound(s, p.base.block_units, p.chunk);
+    const double denominator = balanced_makespan_lower_bound(s, p.base.block_units, p.chunk, balanced_per);
     return denominator > 0 && base_makespan / denominator <= p.rule.ar_threshold;
 }
 
@@ -392,8 +399,9 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
         c.priced[kGrouped] = true;
     }
     c.costs_us[kBase] = c.costs_us[kBalanced] = std::nan("");
+    const int64_t balanced_per = balanced_items_per_warp(m, s, balanced_slices, balanced_slots, p.chunk);
     const double balanced_bound =
-        balanced_lower_bound_us(m, s, p.balanced, balanced_slices, balanced_slots, miss, p.chunk);
+        balanced_lower_bound_us(m, s, p.balanced, balanced_slices, balanced_slots, miss, p.chunk, balanced_per);
     if (!q.all_costs) {
         const double work = base_work(m, s, base_slices, p.base.block_units);
         const double base_bound = kernel_lower_bound_us(p.base, base_makespan_lower_bound(m, s, p.base.block_units),
@@ -410,7 +418,7 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
         at_top.costs_us[kBase] =
             std::max(p.base.floor_us, kernel_time_us(p.base, upper_makespan, work, base_slots, miss));
         if (p.base.tail_us >= 0 && p.rule.rows_margin <= 1.0 &&
-            base_by_rule_for_any_balanced(s, p, upper_makespan, at_top.costs_us[kBase], balanced_bound) &&
+            base_by_rule_for_any_balanced(s, p, balanced_per, upper_makespan, at_top.costs_us[kBase], balanced_bound) &&
             decide(at_top, q.candidates, kBase, s.tc_blocks, p.rule) == kBase) {
             c.path = kBase;
             return c;
@@ -424,7 +432,7 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
         // The balanced grid is walked only where the choice depends on it: where the rule may pick
         // balanced and the choice would then turn on its cost, or differ from the choice with base.
         const int with_base = decide(c, q.candidates, kBase, s.tc_blocks, p.rule);
-        if (base_by_rule_for_any_balanced(s, p, base.makespan, c.costs_us[kBase], balanced_bound) ||
+        if (base_by_rule_for_any_balanced(s, p, balanced_per, base.makespan, c.costs_us[kBase], balanced_bound) ||
             settled_without_kernels(c, q.candidates, s.tc_blocks, INFINITY, balanced_bound, p.rule) == with_base) {
             c.path = with_base;
             return c;
