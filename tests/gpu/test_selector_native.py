@@ -67,8 +67,9 @@ def native_choice(matrix: NativeMatrix, n: int, dtype: torch.dtype, model, candi
     bits = sum(1 << CHOICES.index(path) for path in candidates)
     piece_nnz = csr_rows.split_piece_nnz(matrix.nnz, matrix.max_row_nnz, dtype)
     exact = dtype == torch.float32 and not kernels_module.tf32_allowed()
-    code, costs = _ext.eager().choose_path(matrix.handle, native.prices(model, n, dtype), n, dtype, exact, piece_nnz,
-                                           bits, all_costs, model.cuda_index)
+    arguments = (matrix.handle, native.prices(model, n, dtype), n, dtype, exact, piece_nnz, bits, model.cuda_index)
+    code, costs = _ext.eager().price_paths(*arguments, all_costs)
+    assert _ext.eager().choose_path(*arguments) == code
     return CHOICES[code], costs
 
 

@@ -142,10 +142,9 @@ sel::Launch launch_of(at::ScalarType dtype, int64_t windows, int64_t n, bool bal
     return {resident, slices};
 }
 
-// (path index in CHOICES, predicted us per path with NaN where unpriced) at N bucket `n`
-// (selector_model.h's Query and Choice).
-py::tuple choose_path(const SelectorMatrix& m, const sel::Prices& prices, int64_t n, at::ScalarType dtype, bool exact,
-                      int64_t piece_nnz, unsigned candidates, bool all_costs, int64_t device_index) {
+// The choice at N bucket `n` (selector_model.h's Query and Choice).
+sel::Choice run_choice(const SelectorMatrix& m, const sel::Prices& prices, int64_t n, at::ScalarType dtype, bool exact,
+                       int64_t piece_nnz, unsigned candidates, int64_t device_index, bool all_costs) {
     TCS_CHECK(n >= 1, "n must be positive, got ", n);
     TCS_CHECK(piece_nnz >= 1, "piece_nnz must be positive, got ", piece_nnz);
     sel::Query q;
@@ -159,7 +158,19 @@ py::tuple choose_path(const SelectorMatrix& m, const sel::Prices& prices, int64_
     q.piece_nnz = piece_nnz;
     q.candidates = candidates;
     q.all_costs = all_costs;
-    const sel::Choice c = sel::choose(m.matrix, m.summary, prices, q);
+    return sel::choose(m.matrix, m.summary, prices, q);
+}
+
+// The path's index in CHOICES: all a product's first choice needs.
+int choose_path(const SelectorMatrix& m, const sel::Prices& prices, int64_t n, at::ScalarType dtype, bool exact,
+                int64_t piece_nnz, unsigned candidates, int64_t device_index) {
+    return run_choice(m, prices, n, dtype, exact, piece_nnz, candidates, device_index, false).path;
+}
+
+// (path index in CHOICES, predicted us per path with NaN where unpriced).
+py::tuple price_paths(const SelectorMatrix& m, const sel::Prices& prices, int64_t n, at::ScalarType dtype, bool exact,
+                      int64_t piece_nnz, unsigned candidates, int64_t device_index, bool all_costs) {
+    const sel::Choice c = run_choice(m, prices, n, dtype, exact, piece_nnz, candidates, device_index, all_costs);
     return py::make_tuple(c.path, py::make_tuple(c.costs_us[0], c.costs_us[1], c.costs_us[2], c.costs_us[3],
                                                  c.costs_us[4]));
 }
@@ -175,8 +186,10 @@ void add_selector(py::module_& m) {
     py::class_<sel::Prices>(m, "SelectorPrices")
         .def(py::init(&make_prices), py::arg("paths"), py::arg("grouped"), py::arg("rule"), py::arg("sizes"));
     m.def("choose_path", &choose_path, py::arg("matrix"), py::arg("prices"), py::arg("n"), py::arg("dtype"),
-          py::arg("exact"), py::arg("piece_nnz"), py::arg("candidates"), py::arg("all_costs"),
-          py::arg("device_index"));
+          py::arg("exact"), py::arg("piece_nnz"), py::arg("candidates"), py::arg("device_index"));
+    m.def("price_paths", &price_paths, py::arg("matrix"), py::arg("prices"), py::arg("n"), py::arg("dtype"),
+          py::arg("exact"), py::arg("piece_nnz"), py::arg("candidates"), py::arg("device_index"),
+          py::arg("all_costs"));
 }
 
 }  // namespace tcsparse_binding

@@ -118,8 +118,10 @@ class SelectionCache:
         measure = trials.allowed(device)
         if device.type == "cuda" and native.available():
             matrix = self._native or self._native_of(layout)
-            choice, costs, candidates = matrix.choose(n, dtype, device, measure)
-            if measure and costs is not None:
+            if not measure:
+                return matrix.path(n, dtype, device)
+            choice, costs, candidates = matrix.choose(n, dtype, device, all_costs=True)
+            if costs is not None:
                 costs = native.costs_by_path(costs)
         else:
             shape = self._shape_of(layout)

@@ -5,9 +5,10 @@ The Python model (``model.predict``) costs 50-500 us of interpreter time on a GP
 products of 13-50 us on the small graphs; issue 6 allows half of one. So on a GPU the choice is
 one call into the extension: a matrix's features are handed over once (the conversion's prefix
 sums, kept by reference, and the sizes), a calibration's constants once per (N bucket, dtype) and
-process, and the call returns the choice and every path's predicted time. The C++ model follows
-the Python one step for step (tests/gpu/test_selector_native.py checks both agree); the Python
-model still explains choices, runs without a GPU and is what the calibration fits."""
+process, and the call returns the choice (``path``: a product's first choice), or the choice
+with every path's predicted time (``choose``: what a trial's shortlist reads). The C++ model
+follows the Python one step for step (tests/gpu/test_selector_native.py checks both agree); the
+Python model still explains choices, runs without a GPU and is what the calibration fits."""
 from __future__ import annotations
 
 import math
@@ -53,7 +54,7 @@ class NativeMatrix:
         eager = _ext.eager()
         self.handle = eager.SelectorMatrix(window, num_windows, rows, cols, nnz, max_row_nnz, *prefixes,
                                            rows_share_ratio, blocks, rest, one_chunk, BALANCE_CHUNK)
-        self._choose_path = eager.choose_path
+        self._choose_path, self._price_paths = eager.choose_path, eager.price_paths
         # (dtype, deterministic) -> (candidates, their bits, rows piece): per matrix and dtype, so
         # built with the features for the kernels' dtypes as results are by default.
         self._queries: dict = {}
@@ -90,27 +91,43 @@ class NativeMatrix:
         return cls(shape.window, shape.num_windows, shape.rows, shape.num_cols, shape.nnz, shape.max_row_nnz,
                    shape._chunk_prefixes, shape.rows_share_ratio, grouped)
 
+    def path(self, n: int, dtype: torch.dtype, device: torch.device) -> str:
+        """The path at N bucket ``n`` for X of ``dtype`` on ``device``: what a product's first
+        choice at that bucket asks for (``choose`` without the costs)."""
+        arguments, _ = self._arguments(n, dtype, device)
+        return "csr" if arguments is None else CHOICES[self._choose_path(*arguments)]
+
     def choose(self, n: int, dtype: torch.dtype, device: torch.device, all_costs: bool = False):
         """(path, predicted us of every path as a tuple in ``CHOICES`` order, the candidate paths)
         at N bucket ``n`` for X of ``dtype`` on ``device``. NaN stands for a path not priced:
         "grouped" without its layout, and, unless ``all_costs``, the kernels where their launch
         and evenly spread work already rule them out (their schedules are then not simulated);
         the costs are None where only "csr" can run."""
+        arguments, candidates = self._arguments(n, dtype, device)
+        if arguments is None:
+            return "csr", None, candidates
+        code, costs = self._price_paths(*arguments, all_costs)
+        return CHOICES[code], costs, candidates
+
+    def _arguments(self, n: int, dtype: torch.dtype, device: torch.device):
+        """(the C++ choice's arguments, or None where only "csr" can run; the candidate paths)."""
         deterministic = torch.are_deterministic_algorithms_enabled()
         candidates, bits, piece_nnz = self._queries.get((dtype, deterministic)) or self._query(dtype, deterministic)
         if candidates == ("csr",):
-            return "csr", None, candidates
-        context = _contexts.get((n, dtype, device))
-        if context is None:
-            model = device_model(device)
-            context = _contexts[n, dtype, device] = (prices(model, n, dtype), model.cuda_index)
+            return None, candidates
+        context = _contexts.get((n, dtype, device)) or _context(n, dtype, device)
         exact = dtype == torch.float32 and not tf32_allowed()
-        code, costs = self._choose_path(self.handle, context[0], n, dtype, exact, piece_nnz, bits, all_costs, context[1])
-        return CHOICES[code], costs, candidates
+        return (self.handle, context[0], n, dtype, exact, piece_nnz, bits, context[1]), candidates
 
 
 # (N bucket, dtype, device) -> (its prices, CUDA index): what a choice looks up once per call.
 _contexts: dict = {}
+
+
+def _context(n: int, dtype: torch.dtype, device: torch.device) -> tuple:
+    model = device_model(device)
+    context = _contexts[n, dtype, device] = (prices(model, n, dtype), model.cuda_index)
+    return context
 
 
 def costs_by_path(costs: tuple) -> dict:

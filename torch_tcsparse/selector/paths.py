@@ -12,5 +12,5 @@ def n_bucket(n: int) -> int:
     """The N a choice is computed and cached for: the next power of two, at least 32."""
     if n < 1:
         raise ValueError(f"N must be positive, got {n}")
-    return max(BUCKETS[0], 1 << (n - 1).bit_length())
+    return BUCKETS[0] if n <= BUCKETS[0] else 1 << (n - 1).bit_length()
 
