@@ -1,6 +1,7 @@
 """Reordering benchmark: per graph and method, ME-TCF Tensor-Core blocks, MeanNnzTC (nonzeros
 per block), blocks-per-window spread, reorder time, and, when the CUDA kernels are available,
-SpMM time of ``A @ X`` before and after (the kernel the library picks). The "auto" row is
+SpMM time of ``A @ X`` before and after (the kernel the library picks; the original and every
+reordered matrix timed in interleaved rounds). The "auto" row is
 ``choose``: what ``reorder="auto"`` keeps. Writes reorder.csv into --out (default $OUT, else
 ./out) and prints the table last.
 
@@ -81,10 +82,17 @@ def timed(fn, device, repeats: int):
     return result, statistics.median(times)
 
 
-def spmm_ms(csr, perm, n: int, device):
-    """(median ms per call of A @ X through TCSparseTensor with the given row permutation (None:
-    no reordering), the path the library settled on); X rotated out of L2, small graphs timed over
-    back-to-back calls (``batch_for``)."""
+# Interleaved timing rounds per graph: the original and every reordered matrix are timed in turn,
+# so that a drift of the machine (clocks, host load) falls on all of them alike. Timed one after
+# the other, two products of the same matrix (auto keeping the original order) ran 16 and 24 us
+# on an H200 (2026-11-24).
+ROUNDS = 4
+
+
+def product(csr, perm, n: int, device) -> tuple:
+    """(call, operands, batch, path) of ``A @ X`` through TCSparseTensor with the given row
+    permutation (None: no reordering): X rotated out of L2, small graphs timed over back-to-back
+    calls (``batch_for``), the path the library settled on on the first product."""
     from torch_tcsparse.tensor import TCSparseTensor
 
     row = csr.row_indices()
@@ -93,7 +101,17 @@ def spmm_ms(csr, perm, n: int, device):
     xs = [(torch.randn(csr.num_cols, n, device=device),) for _ in range(rotation_count(csr.num_cols * n * 4))]
     path = settle(a, xs[0][0])  # the choice measured on the first product (torch_tcsparse.trials)
     call = lambda x: a @ x  # noqa: E731
-    return time_cuda(call, xs, batch=batch_for(call, xs)), path
+    return call, xs, batch_for(call, xs), path
+
+
+def interleaved_ms(products: dict, rounds: int = ROUNDS) -> dict:
+    """Median ms per call of each of ``products`` (key -> ``product``) over ``rounds`` rounds,
+    each timing every product in turn."""
+    samples = {key: [] for key in products}
+    for _ in range(rounds):
+        for key, (call, xs, batch, _) in products.items():
+            samples[key].append(time_cuda(call, xs, reps=5, batch=batch))
+    return {key: statistics.median(values) for key, values in samples.items()}
 
 
 def main() -> None:
@@ -135,8 +153,7 @@ def main() -> None:
         csr = from_coo(row, col, None, num_nodes, num_nodes)
         del row, col
         base = build_metcf(csr, args.window)[0].stats()
-        base_ms, base_path = spmm_ms(csr, None, args.n, device) if with_spmm else (float("nan"), "")
-        rows.append(record(name, csr, "none", base, base, 0.0, base_ms, base_ms, base_path))
+        orders = {"none": (None, base, 0.0)}  # label -> (row permutation, ME-TCF stats, reorder s)
         for method in methods:
             if method == "rcm" and csr.nnz > args.rcm_max_nnz:
                 print(f"skip rcm on {name}: {csr.nnz:,} nonzeros > --rcm-max-nnz", flush=True)
@@ -148,9 +165,16 @@ def main() -> None:
                 perm, seconds = timed(lambda: reorder(csr, method, window=args.window, seed=args.seed),
                                       device, args.repeats)
                 label = method
-            stats = build_metcf(csr, args.window, perm)[0].stats()
-            ms, path = spmm_ms(csr, perm, args.n, device) if with_spmm else (float("nan"), "")
-            rows.append(record(name, csr, label, stats, base, seconds, base_ms, ms, path))
+            orders[label] = (perm, build_metcf(csr, args.window, perm)[0].stats(), seconds)
+        if with_spmm:
+            products = {label: product(csr, perm, args.n, device) for label, (perm, _, _) in orders.items()}
+            times = interleaved_ms(products)
+            paths = {label: entry[3] for label, entry in products.items()}
+            del products
+        else:
+            times, paths = dict.fromkeys(orders, float("nan")), dict.fromkeys(orders, "")
+        for label, (_, stats, seconds) in orders.items():
+            rows.append(record(name, csr, label, stats, base, seconds, times["none"], times[label], paths[label]))
             print(format_row(rows[-1]), flush=True)
         del csr
         if device.type == "cuda":
