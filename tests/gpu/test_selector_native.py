@@ -69,7 +69,6 @@ def native_choice(matrix: NativeMatrix, n: int, dtype: torch.dtype, model, candi
     exact = dtype == torch.float32 and not kernels_module.tf32_allowed()
     arguments = (matrix.handle, native.prices(model, n, dtype), n, dtype, exact, piece_nnz, bits, model.cuda_index)
     code, costs = _ext.eager().price_paths(*arguments, all_costs)
-    assert _ext.eager().choose_path(*arguments) == code
     return CHOICES[code], costs
 
 
@@ -79,16 +78,20 @@ def test_native_choice_and_costs_match_the_python_model(kernels, seed, tf32, mon
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)  # the fp32 kernels' launch shapes differ
     rng = np.random.default_rng(seed)
     models = device_models()
+    cuda = torch.device("cuda")
     for _ in range(30):
         shape = random_shape(rng)
         matrix = NativeMatrix.of_shape(shape)
         for model in models:
             for n in selector.BUCKETS:
                 for dtype in DTYPES:
-                    candidates = cost_model.runnable_paths(dtype, torch.device("cuda"), shape)
-                    if rng.random() < 0.3:
+                    candidates = cost_model.runnable_paths(dtype, cuda, shape)
+                    everything = model is models[0] and rng.random() >= 0.3
+                    if not everything:
                         candidates = tuple(p for p in candidates if p != "rows")
                     expected, expected_costs = cost_model.predicted_choice(shape, n, model, candidates, dtype)
+                    if everything:  # a product's first choice: the device's own prices and candidates
+                        assert matrix.path(n, dtype, cuda) == expected
                     choice, costs = native_choice(matrix, n, dtype, model, candidates, all_costs=True)
                     pruned_choice, pruned_costs = native_choice(matrix, n, dtype, model, candidates, all_costs=False)
                     assert choice == pruned_choice == expected, (shape.num_windows, n, dtype, expected_costs, costs)
@@ -96,6 +99,28 @@ def test_native_choice_and_costs_match_the_python_model(kernels, seed, tf32, mon
                     assert priced == pytest.approx(expected_costs, rel=1e-12)
                     for full, pruned in zip(costs, pruned_costs):
                         assert math.isnan(pruned) or pruned == full
+
+
+@pytest.mark.parametrize("precision", ["highest", "high"])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_a_first_choice_reads_torchs_modes(kernels, precision, deterministic, monkeypatch):
+    """``NativeMatrix.path`` reads the TF32 and deterministic modes in C++: it answers what
+    ``choose`` answers from the modes read in Python."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    previous = torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled()
+    torch.set_float32_matmul_precision(precision)
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    try:
+        rng = np.random.default_rng(7)
+        cuda = torch.device("cuda")
+        for _ in range(20):
+            matrix = NativeMatrix.of_shape(random_shape(rng))
+            for n in selector.BUCKETS:
+                for dtype in DTYPES:
+                    assert matrix.path(n, dtype, cuda) == matrix.choose(n, dtype, cuda)[0]
+    finally:
+        torch.set_float32_matmul_precision(previous[0])
+        torch.use_deterministic_algorithms(previous[1])
 
 
 def test_a_product_runs_the_choice_explain_gives(kernels):

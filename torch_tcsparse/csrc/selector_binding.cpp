@@ -8,6 +8,9 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 #include "binding_checks.h"
@@ -22,11 +25,23 @@ namespace tcsparse_binding {
 
 using Prefix = py::array_t<int64_t, py::array::c_style>;
 
+// The paths a matrix may take for one X dtype and deterministic mode (bits of CHOICES) and the
+// rows path's piece size: model.runnable_paths and csr_rows.split_piece_nnz, handed over from
+// Python once each.
+struct Candidates {
+    unsigned bits = 0;
+    int64_t piece_nnz = 0;
+};
+
+// The kernels' X dtypes: float32, float16, bfloat16.
+constexpr int kDtypeSlots = 3;
+
 // A matrix's features; holds the prefix arrays it points into.
 struct SelectorMatrix {
     sel::Matrix matrix;
     sel::Summary summary;
     Prefix chunk_start, block_start, nonempty_before;
+    std::optional<Candidates> candidates[kDtypeSlots][2];  // [dtype slot][deterministic]
 };
 
 namespace {
@@ -161,10 +176,57 @@ sel::Choice run_choice(const SelectorMatrix& m, const sel::Prices& prices, int64
     return sel::choose(m.matrix, m.summary, prices, q);
 }
 
-// The path's index in CHOICES: all a product's first choice needs.
-int choose_path(const SelectorMatrix& m, const sel::Prices& prices, int64_t n, at::ScalarType dtype, bool exact,
-                int64_t piece_nnz, unsigned candidates, int64_t device_index) {
-    return run_choice(m, prices, n, dtype, exact, piece_nnz, candidates, device_index, false).path;
+int dtype_slot(at::ScalarType dtype) {
+    switch (dtype) {
+        case at::kFloat: return 0;
+        case at::kHalf: return 1;
+        case at::kBFloat16: return 2;
+        default: return -1;
+    }
+}
+
+// A calibration's prices per (N bucket, dtype slot, CUDA index), handed over from Python once per
+// process (selector/native.py) and kept for every later first choice.
+std::map<std::tuple<int64_t, int, int64_t>, sel::Prices>& price_registry() {
+    static std::map<std::tuple<int64_t, int, int64_t>, sel::Prices> registry;
+    return registry;
+}
+
+void set_candidates(SelectorMatrix& m, at::ScalarType dtype, bool deterministic, unsigned bits, int64_t piece_nnz) {
+    const int slot = dtype_slot(dtype);
+    TCS_CHECK(slot >= 0, "candidates are kept for float32, float16 and bfloat16, got ", dtype);
+    TCS_CHECK(piece_nnz >= 1, "piece_nnz must be positive, got ", piece_nnz);
+    m.candidates[slot][deterministic ? 1 : 0] = Candidates{bits, piece_nnz};
+}
+
+void register_prices(int64_t n, at::ScalarType dtype, int64_t device_index, const sel::Prices& prices) {
+    const int slot = dtype_slot(dtype);
+    TCS_CHECK(slot >= 0, "prices are kept for float32, float16 and bfloat16, got ", dtype);
+    price_registry()[{n, slot, device_index}] = prices;
+}
+
+// Whether float32 products may round to TF32: kernels.tf32_allowed, from the same flags.
+bool tf32_allowed() {
+    const auto& context = at::globalContext();
+    return context.allowTF32CuBLAS() || context.float32MatmulPrecision() != at::Float32MatmulPrecision::HIGHEST;
+}
+
+// A product's first choice at N bucket `n`: the path's index in CHOICES, or -1 where Python has
+// not yet handed over the matrix's candidates for this dtype and mode, or the prices of this
+// bucket, dtype and device. Torch's modes (deterministic algorithms, TF32) are read here rather
+// than passed: the Python around this call is what a first choice costs on small graphs.
+int first_path(const SelectorMatrix& m, int64_t n, at::ScalarType dtype, const c10::Device& device) {
+    const int slot = dtype_slot(dtype);
+    if (slot < 0 || !device.is_cuda()) return -1;
+    const auto& candidates = m.candidates[slot][at::globalContext().deterministicAlgorithms() ? 1 : 0];
+    if (!candidates) return -1;
+    if (candidates->bits == 1u << sel::kCsr) return sel::kCsr;
+    const int64_t index = device.has_index() ? device.index() : c10::cuda::current_device();
+    const auto& registry = price_registry();
+    const auto prices = registry.find({n, slot, index});
+    if (prices == registry.end()) return -1;
+    const bool exact = dtype == at::kFloat && !tf32_allowed();
+    return run_choice(m, prices->second, n, dtype, exact, candidates->piece_nnz, candidates->bits, index, false).path;
 }
 
 // (path index in CHOICES, predicted us per path with NaN where unpriced).
@@ -185,8 +247,11 @@ void add_selector(py::module_& m) {
              py::arg("grouped_rest_nnz"), py::arg("grouped_one_chunk"), py::arg("chunk"));
     py::class_<sel::Prices>(m, "SelectorPrices")
         .def(py::init(&make_prices), py::arg("paths"), py::arg("grouped"), py::arg("rule"), py::arg("sizes"));
-    m.def("choose_path", &choose_path, py::arg("matrix"), py::arg("prices"), py::arg("n"), py::arg("dtype"),
-          py::arg("exact"), py::arg("piece_nnz"), py::arg("candidates"), py::arg("device_index"));
+    m.def("set_candidates", &set_candidates, py::arg("matrix"), py::arg("dtype"), py::arg("deterministic"),
+          py::arg("bits"), py::arg("piece_nnz"));
+    m.def("register_prices", &register_prices, py::arg("n"), py::arg("dtype"), py::arg("device_index"),
+          py::arg("prices"));
+    m.def("first_path", &first_path, py::arg("matrix"), py::arg("n"), py::arg("dtype"), py::arg("device"));
     m.def("price_paths", &price_paths, py::arg("matrix"), py::arg("prices"), py::arg("n"), py::arg("dtype"),
           py::arg("exact"), py::arg("piece_nnz"), py::arg("candidates"), py::arg("device_index"),
           py::arg("all_costs"));

@@ -92,7 +92,12 @@ class SelectionCache:
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
-            state = self._by_bucket[bucket] = self._outside_graphs(self._first_choice, layout, *bucket)
+            # The matrix's C++ features exist only on a GPU: a prediction there is one call.
+            if self._native is not None and not trials.is_enabled() and not torch.compiler.is_compiling():
+                state = self._native.path(*bucket)
+            if state is None:
+                state = self._outside_graphs(self._first_choice, layout, *bucket)
+            self._by_bucket[bucket] = state
         if isinstance(state, trials.Trial):
             return state.paths[0], state if trials.allowed(normalized) else None
         self._choices[key] = state
@@ -118,10 +123,11 @@ class SelectionCache:
         measure = trials.allowed(device)
         if device.type == "cuda" and native.available():
             matrix = self._native or self._native_of(layout)
-            if not measure:
-                return matrix.path(n, dtype, device)
-            choice, costs, candidates = matrix.choose(n, dtype, device, all_costs=True)
-            if costs is not None:
+            path = None if measure else matrix.path(n, dtype, device)
+            if path is not None:
+                return path
+            choice, costs, candidates = matrix.choose(n, dtype, device, all_costs=measure)
+            if measure and costs is not None:
                 costs = native.costs_by_path(costs)
         else:
             shape = self._shape_of(layout)

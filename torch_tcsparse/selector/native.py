@@ -6,7 +6,10 @@ products of 13-50 us on the small graphs; issue 6 allows half of one. So on a GP
 one call into the extension: a matrix's features are handed over once (the conversion's prefix
 sums, kept by reference, and the sizes), a calibration's constants once per (N bucket, dtype) and
 process, and the call returns the choice (``path``: a product's first choice), or the choice
-with every path's predicted time (``choose``: what a trial's shortlist reads). The C++ model
+with every path's predicted time (``choose``: what a trial's shortlist reads). ``path`` passes
+only (N bucket, dtype, device): the matrix's candidates and the prices stay in C++, which reads
+torch's TF32 and deterministic modes itself, so that a first choice is a few lines of Python
+(on an H100 host the Python around the call had cost 8-10 us of a 13 us product). The C++ model
 follows the Python one step for step (tests/gpu/test_selector_native.py checks both agree); the
 Python model still explains choices, runs without a GPU and is what the calibration fits."""
 from __future__ import annotations
@@ -54,7 +57,8 @@ class NativeMatrix:
         eager = _ext.eager()
         self.handle = eager.SelectorMatrix(window, num_windows, rows, cols, nnz, max_row_nnz, *prefixes,
                                            rows_share_ratio, blocks, rest, one_chunk, BALANCE_CHUNK)
-        self._choose_path, self._price_paths = eager.choose_path, eager.price_paths
+        self._first_path, self._price_paths, self._set_candidates = (
+            eager.first_path, eager.price_paths, eager.set_candidates)
         # (dtype, deterministic) -> (candidates, their bits, rows piece): per matrix and dtype, so
         # built with the features for the kernels' dtypes as results are by default.
         self._queries: dict = {}
@@ -62,13 +66,15 @@ class NativeMatrix:
             self._query(dtype, False)
 
     def _query(self, dtype: torch.dtype, deterministic: bool) -> tuple:
-        """The candidate paths (``model.runnable_paths``), their bits and the rows path's pieces."""
+        """The candidate paths (``model.runnable_paths``), their bits and the rows path's pieces,
+        handed to the C++ matrix too."""
         query = self._queries.get((dtype, deterministic))
         if query is None:
             candidates = runnable_paths(dtype, torch.device("cuda"), self, deterministic)
             query = self._queries[dtype, deterministic] = (
                 candidates, sum(1 << CHOICES.index(path) for path in candidates),
                 csr_rows.split_piece_nnz(self.nnz, self.max_row_nnz, dtype))
+            self._set_candidates(self.handle, dtype, deterministic, query[1], query[2])
         return query
 
     @classmethod
@@ -91,11 +97,17 @@ class NativeMatrix:
         return cls(shape.window, shape.num_windows, shape.rows, shape.num_cols, shape.nnz, shape.max_row_nnz,
                    shape._chunk_prefixes, shape.rows_share_ratio, grouped)
 
-    def path(self, n: int, dtype: torch.dtype, device: torch.device) -> str:
-        """The path at N bucket ``n`` for X of ``dtype`` on ``device``: what a product's first
-        choice at that bucket asks for (``choose`` without the costs)."""
-        arguments, _ = self._arguments(n, dtype, device)
-        return "csr" if arguments is None else CHOICES[self._choose_path(*arguments)]
+    def path(self, n: int, dtype: torch.dtype, device: torch.device) -> str | None:
+        """The path at N bucket ``n`` for X of ``dtype`` on ``device`` (``choose`` without the
+        costs): what a product's first choice at that bucket asks for, in one call that reads
+        torch's modes itself. None where the C++ model cannot answer alone (another device
+        than the prices were registered for, a dtype without kernels): ask ``choose``."""
+        code = self._first_path(self.handle, n, dtype, device)
+        if code < 0 and dtype in KERNEL_DTYPES:
+            self._query(dtype, torch.are_deterministic_algorithms_enabled())
+            _context(n, dtype, device)
+            code = self._first_path(self.handle, n, dtype, device)
+        return CHOICES[code] if code >= 0 else None
 
     def choose(self, n: int, dtype: torch.dtype, device: torch.device, all_costs: bool = False):
         """(path, predicted us of every path as a tuple in ``CHOICES`` order, the candidate paths)
@@ -115,7 +127,7 @@ class NativeMatrix:
         candidates, bits, piece_nnz = self._queries.get((dtype, deterministic)) or self._query(dtype, deterministic)
         if candidates == ("csr",):
             return None, candidates
-        context = _contexts.get((n, dtype, device)) or _context(n, dtype, device)
+        context = _context(n, dtype, device)
         exact = dtype == torch.float32 and not tf32_allowed()
         return (self.handle, context[0], n, dtype, exact, piece_nnz, bits, context[1]), candidates
 
@@ -125,8 +137,13 @@ _contexts: dict = {}
 
 
 def _context(n: int, dtype: torch.dtype, device: torch.device) -> tuple:
-    model = device_model(device)
-    context = _contexts[n, dtype, device] = (prices(model, n, dtype), model.cuda_index)
+    """The context of (``n``, ``dtype``, ``device``), built and registered with the C++ model for
+    its first choices (``NativeMatrix.path``) on first need."""
+    context = _contexts.get((n, dtype, device))
+    if context is None:
+        model = device_model(device)
+        context = _contexts[n, dtype, device] = (prices(model, n, dtype), model.cuda_index)
+        _ext.eager().register_prices(n, dtype, model.cuda_index, context[0])
     return context
 
 
