@@ -67,8 +67,9 @@ read from the device and no O(windows) prefix is recomputed), a calibration's co
 N bucket, dtype and process, and each first choice at an N bucket is one call. The C++ model
 simulates a kernel's schedule only where the choice depends on it: a kernel costs at least its
 launch, its evenly spread work and its heaviest window (base) or warp (balanced: a chunk, or the
-chunks a warp takes inside the largest window where they lie whole), and base at most its even share plus its heaviest window (Graham's bound on list scheduling). Where "rows"
-(or "grouped") beats the kernels' lower bounds they cannot be chosen; where base wins at its upper
+chunks a warp takes inside the largest window where they lie whole), and base at most its even
+share plus its heaviest window (Graham's bound on list scheduling). Where "rows" (or "grouped")
+beats the kernels' lower bounds they cannot be chosen; where base wins at its upper
 bound no schedule is simulated; the balanced grid is walked only where AR may pick it and its
 cost matters. The Python model explains choices, runs without a GPU, and is what
 ``benchmarks/selector.py`` fits and scores offline. A launch that fits in one wave (every warp

@@ -92,7 +92,9 @@ class SelectionCache:
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
-            # The matrix's C++ features exist only on a GPU: a prediction there is one call.
+            # Once the matrix's C++ features exist (on a GPU, from its first choice on), a
+            # prediction is one call; the first choice builds them and anything else
+            # (trials, compiling, a device the prices were not kept for) takes the long way.
             if self._native is not None and not trials.is_enabled() and not torch.compiler.is_compiling():
                 state = self._native.path(*bucket)
             if state is None:
@@ -123,9 +125,6 @@ class SelectionCache:
         measure = trials.allowed(device)
         if device.type == "cuda" and native.available():
             matrix = self._native or self._native_of(layout)
-            path = None if measure else matrix.path(n, dtype, device)
-            if path is not None:
-                return path
             choice, costs, candidates = matrix.choose(n, dtype, device, all_costs=measure)
             if measure and costs is not None:
                 costs = native.costs_by_path(costs)
