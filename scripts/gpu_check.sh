@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The one device script: install, build the CUDA extension once, run the GPU tests under
-# compute-sanitizer (memcheck and racecheck, on a representative subset) and in full without it,
+# compute-sanitizer (memcheck, racecheck and synccheck, on representative subsets) and in full without it,
 # the whole test suite on the GPU, then the benchmarks. A short table comes last; logs, CSV and
 # charts go into $OUT/results.tgz (the device returns at most 8 files).
 #
-#   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,suite,
+#   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,synccheck,suite,
 #                                   bench,reorder,selector,gcn,host_overhead,accuracy (default: build
 #                                   through bench).
 #                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS,
 #                                   HOST_OVERHEAD_ARGS, ACCURACY_ARGS pass options;
 #                                   STAGE_LIMIT caps each test or benchmark stage (seconds);
-#                                   MEMCHECK_FILTER, RACECHECK_FILTER replace the sanitizers'
+#                                   MEMCHECK_FILTER, RACECHECK_FILTER, SYNCCHECK_FILTER replace the sanitizers'
 #                                   pytest -k subsets.
 #
 # Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry it; the
@@ -33,8 +33,11 @@ STAGE_LIMIT=${STAGE_LIMIT:-240}
 declare -a summary
 # racecheck watches every shared-memory access and is the slowest: a narrower subset, without
 # the 16-bit rows tests (the rows kernel uses no shared memory; its float32 tests stay).
+# synccheck checks the warp barriers with partial masks: the rows kernel's split rows (the last
+# piece of a row, counted by lanes of one group) and the kernels with many column tiles.
 declare -A SANITIZER_FILTER=([memcheck]="${MEMCHECK_FILTER:-}"
-  [racecheck]="${RACECHECK_FILTER:-(shape_grid or hub_row or repeated or cut_in_some or narrow) and not (test_rows and float16)}")
+  [racecheck]="${RACECHECK_FILTER:-(shape_grid or hub_row or repeated or cut_in_some or narrow) and not (test_rows and float16)}"
+  [synccheck]="${SYNCCHECK_FILTER:-hub_row or split_sums or bias_on_every_row or strided}")
 
 stage() { [[ "$STAGES" == *",$1,"* ]]; }
 record() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }
@@ -62,7 +65,7 @@ if stage test; then
   record test "rc=$? ($((SECONDS - start)) s): $(tail -1 "$OUT/test.log")"
 fi
 
-for tool in memcheck racecheck; do
+for tool in memcheck racecheck synccheck; do
   if stage $tool; then
     start=$SECONDS
     TCSPARSE_SANITIZER_SUBSET=1 timeout "$STAGE_LIMIT" compute-sanitizer --tool $tool --error-exitcode 99 \

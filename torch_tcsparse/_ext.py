@@ -20,6 +20,7 @@ SOURCES = (
     "bindings.cpp",
     "python_module.cpp",
     "csr_rows_binding.cpp",
+    "split_sums.cpp",
     "grouped_binding.cpp",
     "selector_binding.cpp",
     "selector_model.cpp",

@@ -70,9 +70,10 @@ def split_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
     40 us; snap_wiki-Vote 47.5 -> 17 / 32 -> 21 us; planetoid_pubmed float32 38 -> 23 us;
     ogbl-ddi 129 -> 114 / 84 -> 77 us; R-MAT 18 526 -> 500 / 375 -> 371 us. Smaller pieces cost
     atomics: pieces of 16 ran slower everywhere, 32 slower than 64 in float16 (its steps take
-    twice the nonzeros). A 16-bit split also costs two launches (the rows are summed in an fp32
-    scratch), which outweighed the gain on graphs whose longest row is under PIECE_NNZ
-    (planetoid_cora float16 15 -> 19 us): those stay whole."""
+    twice the nonzeros). In 16-bit, graphs whose longest row is under PIECE_NNZ stay whole: pieces
+    of 32 or 64 were as often slower as faster there (H100, N = 128, one launch per split since
+    2026-11-24: planetoid_cora 11.6 -> 7.9 us, gg_amazon_photo 13.3 -> 20.7, planetoid_pubmed at
+    N = 32 12.3 -> 13.9)."""
     if nnz >= LARGE_NNZ:
         return PIECE_NNZ
     if nnz >= MEDIUM_NNZ:

@@ -81,10 +81,47 @@ def test_rectangular(shape, dtype):
 @pytest.mark.parametrize("n", [7, 32] if SUBSET else [7, 32, 48, 128, 300])
 @pytest.mark.parametrize("bias", [False, True])
 def test_hub_row_split_into_pieces(n, bias, dtype):
-    """One row of 100,000+ nonzeros: hundreds of pieces summed with atomics onto the bias (in an
-    fp32 scratch, rounded once, for 16-bit outputs)."""
+    """One row of 100,000+ nonzeros: hundreds of pieces summed with fp32 atomics, the last piece
+    rounding the sum into Y with the bias."""
     k = HUB_NNZ + 1000
     check(2000, k, n, bias=bias, mean_degree=4, hub_row=1234, hub_nnz=HUB_NNZ, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_sums_stay_zero_between_calls(dtype):
+    """The split rows' sums and counts are kept per stream and left zero by every call, which
+    saves a memset per product: a sum left over would add a whole product to the next one.
+    Matrices of more split rows and wider N than any before (the buffers grow), narrower ones,
+    a side stream, and a CUDA graph replayed while eager calls run on the stream it was captured
+    on."""
+    for n, m in [(32, 3000), (300, 3000), (7, 500), (300, 6000), (64, 200)]:
+        check(m, 2000, n, piece_nnz=5, mean_degree=6, dtype=dtype)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for n in (48, 7):
+            check(3000, 2000, n, bias=True, piece_nnz=5, mean_degree=6, dtype=dtype)
+    torch.cuda.current_stream().wait_stream(side)
+
+    row, col, values = random_matrix(3000, 2000, 6)
+    csr = from_coo(row, col, values.to(dtype), 3000, 2000)
+    pieces = csr_rows.row_pieces(csr.rowptr, 5)
+    x = torch.randn(2000, 64, device="cuda").to(dtype)
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 3000)
+    limit = tolerance(csr, x, product, product)
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
+        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        captured = csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+    for _ in range(3):
+        graph.replay()
+        with torch.cuda.stream(side):
+            eager = csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+        torch.cuda.synchronize()
+        assert relative_error(captured, product) <= limit
+        assert relative_error(eager, product) <= limit
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -171,7 +208,7 @@ def test_repeated_calls_and_deterministic_mode():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_16bit_product_gradient_and_deterministic_mode(dtype):
     """A 16-bit matrix times 16-bit X, and dX through its transpose, both in the dtype with fp32
-    sums: a 10^5-nonzero hub row split into pieces (summed in the fp32 scratch) in the product,
+    sums: a 10^5-nonzero hub row split into pieces (summed in fp32, rounded once) in the product,
     its columns spread over the transpose; unsplit and bitwise repeatable when deterministic."""
     m, k = 3000, HUB_NNZ + 100
     row, col, values = random_matrix(m, k, 6, hub_row=7, hub_nnz=HUB_NNZ)

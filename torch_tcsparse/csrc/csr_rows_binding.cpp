@@ -10,6 +10,7 @@
 #include "binding_checks.h"
 #include "eager_calls.h"
 #include "csr_rows_spmm.h"
+#include "split_sums.h"
 
 namespace {
 
@@ -78,10 +79,7 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
     }
     const c10::cuda::CUDAGuard guard(device);
     at::Tensor y = at::empty({num_rows, n}, xs.options().memory_format(at::MemoryFormat::Contiguous));
-    // 16-bit outputs of split rows are summed in fp32 first.
-    at::Tensor partial;
-    if (dtype != at::kFloat && split_rows.numel() > 0)
-        partial = at::empty({split_rows.numel(), n}, xs.options().dtype(at::kFloat));
+    const SplitBuffers split = split_buffers(device, split_rows.numel(), n);
     const tcsparse::CsrRows a{rowptr.data_ptr<int32_t>(),
                               col.data_ptr<int32_t>(),
                               row_map.has_value() ? row_map->data_ptr<int32_t>() : nullptr,
@@ -97,7 +95,7 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
                                                 std::max<int64_t>(xs.stride(0), 1),
                                                 reinterpret_cast<T*>(y.mutable_data_ptr()), std::max<int64_t>(n, 1), n,
                                                 bp, ac.defined() ? ac.const_data_ptr<float>() : nullptr,
-                                                partial.defined() ? partial.data_ptr<float>() : nullptr,
+                                                split.pointers(),
                                                 c10::cuda::getCurrentCUDAStream()),
                      "csr_rows_spmm");
     });

@@ -5,8 +5,10 @@
 // columns just cover N (no idle lanes on N = 48: 16 lanes x one float4). Each group gathers U
 // rows of X before using any, so a lane has U * CH independent loads in flight: the kernel is
 // bound by gathers, and their latency is hidden by that count, not by occupancy alone. The
-// groups' partial rows are combined with shuffles and written once (atomically for split rows).
-// A 16-byte gather brings 4 floats or 8 halves, so 16-bit X moves half the bytes per column.
+// groups' partial rows are combined with shuffles and written once. The pieces of a split row add
+// theirs to the row's fp32 sums; the piece that adds last rounds them into Y, so a product is one
+// launch (csr_rows_spmm.h). A 16-byte gather brings 4 floats or 8 halves, so 16-bit X moves half
+// the bytes per column.
 #include "csr_rows_spmm.h"
 
 #include <algorithm>
@@ -67,17 +69,38 @@ struct Piece {
     int32_t begin;
     int32_t end;
     int32_t slot;   // index into split_rows, or -1 for a whole row (written once)
+    int32_t count;  // pieces of the row
 };
 
 __device__ __forceinline__ Piece piece_of(const CsrRows& a, int64_t warp) {
     if (warp < a.num_rows) {
         const int32_t row = static_cast<int32_t>(warp);
         const int32_t begin = a.rowptr[row], end = a.rowptr[row + 1];
-        return {end - begin > a.piece_nnz ? -1 : row, begin, end, -1};
+        return {end - begin > a.piece_nnz ? -1 : row, begin, end, -1, 1};
     }
     const int64_t p = warp - a.num_rows;
     const int32_t slot = a.piece_slots[p], row = a.split_rows[slot], begin = a.piece_starts[p];
-    return {row, begin, min(begin + a.piece_nnz, a.rowptr[row + 1]), slot};
+    const int32_t row_begin = a.rowptr[row], row_end = a.rowptr[row + 1];
+    const int32_t count = (row_end - row_begin + a.piece_nnz - 1) / a.piece_nnz;
+    return {row, begin, min(begin + a.piece_nnz, row_end), slot, count};
+}
+
+// Whether this warp's piece is the last of its row to add to the row's sums in this column tile
+// (for the L lanes of group 0, the only ones left). Every piece fences its atomics before it
+// counts itself, so the one that counts last reads complete sums (the memory-fence pattern of
+// the CUDA programming guide); it resets the count for the next call.
+template <int L>
+__device__ __forceinline__ bool last_arrival(int32_t* arrivals, int32_t count) {
+    constexpr unsigned kGroupMask = L == 32 ? 0xffffffffu : (1u << L) - 1;
+    __threadfence();
+    __syncwarp(kGroupMask);
+    int32_t arrived = 0;
+    if (threadIdx.x % 32 == 0) arrived = atomicAdd(arrivals, 1);
+    arrived = __shfl_sync(kGroupMask, arrived, 0);
+    if (arrived != count - 1) return false;
+    __threadfence();
+    if (threadIdx.x % 32 == 0) *arrivals = 0;
+    return true;
 }
 
 __device__ __forceinline__ int64_t output_row(const CsrRows& a, int32_t row) {
@@ -92,7 +115,7 @@ template <typename T, int L, int CH, int V, bool kAddend>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
     csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx,
                     T* __restrict__ y, int64_t ldy, int64_t n, int tile_cols, const T* __restrict__ bias,
-                    const float* __restrict__ addend, float* __restrict__ partial) {
+                    const float* __restrict__ addend, SplitSums split) {
     using Vec = typename Gather<T, V>::type;
     constexpr int G = 32 / L;
     constexpr int U = kGathersInFlight;
@@ -140,81 +163,62 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
 #pragma unroll
             for (int q = 0; q < V; ++q) acc[c][q] += __shfl_xor_sync(0xffffffffu, acc[c][q], offset);
     if (group != 0) return;
-    const int64_t y_row = output_row(a, piece.row);
-    float* sum = nullptr;  // where a split row's pieces meet, in fp32
     if (piece.slot >= 0) {
-        if constexpr (std::is_same_v<T, float>) {
-            sum = y + y_row * ldy + col0;
-        } else {
-            sum = partial + piece.slot * n + col0;
+        // A split row: add this piece to the row's sums; the last piece takes them (read from L2,
+        // where the atomics landed) and leaves them zero for the next call.
+        float* sum = split.sums + piece.slot * n + col0;
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {
+            const int v = lane_in_group + c * L;
+            if (v >= nv) continue;
+#pragma unroll
+            for (int q = 0; q < V; ++q) atomicAdd(sum + v * V + q, acc[c][q]);
+        }
+        if (!last_arrival<L>(split.arrivals + piece.slot * gridDim.y + blockIdx.y, piece.count)) return;
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {
+            const int v = lane_in_group + c * L;
+            if (v >= nv) continue;
+#pragma unroll
+            for (int q = 0; q < V; ++q) {
+                acc[c][q] = __ldcg(sum + v * V + q);
+                __stcg(sum + v * V + q, 0.f);
+            }
         }
     }
+    const int64_t y_row = output_row(a, piece.row);
     T* out = y + y_row * ldy + col0;
     const float* add = kAddend ? addend + y_row * n + col0 : nullptr;
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
         const int v = lane_in_group + c * L;
         if (v >= nv) continue;
-        if (sum != nullptr) {
+        Vec packed;
+        T* e = reinterpret_cast<T*>(&packed);
 #pragma unroll
-            for (int q = 0; q < V; ++q) atomicAdd(sum + v * V + q, acc[c][q]);
-        } else {
-            Vec packed;
-            T* e = reinterpret_cast<T*>(&packed);
-#pragma unroll
-            for (int q = 0; q < V; ++q) {
-                const float b = bias != nullptr ? load_float(bias + col0 + v * V + q) : 0.f;
-                const float s = kAddend ? add[v * V + q] : 0.f;
-                e[q] = Element<T>::from_float(acc[c][q] + b + s);
-            }
-            *reinterpret_cast<Vec*>(out + v * V) = packed;
+        for (int q = 0; q < V; ++q) {
+            const float b = bias != nullptr ? load_float(bias + col0 + v * V + q) : 0.f;
+            const float s = kAddend ? add[v * V + q] : 0.f;
+            e[q] = Element<T>::from_float(acc[c][q] + b + s);
         }
+        *reinterpret_cast<Vec*>(out + v * V) = packed;
     }
 }
-
-// Float rows summed with atomics start from the bias and the addend (or zero).
-__global__ void init_split_rows_kernel(CsrRows a, float* __restrict__ y, int64_t ldy, int64_t n,
-                                       const float* __restrict__ bias, const float* __restrict__ addend) {
-    const int64_t total = a.num_split_rows * n;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t r = i / n, c = i % n;
-        const int64_t row = output_row(a, a.split_rows[r]);
-        y[row * ldy + c] = (bias != nullptr ? bias[c] : 0.f) + (addend != nullptr ? addend[row * n + c] : 0.f);
-    }
-}
-
-// 16-bit rows summed in fp32 are rounded into Y once, with the bias.
-template <typename T>
-__global__ void finish_split_rows_kernel(CsrRows a, const float* __restrict__ partial, T* __restrict__ y, int64_t ldy,
-                                         int64_t n, const T* __restrict__ bias, const float* __restrict__ addend) {
-    const int64_t total = a.num_split_rows * n;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t r = i / n, c = i % n;
-        const int64_t row = output_row(a, a.split_rows[r]);
-        const float b = bias != nullptr ? Element<T>::to_float(bias[c]) : 0.f;
-        const float s = addend != nullptr ? addend[row * n + c] : 0.f;
-        y[row * ldy + c] = Element<T>::from_float(partial[i] + b + s);
-    }
-}
-
-int grid_stride_blocks(int64_t total) { return static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096)); }
 
 template <typename T, int L, int CH, int V>
 cudaError_t launch(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                   const T* bias, const float* addend, float* partial, cudaStream_t stream) {
+                   const T* bias, const float* addend, const SplitSums& split, cudaStream_t stream) {
     constexpr int tile_cols = L * CH * V;
     const int64_t warps = a.num_rows + a.num_pieces;
     const int64_t tiles = (n + tile_cols - 1) / tile_cols;
-    if (tiles > 65535) return cudaErrorInvalidValue;
+    if (tiles > 65535 || (a.num_split_rows > 0 && tiles > csr_rows_max_tiles(n))) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(tiles));
     if (addend != nullptr) {
         csr_rows_kernel<T, L, CH, V, true>
-            <<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, values, x, ldx, y, ldy, n, tile_cols, bias, addend, partial);
+            <<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, values, x, ldx, y, ldy, n, tile_cols, bias, addend, split);
     } else {
         csr_rows_kernel<T, L, CH, V, false>
-            <<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, values, x, ldx, y, ldy, n, tile_cols, bias, nullptr, partial);
+            <<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, values, x, ldx, y, ldy, n, tile_cols, bias, nullptr, split);
     }
     return cudaGetLastError();
 }
@@ -225,65 +229,49 @@ cudaError_t launch(const CsrRows& a, const T* values, const T* x, int64_t ldx, T
 // gathers in flight per SM.
 template <typename T>
 cudaError_t launch_vector(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, const float* addend, float* partial, cudaStream_t stream) {
+                          const T* bias, const float* addend, const SplitSums& split, cudaStream_t stream) {
     constexpr int V = 16 / sizeof(T);
     const int64_t nv = n / V;
-    if (nv <= 4) return launch<T, 4, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    if (nv <= 8) return launch<T, 8, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    if (nv <= 16) return launch<T, 16, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    return launch<T, 32, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+    if (nv <= 4) return launch<T, 4, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    if (nv <= 8) return launch<T, 8, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    if (nv <= 16) return launch<T, 16, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    return launch<T, 32, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
 }
 
 // One element per gather (odd N, strides or pointers off 16 bytes): several per lane instead.
 template <typename T>
 cudaError_t launch_scalar(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, const float* addend, float* partial, cudaStream_t stream) {
-    if (n <= 8) return launch<T, 8, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    if (n <= 16) return launch<T, 16, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    if (n <= 32) return launch<T, 32, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    if (n <= 48) return launch<T, 16, 3, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    if (n <= 64) return launch<T, 32, 2, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    if (n <= 96) return launch<T, 32, 3, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    return launch<T, 32, 4, 1>(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
+                          const T* bias, const float* addend, const SplitSums& split, cudaStream_t stream) {
+    if (n <= 8) return launch<T, 8, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    if (n <= 16) return launch<T, 16, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    if (n <= 32) return launch<T, 32, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    if (n <= 48) return launch<T, 16, 3, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    if (n <= 64) return launch<T, 32, 2, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    if (n <= 96) return launch<T, 32, 3, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
+    return launch<T, 32, 4, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
+// Every launch above covers N in one tile up to 96 columns, and in tiles of at least 128 beyond.
+int64_t csr_rows_max_tiles(int64_t n) { return std::max<int64_t>(1, (n + 127) / 128); }
+
 template <typename T>
 cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, const float* addend, float* partial, cudaStream_t stream) {
-    constexpr bool kFloat = std::is_same_v<T, float>;
+                          const T* bias, const float* addend, const SplitSums& split, cudaStream_t stream) {
     if (a.num_rows == 0 || n == 0) return cudaSuccess;
-    const int64_t split_total = a.num_split_rows * n;
-    if (split_total > 0) {
-        if constexpr (kFloat) {
-            init_split_rows_kernel<<<grid_stride_blocks(split_total), 256, 0, stream>>>(a, y, ldy, n, bias, addend);
-        } else {
-            if (partial == nullptr) return cudaErrorInvalidValue;
-            if (cudaError_t err = cudaMemsetAsync(partial, 0, split_total * sizeof(float), stream); err != cudaSuccess)
-                return err;
-        }
-        if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-    }
+    if (a.num_split_rows > 0 && (split.sums == nullptr || split.arrivals == nullptr)) return cudaErrorInvalidValue;
     constexpr int V = 16 / sizeof(T);
     const bool vector = n % V == 0 && ldx % V == 0 && ldy % V == 0 && aligned16(x) && aligned16(y);
-    const cudaError_t err = vector ? launch_vector(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream)
-                                   : launch_scalar(a, values, x, ldx, y, ldy, n, bias, addend, partial, stream);
-    if constexpr (!kFloat) {
-        if (err == cudaSuccess && split_total > 0) {
-            finish_split_rows_kernel<T>
-                <<<grid_stride_blocks(split_total), 256, 0, stream>>>(a, partial, y, ldy, n, bias, addend);
-            return cudaGetLastError();
-        }
-    }
-    return err;
+    return vector ? launch_vector(a, values, x, ldx, y, ldy, n, bias, addend, split, stream)
+                  : launch_scalar(a, values, x, ldx, y, ldy, n, bias, addend, split, stream);
 }
 
 #define TCSPARSE_INSTANTIATE_CSR_ROWS(T)                                                                      \
     template cudaError_t csr_rows_spmm<T>(const CsrRows&, const T*, const T*, int64_t, T*, int64_t, int64_t, \
-                                          const T*, const float*, float*, cudaStream_t);
+                                          const T*, const float*, const SplitSums&, cudaStream_t);
 TCSPARSE_INSTANTIATE_CSR_ROWS(float)
 TCSPARSE_INSTANTIATE_CSR_ROWS(__half)
 TCSPARSE_INSTANTIATE_CSR_ROWS(__nv_bfloat16)
