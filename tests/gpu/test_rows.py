@@ -92,8 +92,9 @@ def test_split_sums_stay_zero_between_calls(dtype):
     """The split rows' sums and counts are kept per stream and left zero by every call, which
     saves a memset per product: a sum left over would add a whole product to the next one.
     Matrices of more split rows and wider N than any before (the buffers grow), narrower ones,
-    a side stream, and a CUDA graph replayed while eager calls run on the stream it was captured
-    on."""
+    both ways of rounding the sums (by the last piece of a row up to 2^18 pieces x N, by a
+    finishing kernel beyond), a side stream, and a CUDA graph replayed while eager calls run on
+    the stream it was captured on."""
     for n, m in [(32, 3000), (300, 3000), (7, 500), (300, 6000), (64, 200)]:
         check(m, 2000, n, piece_nnz=5, mean_degree=6, dtype=dtype)
     side = torch.cuda.Stream()

@@ -38,12 +38,14 @@ struct CsrRows {
     int piece_nnz;
 };
 
-// Where the pieces of the split rows meet: each adds its fp32 sums to its row's `sums` and then
-// counts itself in `arrivals` (per split row and column tile); the piece that counts last rounds
-// the sums into Y and sets both back to zero. So a product is a single launch, with no memset
-// and no finishing kernel: a caller keeps one zeroed SplitSums per stream and hands it to every
-// call on that stream (with a scratch, a memset and a finishing launch per call, split 16-bit rows
-// of gg_dblp took 21.7 us of an H100 host's time per call, unsplit ones 10.7).
+// Where the pieces of the split rows meet: each adds its fp32 sums to its row's `sums`. In a small
+// launch (pieces x N up to 2^18) each piece then counts itself in `arrivals` (per split row and
+// column tile), and the piece that counts last rounds the sums into Y and sets both back to zero:
+// the product is one launch, where the host's time per launch is what counts. A larger launch
+// rounds the sums in a second kernel, which zeroes them too. Either way no memset: a caller keeps
+// one zeroed SplitSums per stream and hands it to every call on that stream (with a scratch, a
+// memset and a finishing launch per call, split 16-bit rows of gg_dblp took 21.7 us of an H100
+// host's time per call, unsplit ones 10.7).
 struct SplitSums {
     float* sums;        // [num_split_rows, n]: zero on entry, zero on return
     int32_t* arrivals;  // [num_split_rows, csr_rows_max_tiles(n)]: zero on entry, zero on return
