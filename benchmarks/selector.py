@@ -153,10 +153,10 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
 
 def first_choice_sample(layout, n: int, dtype: torch.dtype, rows_share_ratio: float, grouped_size):
     """One first choice at an N bucket on a fresh cache (trials are opt-in and off here): the
-    microseconds of the matrix's features (built once per matrix, on its first product, from the
-    conversion's host copies; the grouped layout's size from ``grouped_size``, built once and then
-    kept), of the choice itself (what every further N bucket and dtype pays), and the path chosen
-    (by the C++ model on a GPU)."""
+    microseconds of the matrix's features (built once per matrix, with its conversion on a GPU,
+    from the conversion's host copies; the grouped layout's size from ``grouped_size``, built once
+    and then kept), of the choice itself (what a first product at each N bucket and dtype pays),
+    and the path chosen (by the C++ model on a GPU)."""
     cache = SelectionCache(rows_share_ratio, grouped_size)
     start = time.perf_counter()
     cache.prepare(layout)

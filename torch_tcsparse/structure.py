@@ -48,6 +48,14 @@ class Structure:
         if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
             rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
         self.selection = SelectionCache(rows_share_ratio, self.grouped_size)
+        self._prepare_selection()
+
+    def _prepare_selection(self) -> None:
+        """On a GPU, the selector's features now, with the conversion (milliseconds): they cost a
+        small graph one or two of its SpMMs, which its first product would otherwise pay on top of
+        the choice. On the CPU they wait for a product (or ``explain``)."""
+        if self.device.type == "cuda":
+            self.selection.prepare(self.layout)
 
     @property
     def nnz(self) -> int:
@@ -202,6 +210,7 @@ class Structure:
         moved._rows_csr = None
         moved._grouped = None
         moved._grouped_pieces = None
+        moved._prepare_selection()
         return moved
 
     def stats(self, value_bytes: int = 4) -> dict:

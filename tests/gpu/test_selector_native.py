@@ -135,6 +135,25 @@ def test_a_product_runs_the_choice_explain_gives(kernels):
             assert cache.choose(a._structure.layout, width, dtype, x.device) == (a.to(dtype).explain(width).choice, None)
 
 
+@pytest.mark.parametrize("built_on", ["cuda", "cpu"])
+def test_the_features_come_with_the_conversion_on_a_gpu(kernels, built_on):
+    """A matrix converted on (or moved to) the GPU has its C++ features before its first
+    product, which then pays only the choice; one on the CPU leaves them to its products."""
+    g = torch.Generator().manual_seed(3)
+    n = 3000
+    row, col = torch.randint(0, n, (30000,), generator=g), torch.randint(0, n, (30000,), generator=g)
+    a = TCSparseTensor.from_coo(row.to(built_on), col.to(built_on), torch.rand(30000, generator=g).to(built_on),
+                                shape=(n, n))
+    if built_on == "cpu":
+        assert a._structure.selection._native is None
+        a = a.cuda()
+    cache = a._structure.selection
+    assert cache._native is not None and len(cache) == 0
+    x = torch.randn(n, 64, device="cuda")
+    torch.testing.assert_close(a @ x, a.to_dense() @ x, rtol=1e-2, atol=1e-2)
+    assert cache.settled(64, torch.float32, x.device) == a.explain(64).choice
+
+
 def test_bad_features_are_refused(kernels):
     prefix = np.zeros(4, dtype=np.int64)
     with pytest.raises(RuntimeError, match="chunk_start must be 1-D with 5 entries"):
