@@ -30,9 +30,10 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
   longest row);
 - rows (our CUDA-core CSR kernel): the same form with its own constants, the
   longest row capped at the matrix's piece (``csr_rows.split_piece_nnz``: longer rows are split), plus
-  ``split_launch_us`` when any row is split: the kernel that first sets those rows of Y is a launch
-  of its own, and the split pieces run last, with atomics (fitted 4-8 us on an H200, more than a
-  launch; it decides between rows and csr on small power-law graphs, where they are close);
+  ``split_launch_us`` when any row is split: the pieces of a split row add into float32 sums
+  with atomics and the last to arrive (or, in large launches, a finishing kernel) rounds them
+  into Y (fitted 6-11 us on an H200 in float32, 0-8 us in 16 bits, growing with N; it decides
+  between rows and csr on small power-law graphs, where they are close);
 - grouped (the Tensor-Core kernel on the grouped layout): per warp-step constants measured on an
   H200 (``model.GROUPED_STEP_NS``), plus the rows time of the nonzeros the layout leaves to the
   rows kernel (``grouped_rest_nnz``); the layout's split itself is chosen by the same prices
