@@ -9,7 +9,8 @@
 #                                   through bench).
 #                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS,
 #                                   HOST_OVERHEAD_ARGS, ACCURACY_ARGS pass options;
-#                                   STAGE_LIMIT caps each test or benchmark stage (seconds);
+#                                   STAGE_LIMIT caps each test or benchmark stage (seconds; memcheck
+#                                   and racecheck take 210-410 s on an H100: give them 450);
 #                                   MEMCHECK_FILTER, RACECHECK_FILTER, SYNCCHECK_FILTER replace the sanitizers'
 #                                   pytest -k subsets.
 #
