@@ -5,9 +5,9 @@
 # charts go into $OUT/results.tgz (the device returns at most 8 files).
 #
 #   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,synccheck,suite,
-#                                   bench,reorder,selector,gcn,host_overhead,accuracy (default: build
+#                                   bench,reorder,permutation,selector,gcn,host_overhead,accuracy (default: build
 #                                   through bench).
-#                                   BENCH_ARGS, REORDER_ARGS, SELECTOR_ARGS, GCN_ARGS,
+#                                   BENCH_ARGS, REORDER_ARGS, PERMUTATION_ARGS, SELECTOR_ARGS, GCN_ARGS,
 #                                   HOST_OVERHEAD_ARGS, ACCURACY_ARGS pass options;
 #                                   STAGE_LIMIT caps each test or benchmark stage (seconds; memcheck
 #                                   and racecheck take 210-410 s on an H100: give them 450);
@@ -88,7 +88,7 @@ if stage bench; then
 fi
 
 # Each further benchmark writes into its own folder and leaves its table at the end of its log.
-for name in reorder selector gcn host_overhead; do
+for name in reorder permutation selector gcn host_overhead; do
   if stage $name; then
     start=$SECONDS
     args_var="${name^^}_ARGS"
@@ -111,7 +111,7 @@ echo
 printf '%s\n' "${summary[@]}"
 grep -q "FAILED\|Error" "$OUT/test.log" 2>/dev/null && grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -20
 grep -E "^(FAILED|ERROR)" "$OUT/suite.log" 2>/dev/null | head -20
-for name in reorder selector gcn host_overhead accuracy; do
+for name in reorder permutation selector gcn host_overhead accuracy; do
   if stage $name; then echo "== $name"; tail -40 "$OUT/$name.log"; fi
 done
 if stage bench; then sed -n '/^CSR -> ME-TCF/,$p' "$OUT/bench.log"; fi
