@@ -48,12 +48,12 @@ class Structure:
         if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
             rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
         self.selection = SelectionCache(rows_share_ratio, self.grouped_size)
-        self._prepare_selection()
 
-    def _prepare_selection(self) -> None:
-        """On a GPU, the selector's features now, with the conversion (milliseconds): they cost a
-        small graph one or two of its SpMMs, which its first product would otherwise pay on top of
-        the choice. On the CPU they wait for a product (or ``explain``)."""
+    def prepare_selection(self) -> None:
+        """On a GPU, the selector's features now, with the user's conversion or move (milliseconds):
+        they cost a small graph one or two of its SpMMs, which its first product would otherwise pay
+        on top of the choice. On the CPU they wait for a product (or ``explain``); so do a
+        transpose's, which a backward pass runs on the forward's path without a choice."""
         if self.device.type == "cuda":
             self.selection.prepare(self.layout)
 
@@ -196,6 +196,7 @@ class Structure:
             # Shared index arrays stay shared (the moved layout carries the moved gather).
             moved_t = moved._sharing_indices() if t.layout.block_cols is self.layout.block_cols else t._moved(device)
             moved._transpose, moved_t._transpose = moved_t, moved
+        moved.prepare_selection()
         return moved
 
     def _moved(self, device) -> "Structure":
@@ -210,7 +211,9 @@ class Structure:
         moved._rows_csr = None
         moved._grouped = None
         moved._grouped_pieces = None
-        moved._prepare_selection()
+        # Its own choices: its features come from the moved layout, and its grouped layout is
+        # built on its device.
+        moved.selection = SelectionCache(self.selection.rows_share_ratio, moved.grouped_size)
         return moved
 
     def stats(self, value_bytes: int = 4) -> dict:

@@ -33,7 +33,9 @@ def _structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed: int
         raise ValueError(f"symmetric reordering needs a square matrix, got {csr.num_rows} x {csr.num_cols}")
     method, row_perm, share_ratio = _reorder(csr, reorder, symmetric, window, seed)
     col_perm = row_perm if (symmetric and row_perm is not None) else None
-    return Structure(csr, window, row_perm, col_perm, method, share_ratio)
+    structure = Structure(csr, window, row_perm, col_perm, method, share_ratio)
+    structure.prepare_selection()
+    return structure
 
 
 def _reorder(csr: CSR, reorder, symmetric: bool, window: int, seed: int):

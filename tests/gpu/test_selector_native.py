@@ -138,7 +138,8 @@ def test_a_product_runs_the_choice_explain_gives(kernels):
 @pytest.mark.parametrize("built_on", ["cuda", "cpu"])
 def test_the_features_come_with_the_conversion_on_a_gpu(kernels, built_on):
     """A matrix converted on (or moved to) the GPU has its C++ features before its first
-    product, which then pays only the choice; one on the CPU leaves them to its products."""
+    product, which then pays only the choice; one on the CPU leaves them to its products, and so
+    does a transpose (a backward pass runs it on the forward's path)."""
     g = torch.Generator().manual_seed(3)
     n = 3000
     row, col = torch.randint(0, n, (30000,), generator=g), torch.randint(0, n, (30000,), generator=g)
@@ -152,6 +153,7 @@ def test_the_features_come_with_the_conversion_on_a_gpu(kernels, built_on):
     x = torch.randn(n, 64, device="cuda")
     torch.testing.assert_close(a @ x, a.to_dense() @ x, rtol=1e-2, atol=1e-2)
     assert cache.settled(64, torch.float32, x.device) == a.explain(64).choice
+    assert a._structure.transposed().selection._native is None
 
 
 def test_bad_features_are_refused(kernels):
