@@ -16,9 +16,9 @@ import torch
 
 from . import _ext
 from .formats.metcf import BALANCE_CHUNK, MetcfLayout
+from .paths import KERNEL_DTYPES as DTYPES
+from .paths import KERNEL_PATHS as KERNELS
 
-KERNELS = ("base", "balanced")
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Row windows of a matrix large enough for the widest column slices of every kernel (the launch
 # shape of 16-bit kernels depends on the window count; see use_wide_slices in csrc/metcf_spmm.cuh).
 MANY_WINDOWS = 1 << 40

@@ -29,16 +29,11 @@ from torch import Tensor
 from . import csr_rows, kernels
 from .formats.csr import torch_csr
 from .formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
+from .paths import CPU_CSR_DTYPES, CUDA_ONLY_PATHS, KERNEL_DTYPES, KERNEL_PATHS, PATHS
 
-PATHS = ("auto", "base", "balanced", "csr", "rows", "grouped", "reference")
-KERNEL_PATHS = ("base", "balanced")
 CSR_PATHS = ("csr", "rows")
 # Paths a TCSparseTensor runs from layouts of its own (not the op's ME-TCF arrays).
 PRODUCT_PATHS = CSR_PATHS + ("grouped",)
-CUDA_ONLY_PATHS = KERNEL_PATHS + ("rows", "grouped")
-KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# torch's CPU sparse CSR product has no half-precision kernels.
-CPU_CSR_DTYPES = (torch.float32, torch.float64)
 
 # Upper bound on the elements of one chunk of dense temporaries in the torch paths: 16M floats
 # (64 MB) keeps the reference usable on graphs of millions of nonzeros without running out of

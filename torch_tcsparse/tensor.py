@@ -13,63 +13,13 @@ import functools
 
 import torch
 
-from . import csr_rows, grouped, ops
+from . import csr_rows, grouped, ops, serialization
+from .conversion import build_structure
 from .formats import inputs
-from .formats.csr import CSR, check_values, from_csr_arrays, torch_csr
+from .formats.csr import CSR, check_values, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
 from .formats.grouped import fragment_values
-from .formats.metcf import WINDOWS
 from .structure import Structure
-
-SAVE_FORMAT_VERSION = 1
-
-
-def _structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed: int) -> Structure:
-    if window not in WINDOWS:
-        raise ValueError(f"window must be one of {WINDOWS}, got {window}")
-    if symmetric is None:
-        symmetric = csr.num_rows == csr.num_cols
-    if symmetric and csr.num_rows != csr.num_cols:
-        raise ValueError(f"symmetric reordering needs a square matrix, got {csr.num_rows} x {csr.num_cols}")
-    method, row_perm, share_ratio = _reorder(csr, reorder, symmetric, window, seed)
-    col_perm = row_perm if (symmetric and row_perm is not None) else None
-    structure = Structure(csr, window, row_perm, col_perm, method, share_ratio)
-    structure.prepare_selection()
-    return structure
-
-
-def _reorder(csr: CSR, reorder, symmetric: bool, window: int, seed: int):
-    """The method actually used, its row permutation (None for the identity) and the
-    permutation's ``rows_share_ratio`` where "auto" already computed it (else None)."""
-    if isinstance(reorder, torch.Tensor):
-        return "user", _checked_permutation(reorder, csr.num_rows, csr.col.device), None
-    if reorder in (None, "none"):
-        return "none", None, None
-    if not isinstance(reorder, str):
-        raise TypeError(f"reorder must be a method name or a permutation tensor, got {type(reorder).__name__}")
-    from . import reorder as reordering
-
-    if reorder != "auto":
-        perm = reordering.reorder(csr, reorder, symmetric=symmetric, window=window, seed=seed)
-        return reorder, perm.to(csr.col.device), None
-    method, perm, report = reordering.choose(csr, window=window, seed=seed, symmetric=symmetric)
-    if method == "none":
-        return "none", None, None
-    return method, perm.to(csr.col.device), report["methods"][method]["rows_share_ratio"]
-
-
-def _checked_permutation(perm: torch.Tensor, size: int, device) -> torch.Tensor:
-    if perm.dtype.is_floating_point or perm.dtype == torch.bool or perm.dim() != 1 or perm.numel() != size:
-        raise ValueError(f"a row permutation must be an integer tensor of {size} entries, got {perm.dtype} {tuple(perm.shape)}")
-    perm = perm.to(device=device, dtype=torch.long)
-    seen = torch.zeros(size, dtype=torch.bool, device=device)
-    if size and (int(perm.min()) < 0 or int(perm.max()) >= size):
-        raise ValueError(f"row permutation holds an index outside [0, {size})")
-    seen[perm] = True
-    if not bool(seen.all()):
-        raise ValueError("row permutation repeats an index: it is not a permutation")
-    return perm
-
 
 class TCSparseTensor(torch.Tensor):
     """A sparse matrix in ME-TCF Tensor-Core storage; build it with one of the ``from_*`` methods."""
@@ -101,7 +51,7 @@ class TCSparseTensor(torch.Tensor):
 
     @classmethod
     def _build(cls, csr: CSR, window=16, reorder="none", symmetric=None, seed=0) -> "TCSparseTensor":
-        return cls(_structure(csr, window, reorder, symmetric, seed), csr.values)
+        return cls(build_structure(csr, window, reorder, symmetric, seed), csr.values)
 
     # Constructors. Keywords shared by all: dtype (cast the values), window (16 or 8 rows),
     # reorder ("none", "auto", a method of torch_tcsparse.reorder, or a row permutation),
@@ -418,23 +368,10 @@ class TCSparseTensor(torch.Tensor):
     def __rmatmul__(self, other):
         _reject_right_operand()
 
-    # Serialization: only canonical CSR, the permutation and options travel; the layout is rebuilt
-    # and every array validated on load, so a crafted file cannot plant out-of-range indices.
+    # Serialization: only canonical CSR, the permutation and options travel (serialization.py).
 
     def __reduce_ex__(self, protocol):
-        s = self._structure
-        state = {
-            "version": SAVE_FORMAT_VERSION,
-            "shape": (s.num_rows, s.num_cols),
-            "rowptr": s.rowptr,
-            "col": s.col,
-            "values": self._values.detach(),
-            "window": s.window,
-            "row_perm": s.row_perm,
-            "symmetric": s.col_perm is not None,
-            "method": s.method,
-        }
-        return (_rebuild, (state,))
+        return (serialization.rebuild, (serialization.state_of(self._structure, self._values),))
 
     def __deepcopy__(self, memo):
         rebuild, (state,) = self.__reduce_ex__(2)
@@ -520,26 +457,11 @@ def _matmul(a, x, *rest, **kwargs):
 
 
 def _rebuild(state: dict) -> TCSparseTensor:
-    if not isinstance(state, dict) or state.get("version") != SAVE_FORMAT_VERSION:
-        raise ValueError(f"not a saved TCSparseTensor of format version {SAVE_FORMAT_VERSION}")
-    try:
-        num_rows, num_cols = (int(v) for v in state["shape"])
-        values, row_perm = state["values"], state["row_perm"]
-        if not isinstance(values, torch.Tensor) or not (row_perm is None or isinstance(row_perm, torch.Tensor)):
-            raise TypeError("values and row_perm must be tensors")
-        csr = from_csr_arrays(state["rowptr"], state["col"], values, num_rows, num_cols, values.dtype)
-    except (KeyError, TypeError, ValueError, RuntimeError) as error:
-        raise ValueError(f"corrupted TCSparseTensor file: {error}") from error
-    if csr.nnz != values.numel() or not torch.equal(csr.col.long(), state["col"].long()):
-        raise ValueError("corrupted TCSparseTensor file: its CSR is not canonical (unsorted or duplicated)")
-    reorder = "none" if row_perm is None else row_perm
-    try:
-        structure = _structure(csr, state["window"], reorder, bool(state["symmetric"]), 0)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"corrupted TCSparseTensor file: {error}") from error
-    structure.method = str(state["method"])
-    return TCSparseTensor(structure, csr.values)
+    """The loader that files saved by version 0.1.0 name."""
+    return serialization.rebuild(state)
 
+
+torch.serialization.add_safe_globals([_rebuild])
 
 _HANDLED = {
     torch.matmul: _matmul,
@@ -553,4 +475,3 @@ _HANDLED = {
     torch.Tensor.t: lambda a: a.t(),
 }
 
-torch.serialization.add_safe_globals([_rebuild])

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-INT32_MAX = 2**31 - 1
+from ..paths import VALUE_DTYPES
 
-VALUE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)

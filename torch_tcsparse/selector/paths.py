@@ -1,10 +1,11 @@
 """The paths the selector ranks, and the N buckets a choice is cached for."""
 from __future__ import annotations
 
-CHOICES = ("base", "balanced", "csr", "rows", "grouped")
+from ..paths import KERNEL_PATHS as KERNEL_CHOICES
+from ..paths import SELECTOR_PATHS as CHOICES
+
 # The paths whose constants a calibration file holds ("grouped" has in-code constants: model.py).
 CALIBRATED_CHOICES = ("base", "balanced", "csr", "rows")
-KERNEL_CHOICES = ("base", "balanced")
 BUCKETS = (32, 64, 128, 256)
 
 
