@@ -34,7 +34,7 @@ def op_call(a, path):
 def test_op_traces_fullgraph_on_plain_tensors(case, path):
     a, dense, x = case
     compiled = torch.compile(op_call(a, path), fullgraph=True)
-    torch.testing.assert_close(compiled(x, a._block_values), dense @ x)
+    torch.testing.assert_close(compiled(x, a._structure.to_block_order(a.csr.values)), dense @ x)
 
 
 def test_op_traces_fullgraph_with_dynamic_shapes_and_neighbours(case):
@@ -43,7 +43,7 @@ def test_op_traces_fullgraph_with_dynamic_shapes_and_neighbours(case):
     compiled = torch.compile(lambda x, v: torch.relu(product(x, v)) * 2, fullgraph=True, dynamic=True, backend="aot_eager")
     for n in (5, 7):
         x = torch.randn(30, n)
-        torch.testing.assert_close(compiled(x, a._block_values), torch.relu(dense @ x) * 2)
+        torch.testing.assert_close(compiled(x, a._structure.to_block_order(a.csr.values)), torch.relu(dense @ x) * 2)
 
 
 GRAPH_BREAK_ROUTES = {

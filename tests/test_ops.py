@@ -6,6 +6,9 @@ import pytest
 import torch
 
 from torch_tcsparse import TCSparseTensor, ops
+from torch_tcsparse.engines import ENGINES
+from torch_tcsparse.engines import reference as reference_engine
+from torch_tcsparse.product import operands_of, transposed_operands
 from torch_tcsparse.testing import coo_to_dense, random_dense, random_permutation
 
 GRAD_PATHS = ["reference", "csr"]
@@ -83,13 +86,13 @@ def assert_gradient_for_x_through(function_name: str, a, dense, path: str, n=3):
     return x
 
 
-def test_eager_gradient_for_x_skips_the_custom_op():
-    # Values without gradient, eager: the light autograd Function, same gradient as the op's.
+def test_eager_gradients_skip_the_custom_op():
+    # Eager products, with or without gradient for the values: the engines' autograd Function.
     a, dense = matrix(reorder=random_permutation(23, seed=5), symmetric=False)
-    x = assert_gradient_for_x_through("SpMMGradX", a, dense, "reference")
+    x = assert_gradient_for_x_through("Product", a, dense, "reference")
     values = a.csr.values.clone().requires_grad_()
-    through_op = a.with_values(values).matmul(x, path="reference")
-    assert "SpMMGradX" not in type(through_op.grad_fn).__name__
+    with_values = a.with_values(values).matmul(x, path="reference")
+    assert type(with_values.grad_fn).__name__ == "ProductBackward"
 
 
 @pytest.mark.parametrize("values", ["symmetric", "asymmetric"])
@@ -99,12 +102,13 @@ def test_csr_path_backward_multiplies_by_a_transpose_built_once(values):
     if values == "symmetric":
         dense = dense + dense.t()
     a = TCSparseTensor.from_dense(dense)
-    assert_gradient_for_x_through("ProductGradX", a, dense, "csr")
-    kept = a._csr_transpose()._torch_csr()
+    engine = ENGINES["csr"]
+    assert_gradient_for_x_through("Product", a, dense, "csr")
+    kept = transposed_operands(a, engine)
     # A symmetric matrix is its own transpose: the forward's CSR serves the backward.
-    assert (kept is a._torch_csr()) == (values == "symmetric")
-    assert_gradient_for_x_through("ProductGradX", a, dense, "csr")
-    assert a._csr_transpose()._torch_csr() is kept
+    assert (kept is operands_of(a, engine)) == (values == "symmetric")
+    assert_gradient_for_x_through("Product", a, dense, "csr")
+    assert transposed_operands(a, engine) is kept
 
 
 def symmetric_pattern(n=40, seed=3) -> torch.Tensor:
@@ -181,7 +185,7 @@ def op_arguments(path, with_transpose=True):
     structure = a._structure
     layout_t = a.t()._structure.layout.tensors() if with_transpose else []
     x = torch.randn(14, 3, dtype=torch.float64, requires_grad=True)
-    values = a._block_values.clone().requires_grad_()
+    values = structure.to_block_order(a.csr.values).clone().requires_grad_()
     return a, (x, values, structure.layout.tensors(), layout_t, structure.window, 23, 14, path, [])
 
 
@@ -220,7 +224,7 @@ def test_reference_is_the_same_in_small_chunks(monkeypatch):
     a, dense = matrix(70, 50, seed=3)
     x = torch.randn(50, 5, dtype=torch.float64)
     whole = a.matmul(x, path="reference")
-    monkeypatch.setattr(ops, "CHUNK_ELEMENTS", 16 * 8 * 5 * 3)  # three blocks per chunk
+    monkeypatch.setattr(reference_engine, "CHUNK_ELEMENTS", 16 * 8 * 5 * 3)  # three blocks per chunk
     chunked = a.matmul(x, path="reference")
     torch.testing.assert_close(chunked, whole)
     torch.testing.assert_close(chunked, dense @ x)

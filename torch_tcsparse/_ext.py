@@ -43,7 +43,6 @@ CUDA_FLAGS = [
 
 _lock = threading.Lock()
 _module = None
-_eager = None
 _available: bool | None = None
 
 
@@ -60,9 +59,9 @@ def _check_toolchain() -> None:
 
 
 def load(verbose: bool = False):
-    """The compiled kernels' operator namespace, ``torch.ops.tcsparse_kernels``, built and loaded
-    on the first call of the process."""
-    global _module, _eager
+    """The compiled extension (``csrc/python_module.cpp``: the kernels' bindings as plain
+    functions), built and loaded on the first call of the process."""
+    global _module
     if _module is not None:
         return _module
     with _lock:
@@ -73,7 +72,7 @@ def load(verbose: bool = False):
             build_dir = os.environ.get("TCSPARSE_BUILD_DIR")
             if build_dir:
                 os.makedirs(build_dir, exist_ok=True)
-            eager = cpp_extension.load(
+            _module = cpp_extension.load(
                 name=NAME,
                 sources=[str(CSRC / s) for s in SOURCES],
                 extra_cflags=["-O3"],
@@ -83,21 +82,7 @@ def load(verbose: bool = False):
                 is_python_module=True,
                 verbose=verbose,
             )
-            import torch
-
-            _eager = eager
-            _module = torch.ops.tcsparse_kernels
     return _module
-
-
-def eager():
-    """The per-call kernels as plain functions (``csrc/python_module.cpp``), for products outside
-    torch.compile: the same bindings as the operators of ``load()``, without the dispatcher, whose
-    boxing of a dozen arguments was a quarter of a call on small graphs (H200 host, back-to-back
-    calls with prepared arguments: Cora, rows, float16 9.0 against 12.3 us; band 16384, grouped,
-    float16 20.1 against 24.1 us)."""
-    load()
-    return _eager
 
 
 def available() -> bool:
@@ -115,4 +100,4 @@ def available() -> bool:
 
 if __name__ == "__main__":
     load(verbose=True)
-    print("built and loaded torch.ops.tcsparse_kernels")
+    print(f"built and loaded {NAME}")

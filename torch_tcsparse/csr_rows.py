@@ -1,12 +1,8 @@
-"""The ``"rows"`` path: the CUDA-core CSR SpMM of ``csrc/csr_rows_spmm.h``, one warp per row piece.
+"""How the ``"rows"`` path (``engines/rows.py``, the CUDA-core CSR kernel, one warp per row piece)
+splits long rows, and the row-permuted CSR a reordered matrix runs it on.
 
-It serves graphs whose row windows share few columns (R-MAT, uniform random), where Tensor-Core
-blocks hold a few nonzeros each. It takes float32, float16 or bfloat16 (values, X, bias and Y in
-one dtype) and sums in fp32 with plain FMAs (no TF32 rounding; 16-bit outputs rounded once). The split
-into pieces depends only on ``rowptr``: ``row_pieces`` builds it once per matrix (one host sync,
-for the number of long rows) and the matrix keeps it. A reordered matrix runs its rows in the
-reordering's order (rows sharing columns side by side, their rows of X found in L2), from a
-row-permuted copy of its CSR that the matrix keeps too.
+The split into pieces depends only on ``rowptr``: ``row_pieces`` builds it once per matrix (one
+host sync, for the number of long rows) and the matrix's structure keeps it.
 """
 from __future__ import annotations
 
@@ -14,7 +10,6 @@ from typing import NamedTuple
 
 import torch
 
-from . import _ext
 from .formats.csr import INT32_MAX
 
 # Nonzeros per piece: rows longer than this are split and their pieces summed with atomics. On
@@ -104,17 +99,3 @@ def permuted_rows(rowptr: torch.Tensor, col: torch.Tensor, perm: torch.Tensor) -
     gather += torch.arange(gather.numel(), device=gather.device)
     permuted_rowptr = torch.cat([starts, degree.sum().view(1)]).to(rowptr.dtype)
     return permuted_rowptr, col[gather], gather.to(rowptr.dtype)
-
-
-def spmm(x, rowptr, col, values, pieces: RowPieces, num_cols: int, bias: torch.Tensor | None = None,
-         row_map: torch.Tensor | None = None, addend: torch.Tensor | None = None) -> torch.Tensor:
-    """Y = A @ x (+ bias on every row) for the CSR (rowptr, col, values) split by ``pieces``;
-    x may be a column slice of a wider tensor (any row stride), Y is contiguous; values and bias
-    in x's dtype. ``row_map`` (int32, a permutation) writes CSR row i to row ``row_map[i]`` of Y:
-    a reordered matrix's rows run in its order (``permuted_rows``) and Y comes out in the user's.
-    ``addend`` (fp32, Y's shape and row order) is added to Y before its one rounding: another
-    kernel's sums over the same Y."""
-    return _ext.eager().csr_rows_spmm(
-        x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts, pieces.split_rows, num_cols,
-        pieces.piece_nnz, bias, row_map, addend,
-    )

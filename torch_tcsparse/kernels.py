@@ -1,4 +1,5 @@
-"""Python entry points of the CUDA kernels (ME-TCF SpMM and SDDMM); ``ops.py`` calls these.
+"""The CUDA kernels' build state, precision mode, launch shapes and SDDMM (the products' own
+launches live with their engines, ``engines/``).
 
 X and Y are float32, float16 or bfloat16 (Y has X's dtype); the values of A reach the kernels
 as float32, and every product is accumulated in fp32. Precision of ``spmm`` (csrc/metcf_spmm.h):
@@ -26,8 +27,8 @@ MANY_WINDOWS = 1 << 40
 available = _ext.available
 
 
-# torch.backends.cuda.matmul.allow_tf32 is read through a module __getattr__ that cost about 1 us
-# on the GPU host (H100, 2026-11-24), on every float32 product; the accessor it calls does not.
+# torch.backends.cuda.matmul.allow_tf32 is read through a module __getattr__, a cost paid on every
+# float32 product that is comparable to a small graph's kernel; the accessor it calls is cheap.
 _cublas_allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None)
 
 
@@ -37,7 +38,8 @@ def tf32_allowed() -> bool:
     return bool(allowed) or torch.get_float32_matmul_precision() != "highest"
 
 
-def _layout_args(layout: MetcfLayout) -> list:
+def layout_arguments(layout: MetcfLayout) -> list:
+    """The ME-TCF layout as the kernels' bindings take it."""
     return [
         layout.window_offsets,
         layout.block_offsets,
@@ -51,16 +53,6 @@ def _layout_args(layout: MetcfLayout) -> list:
         layout.num_cols,
         BALANCE_CHUNK,
     ]
-
-
-def _check_values(layout: MetcfLayout, values: torch.Tensor) -> None:
-    """The checks the C++ binding repeats, raised here as the TypeError/ValueError users expect."""
-    if not isinstance(values, torch.Tensor) or values.dtype not in DTYPES:
-        raise TypeError(f"values must be a tensor of {DTYPES}, got {getattr(values, 'dtype', type(values).__name__)}")
-    if values.dim() != 1 or values.numel() != layout.nnz:
-        raise ValueError(f"values must be 1-D with {layout.nnz} entries, got shape {tuple(values.shape)}")
-    if values.device != layout.device:
-        raise ValueError(f"values are on {values.device} but the layout is on {layout.device}")
 
 
 def _check_dense(layout: MetcfLayout, **dense) -> None:
@@ -81,37 +73,13 @@ def _check_dense(layout: MetcfLayout, **dense) -> None:
         raise TypeError(f"the dense operands must share one dtype, got {sorted(map(str, dtypes))}")
 
 
-def spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, kernel: str = "base") -> torch.Tensor:
-    """Y[num_rows, N] = A @ x with A given by (layout, values in block order); x is [num_cols, N];
-    Y has x's dtype."""
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    _check_values(layout, values)
-    _check_dense(layout, x=(x, layout.num_cols))
-    return launch_spmm(x, values, layout, kernel == "balanced")
-
-
-def launch_spmm(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, balanced: bool) -> torch.Tensor:
-    """``spmm`` for operands a TCSparseTensor has already validated (its own layout and values,
-    an X it checked): the Python checks are skipped on this per-call path, the binding's checks
-    (cheap, in C++) still run."""
-    return _ext.eager().spmm(
-        x,
-        values.float(),
-        *_layout_args(layout),
-        balanced,
-        torch.are_deterministic_algorithms_enabled(),
-        not tf32_allowed(),
-    )
-
-
 def sddmm(grad_y: torch.Tensor, x: torch.Tensor, layout: MetcfLayout) -> torch.Tensor:
     """For every nonzero in block order, <grad_y[row], x[col]>: the gradient of the values, summed
     in fp32 and returned in x's dtype."""
     _check_dense(layout, grad_y=(grad_y, layout.num_rows), x=(x, layout.num_cols))
     if grad_y.shape[1] != x.shape[1]:
         raise ValueError(f"grad_y has {grad_y.shape[1]} columns but x has {x.shape[1]}")
-    return _ext.load().sddmm(grad_y, x, *_layout_args(layout)).to(x.dtype)
+    return _ext.load().sddmm(grad_y, x, *layout_arguments(layout)).to(x.dtype)
 
 
 def _launch_shape(kernel: str, n: int, dtype: torch.dtype, num_windows: int) -> list[int]:

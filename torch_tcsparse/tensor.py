@@ -1,25 +1,26 @@
 """TCSparseTensor: a sparse matrix (M, K) in Tensor-Core storage that multiplies like a tensor.
 
 ``A @ X``, ``torch.matmul``, ``torch.mm``, ``torch.sparse.mm``, ``A.matmul(X)`` and
-``torch_tcsparse.spmm(A, X)`` run the engine the selector picks (through the ``tcsparse::spmm``
-op when autograd or torch.compile is involved, directly otherwise) and return a plain dense
-tensor in the user's row order. Any other torch operation raises a TypeError that says what to do instead: the
-subclass holds no dense storage, so nothing may silently compute on it.
+``torch_tcsparse.spmm(A, X)`` run the engine the selector picks (``product.py``) and return a
+plain dense tensor in the user's row order. Any other torch operation raises a TypeError that
+says what to do instead: the subclass holds no dense storage, so nothing may silently compute on
+it. The class holds the constructors, views, the torch-function table and ``matmul``; what it
+derives from its values lives in its ``OperandCache``.
 """
 from __future__ import annotations
 
 import copy
-import functools
 
 import torch
 
-from . import csr_rows, grouped, ops, serialization
+from . import product, serialization
 from .conversion import build_structure
 from .formats import inputs
 from .formats.csr import CSR, check_values, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
-from .formats.grouped import fragment_values
+from .operands import OperandCache
 from .structure import Structure
+
 
 class TCSparseTensor(torch.Tensor):
     """A sparse matrix in ME-TCF Tensor-Core storage; build it with one of the ``from_*`` methods."""
@@ -34,20 +35,8 @@ class TCSparseTensor(torch.Tensor):
         )
         out._structure = structure
         out._values = values
-        out._csr_matrix = out._csr_t = None
-        out._casts = {}
-        out._block_values_built = None  # see _block_values
-        out._operands = {}  # see _operand_values and _rows_values
+        out._cache = OperandCache(values)
         return out
-
-    @property
-    def _block_values(self) -> torch.Tensor:
-        """The values in block order, what the kernels read: built on first need, so a matrix
-        whose products all go to torch.sparse never holds a second copy of its values."""
-        if self._block_values_built is None:
-            with torch.no_grad():
-                self._block_values_built = self._structure.to_block_order(self._values)
-        return self._block_values_built
 
     @classmethod
     def _build(cls, csr: CSR, window=16, reorder="none", symmetric=None, seed=0) -> "TCSparseTensor":
@@ -193,157 +182,11 @@ class TCSparseTensor(torch.Tensor):
     # Multiplication.
 
     def matmul(self, other: torch.Tensor, path: str = "auto", bias: torch.Tensor | None = None) -> torch.Tensor:
-        """Y = A @ X for X of shape [K] or [K, N]; differentiable for X and the values. Under
-        ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does.
-        ``bias`` (shape [N], X's dtype and device; differentiable) is added to every row of Y;
-        on the CSR paths within the product (each starts from the bias instead of zeros)."""
-        # The per-call path reads the plain tensors the subclass holds: attributes of the
-        # subclass itself (shape, device, dtype) go through __torch_function__ on every access.
-        autocast_dtype = _autocast_dtype(self._values, other)
-        if autocast_dtype is not None:
-            bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
-            return self._in_dtype(autocast_dtype).matmul(other.to(autocast_dtype), path, bias)
-        x = _check_operand(self, other)
-        if bias is not None:
-            _check_bias(bias, x)
-        vector = x.dim() == 1
-        if vector:
-            x = x.unsqueeze(1)
-        s = self._structure
-        trial = None
-        if path == "auto" and ops.kernels_apply(x):
-            path, trial = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
-        path = ops.resolve_path(path, x)
-        if trial is None:
-            y = self._product(x, path, bias)
-        else:  # this product measures the choice (torch_tcsparse.trials)
-            y = s.selection.measure(trial, lambda candidate: self._product(x, candidate, bias))
-        return y.squeeze(1) if vector else y
-
-    def _product(self, x: torch.Tensor, path: str, bias: torch.Tensor | None) -> torch.Tensor:
-        """A @ x (+ bias) on a resolved path, with the autograd the operands need."""
-        s = self._structure
-        values_need_grad = torch.is_grad_enabled() and self._values.requires_grad
-        x_needs_grad = torch.is_grad_enabled() and x.requires_grad
-        if path == "grouped" and torch.are_deterministic_algorithms_enabled():
-            path = "base"  # the same product without the grouped kernel's atomics
-        if torch.compiler.is_compiling() or values_need_grad:
-            values = s.to_block_order(self._values) if values_need_grad else self._block_values
-            layout_t = s.transposed().layout.tensors() if x_needs_grad else []
-            pieces = self._op_row_pieces(path, x_needs_grad)
-            y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path, pieces)
-        elif path in ops.PRODUCT_PATHS:
-            # The CSR paths read the CSR-order values the tensor holds: no per-call gather, so
-            # "csr" costs what torch.sparse.mm costs; the bias goes in with the product.
-            product = self._csr_product(path)
-            if x_needs_grad:
-                return ops.ProductGradX.apply(x, product, functools.partial(self._transposed_csr_product, path), bias)
-            return product(x, bias)
-        elif x_needs_grad:
-            values, values_t = self._operand_values(path), self._operand_values(path, transpose=True)
-            y = ops.SpMMGradX.apply(x, values, values_t, s.layout, s.transposed().layout, path)
-        else:
-            y = ops.run_spmm(x, self._operand_values(path), s.layout, path, validated=True)
-        return y if bias is None else y + bias
-
-    def _op_row_pieces(self, path: str, with_transpose: bool) -> list[torch.Tensor]:
-        """``tcsparse::spmm``'s ``row_pieces``: the structure's splits of its canonical CSR (and
-        of the transpose's), kept across calls. A split not built yet is built outside any
-        compiled graph (its size is data-dependent)."""
-        if path != "rows":
-            return []
-        s = self._structure
-        structures = (s, s.transposed()) if with_transpose else (s,)
-
-        def splits():
-            size = csr_rows.piece_size()
-            return [t for structure in structures for t in structure.row_pieces(size, canonical=True)[:3]]
-
-        return torch.compiler.disable(splits)() if torch.compiler.is_compiling() else splits()
-
-    def _operand_values(self, path: str, transpose: bool = False) -> torch.Tensor:
-        """Block-order values for ``path`` (fp32 for the kernels, converted once, not per call),
-        or with ``transpose`` the transpose's in its block order, gathered from those; kept while
-        the values need no gradient."""
-        key = (path in ops.KERNEL_PATHS, transpose)
-        if key not in self._operands:
-            if transpose:
-                values = self._operand_values(path)
-                values_t = values[self._structure.transposed().layout.transpose_gather]
-                # A symmetric matrix (GCN's normalized adjacency) is its own transpose: one copy.
-                self._operands[key] = values if torch.equal(values_t, values) else values_t
-            else:
-                self._operands[key] = self._block_values.float() if key[0] else self._block_values
-        return self._operands[key]
-
-    def _in_dtype(self, dtype: torch.dtype) -> "TCSparseTensor":
-        """This matrix with values in ``dtype``; kept while the values need no gradient, so a
-        model under autocast converts them once, not at every product."""
-        if self._values.requires_grad:
-            return self.to(dtype)
-        if dtype not in self._casts:
-            self._casts[dtype] = self.to(dtype)
-        return self._casts[dtype]
-
-    def _torch_csr(self) -> torch.Tensor:
-        if self._csr_matrix is None:
-            with torch.no_grad():
-                self._csr_matrix = self.to_torch_csr()
-        return self._csr_matrix
-
-    def _csr_product(self, path: str):
-        """``(x, bias) -> A @ x + bias`` on a path with a layout of its own: torch.sparse ("csr"),
-        the CUDA-core kernel ("rows", whose split of long rows the structure keeps) or the grouped
-        Tensor-Core kernel ("grouped")."""
-        if path == "csr":
-            matrix = self._torch_csr()
-            return lambda x, bias: ops.torch_sparse_product(matrix, x.contiguous(), bias)
-        s = self._structure
-        if path == "grouped":
-            layout, (fragments, rest_values) = s.grouped(), self._grouped_values()
-            pieces = None if layout.rest is None else s.grouped_pieces()
-            return lambda x, bias: grouped.spmm(x, layout, fragments, bias, rest_values, pieces)
-        csr_rows.check_indices(s.rowptr)
-        rows, pieces = s.rows_csr(), s.row_pieces(s.rows_piece_nnz(self._values.dtype))
-        values = self._rows_values()
-        return lambda x, bias: csr_rows.spmm(x, rows.rowptr, rows.col, values, pieces, s.num_cols, bias, rows.row_map)
-
-    def _rows_values(self) -> torch.Tensor:
-        """The values in the order of the structure's ``rows_csr`` (a reordered matrix's rows
-        in its order), gathered once and kept while the values need no gradient."""
-        gather = self._structure.rows_csr().gather
-        if gather is None:
-            return self._values
-        if "rows" not in self._operands:
-            self._operands["rows"] = self._values[gather]
-        return self._operands["rows"]
-
-    def _grouped_values(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The grouped layout's fragments, and the values of its rest (None: no rest) in the
-        rest's order, built once and kept while the values need no gradient."""
-        if "grouped" not in self._operands:
-            layout = self._structure.grouped()
-            rest = None if layout.rest is None else self._values[layout.rest.gather.long()]
-            self._operands["grouped"] = (fragment_values(layout, self._values), rest)
-        return self._operands["grouped"]
-
-    def _transposed_csr_product(self, path: str):
-        return self._csr_transpose()._csr_product(path)
-
-    def _csr_transpose(self) -> "TCSparseTensor":
-        """A^T for the backward of the CSR paths, built on first need and kept: a symmetric
-        matrix (GCN's normalized adjacency) is its own, so its CSR serves both directions. It
-        comes from the structure's cached transpose (``t()``), which a symmetric pattern shares
-        and GCN builds beforehand: a CSR transpose of its own here would sort every nonzero again,
-        and its temporaries raised R-MAT 21's training peak from 11.07 to 12.97 GB."""
-        if self._csr_t is None:
-            with torch.no_grad():
-                transposed = self.t()
-                symmetric = transposed._structure.col is self._structure.col and torch.equal(
-                    transposed._values, self._values
-                )
-                self._csr_t = self if symmetric else transposed
-        return self._csr_t
+        """Y = A @ X for X of shape [K] or [K, N]; differentiable for X, the values and the bias.
+        Under ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does.
+        ``bias`` (shape [N], X's dtype and device) is added to every row of Y; on the CSR paths
+        within the product (each starts from the bias instead of zeros)."""
+        return product.matmul(self, other, path, bias)
 
     def __matmul__(self, other):
         return self.matmul(other)
@@ -396,49 +239,6 @@ class TCSparseTensor(torch.Tensor):
             f"TCSparseTensor does not support {func}: it supports A @ X, torch.matmul, torch.mm, "
             "torch.sparse.mm, .t(), .to(), .with_values(); convert with .to_dense() or .to_torch_csr() first"
         )
-
-
-def _check_operand(a: TCSparseTensor, x) -> torch.Tensor:
-    if isinstance(x, TCSparseTensor):
-        raise TypeError("the product of two TCSparseTensors is not supported; convert one with .to_dense()")
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"A @ X needs a torch.Tensor X, got {type(x).__name__}")
-    if x.layout != torch.strided:
-        raise TypeError(f"A @ X needs a dense X, got layout {x.layout}")
-    if x.dim() not in (1, 2):
-        raise ValueError(f"A @ X needs X of shape [K] or [K, N], got shape {tuple(x.shape)}")
-    values = a._values
-    if x.shape[0] != a._structure.num_cols:
-        raise ValueError(f"shape mismatch: A is {tuple(a.shape)} but X has {x.shape[0]} rows (shape {tuple(x.shape)})")
-    if x.device != values.device:
-        raise ValueError(f"device mismatch: A is on {values.device} but X is on {x.device}")
-    if x.dtype != values.dtype:
-        raise TypeError(f"dtype mismatch: A is {values.dtype} but X is {x.dtype}; convert one with .to(dtype)")
-    return x
-
-
-def _check_bias(bias, x: torch.Tensor) -> None:
-    if not isinstance(bias, torch.Tensor):
-        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"bias needs X of shape [K, N], got X of shape {tuple(x.shape)}")
-    if bias.dim() != 1 or bias.shape[0] != x.shape[1]:
-        raise ValueError(f"bias must have shape [N] = [{x.shape[1]}], got {tuple(bias.shape)}")
-    if bias.device != x.device or bias.dtype != x.dtype:
-        raise TypeError(f"bias must match X ({x.dtype} on {x.device}), got {bias.dtype} on {bias.device}")
-
-
-def _autocast_dtype(values: torch.Tensor, x) -> torch.dtype | None:
-    """The dtype autocast asks for when it applies to A @ X (A's ``values`` given): float32
-    operands on a device where autocast is on are cast to its dtype; float64 is never cast (as
-    in torch)."""
-    if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled(values.device.type):
-        return None
-    dtype = torch.get_autocast_dtype(values.device.type)
-    operands = {values.dtype, x.dtype}
-    if torch.float32 not in operands or not operands <= {torch.float32, dtype}:
-        return None
-    return dtype
 
 
 def _reject_right_operand(*args, **kwargs):

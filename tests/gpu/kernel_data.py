@@ -3,6 +3,8 @@ import os
 
 import torch
 
+from torch_tcsparse.engines import ENGINES
+
 # Under compute-sanitizer (TCSPARSE_SANITIZER_SUBSET=1) the tests run a representative subset.
 SUBSET = os.environ.get("TCSPARSE_SANITIZER_SUBSET") == "1"
 M_GRID = [17, 1000] if SUBSET else [1, 15, 16, 17, 1000, 65537]
@@ -108,3 +110,10 @@ def tf32_model_error(row, col, values, x, m, ref):
 
 def tf32_tolerance(row, col, values, x, m, ref):
     return 4 * max(torch_tf32_error(row, col, values, x, m), tf32_model_error(row, col, values, x, m, ref)) + 1e-6
+
+
+def tensor_core_spmm(x, block_values, layout, kernel):
+    """A @ x through the Tensor-Core engine ``kernel`` ("base" or "balanced") on an ME-TCF layout
+    and its block-order values, as the ``tcsparse::spmm`` op runs it."""
+    engine = ENGINES[kernel]
+    return engine.run(x, engine.from_layout(layout, block_values, []), None)

@@ -10,7 +10,10 @@ dtype and the tolerance of test_kernels_16bit.py.
 import pytest
 import torch
 
-from torch_tcsparse import TCSparseTensor, _ext, grouped
+from torch_tcsparse import TCSparseTensor, _ext
+from torch_tcsparse.engines import ENGINES
+from torch_tcsparse.engines import grouped as grouped_engine
+from torch_tcsparse.product import operands_of
 from torch_tcsparse.formats import grouped as grouped_format
 from torch_tcsparse.formats.grouped import build_grouped, fragment_values
 
@@ -214,14 +217,14 @@ def test_keep_fp32_output(tf32, split_at, bias, dtype):
     m, k, n = 1000, 3000, 40
     row, col, values = mixed_coo(m, k)
     a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k))
-    layout, (fragments, _) = a._structure.grouped(), a._grouped_values()
+    layout, fragments, _, _ = operands_of(a, ENGINES["grouped"])
     x = torch.randn(k, n, device="cuda").to(dtype)
     b = torch.randn(n, device="cuda").to(dtype) if bias else None
     csr = a.csr
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
     ref = product + (b.double() if bias else 0.0)
     poison(m * n + 1)
-    out = _ext.eager().grouped_spmm(x, fragments, *layout.kernel_arrays(), m, False, b, True)
+    out = _ext.load().grouped_spmm(x, fragments, *layout.kernel_arrays(), m, False, b, True)
     assert out.dtype == torch.float32 and out.shape == (m, n)
     check_error(out, ref, tolerance(csr, x, product, ref), f"keep_fp32 {dtype}")
 
@@ -256,14 +259,14 @@ def test_rows_binding_checks_the_addend():
     s = a._structure
     pieces = s.row_pieces(256)
     x = torch.randn(100, 8, device="cuda")
-    kernels = torch.ops.tcsparse_kernels
+    kernels = _ext.load()
     args = (x, s.rowptr, s.col, a.csr.values, *pieces[:3], 100, 256, None, None)
     with pytest.raises(RuntimeError, match="addend must be float32"):
         kernels.csr_rows_spmm(*args, torch.zeros(100, 8, device="cuda", dtype=torch.float16))
     with pytest.raises(RuntimeError, match=r"addend must have shape \[100, 8\]"):
         kernels.csr_rows_spmm(*args, torch.zeros(99, 8, device="cuda"))
     addend = torch.randn(100, 8, device="cuda")
-    assert torch.allclose(kernels.csr_rows_spmm(*args, addend), kernels.csr_rows_spmm(*args) + addend, atol=1e-5)
+    assert torch.allclose(kernels.csr_rows_spmm(*args, addend), kernels.csr_rows_spmm(*args, None) + addend, atol=1e-5)
 
 
 def test_exact_fp32_without_tf32():
@@ -324,19 +327,19 @@ def test_binding_rejects_bad_inputs():
     fragments = fragment_values(layout, a.csr.values)
     x = torch.randn(100, 8, device="cuda")
     with pytest.raises(RuntimeError, match="fragments must have x's dtype Half, got Float"):
-        grouped.spmm(x.half(), layout, fragments)
+        grouped_engine.launch(x.half(), layout, fragments)
     with pytest.raises(RuntimeError, match="fragments must be 1-D and contiguous with a multiple of 128"):
-        grouped.spmm(x, layout, fragments[:-1])
+        grouped_engine.launch(x, layout, fragments[:-1])
     with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16"):
-        grouped.spmm(x.double(), layout, fragments.double())
+        grouped_engine.launch(x.double(), layout, fragments.double())
     with pytest.raises(RuntimeError, match="bias must be"):
-        grouped.spmm(x, layout, fragments, torch.zeros(9, device="cuda"))
+        grouped_engine.launch(x, layout, fragments, torch.zeros(9, device="cuda"))
     short = layout._replace(row_map=layout.row_map[:-1])
     with pytest.raises(RuntimeError, match="row_map must be 1-D with"):
-        grouped.spmm(x, short, fragments)
+        grouped_engine.launch(x, short, fragments)
     short = layout._replace(sub_slots=layout.sub_slots[:-1])
     with pytest.raises(RuntimeError, match="sub_slots must be 1-D with"):
-        grouped.spmm(x, short, fragments)
+        grouped_engine.launch(x, short, fragments)
 
 
 def test_selector_offers_grouped_on_dense_matrices_only():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from torch_tcsparse import TCSparseTensor, csr_rows
+from torch_tcsparse.engines import rows
 from torch_tcsparse.formats.csr import from_coo
 
 from .kernel_data import (
@@ -51,7 +52,7 @@ def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
     ref = product + (b.double() if bias else 0.0)
     poison(m * n * dtype.itemsize // 4 + 1)
-    out = csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b)
+    out = rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, k, b)
     torch.cuda.synchronize()
     assert out.dtype == dtype
     err = relative_error(out, ref)
@@ -111,15 +112,15 @@ def test_split_sums_stay_zero_between_calls(dtype):
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 3000)
     limit = tolerance(csr, x, product, product)
     with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
-        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+        rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
-        captured = csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+        captured = rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
     for _ in range(3):
         graph.replay()
         with torch.cuda.stream(side):
-            eager = csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+            eager = rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
         torch.cuda.synchronize()
         assert relative_error(captured, product) <= limit
         assert relative_error(eager, product) <= limit
@@ -246,12 +247,12 @@ def test_gradients_through_the_rows_path(symmetric):
     x = torch.randn(m, 33, device="cuda", requires_grad=True)
     bias = torch.randn(33, device="cuda", requires_grad=True)
     y = a.matmul(x, path="rows", bias=bias)
-    assert type(y.grad_fn).__name__ == "ProductGradXBackward"
+    assert type(y.grad_fn).__name__ == "ProductBackward"
     grad_y = torch.randn_like(y)
     y.backward(grad_y)
     torch.testing.assert_close(x.grad.double(), dense.t() @ grad_y.double(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(bias.grad, grad_y.sum(0))
-    # Values with gradient go through the tcsparse::spmm op, the rows kernel inside it.
+    # Values with gradient: the same product, their gradient one SDDMM.
     v = a.csr.values.clone().requires_grad_()
     y = a.with_values(v).matmul(x.detach(), path="rows")
     torch.testing.assert_close(y.double(), dense @ x.detach().double(), rtol=1e-5, atol=1e-5)
@@ -269,21 +270,21 @@ def test_rejects_bad_inputs():
     pieces = csr_rows.row_pieces(csr.rowptr)
     x = torch.randn(100, 4, device="cuda")
     with pytest.raises(RuntimeError, match="values must be Float like x, got Double"):
-        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values.double(), pieces, 100)
+        rows.launch(x, csr.rowptr, csr.col, csr.values.double(), pieces, 100)
     with pytest.raises(RuntimeError, match="bias must be Half like x, got Float"):
-        csr_rows.spmm(x.half(), csr.rowptr, csr.col, csr.values.half(), pieces, 100, torch.zeros(4, device="cuda"))
+        rows.launch(x.half(), csr.rowptr, csr.col, csr.values.half(), pieces, 100, torch.zeros(4, device="cuda"))
     with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16, got Double"):
-        csr_rows.spmm(x.double(), csr.rowptr, csr.col, csr.values.double(), pieces, 100)
+        rows.launch(x.double(), csr.rowptr, csr.col, csr.values.double(), pieces, 100)
     with pytest.raises(RuntimeError, match="x must be 2-D with 100 rows"):
-        csr_rows.spmm(x[:50], csr.rowptr, csr.col, csr.values, pieces, 100)
+        rows.launch(x[:50], csr.rowptr, csr.col, csr.values, pieces, 100)
     with pytest.raises(RuntimeError, match="col must be Int, got Long"):
-        csr_rows.spmm(x, csr.rowptr, csr.col.long(), csr.values, pieces, 100)
+        rows.launch(x, csr.rowptr, csr.col.long(), csr.values, pieces, 100)
     with pytest.raises(RuntimeError, match="row_map must be 1-D with 100 entries"):
-        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(99, device="cuda").int())
+        rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(99, device="cuda").int())
     with pytest.raises(RuntimeError, match="row_map must be Int, got Long"):
-        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(100, device="cuda"))
+        rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(100, device="cuda"))
     with pytest.raises(RuntimeError, match="bias must be 1-D with 4 entries"):
-        csr_rows.spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, torch.zeros(5, device="cuda"))
+        rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 100, torch.zeros(5, device="cuda"))
 
 
 @pytest.mark.parametrize("reorder", ["none", "degree"])

@@ -4,7 +4,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include <cstdint>
 #include <string>
@@ -13,7 +12,7 @@
 #include <vector>
 
 #include "binding_checks.h"
-#include "eager_calls.h"
+#include "kernel_bindings.h"
 #include "metcf_convert.h"
 #include "metcf_spmm.h"
 
@@ -90,6 +89,10 @@ void check_values(const at::Tensor& values, int64_t nnz) {
     TCS_CHECK(values.is_contiguous(), "values must be contiguous");
 }
 
+}  // namespace
+
+namespace tcsparse_binding {
+
 at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& window_offsets,
                  const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
                  const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
@@ -133,6 +136,10 @@ std::vector<int64_t> launch_shape(int64_t window, int64_t num_windows, int64_t n
     return {resident, slices};
 }
 
+}  // namespace tcsparse_binding
+
+namespace {
+
 // The conversion's CSR and row order, checked: rowptr and col of one index type (int32 or int64),
 // row_map int32 [windows * window], slot_of_row int32 [rows] or empty for the identity order.
 template <typename I>
@@ -169,6 +176,10 @@ auto with_index_type(at::ScalarType dtype, F&& f) {
 
 // (row_map int32 [windows * window], slot_of_row int32 [rows], empty without a permutation) of
 // the row order `row_perm` (int64 [rows], or empty for the given order).
+}  // namespace
+
+namespace tcsparse_binding {
+
 std::tuple<at::Tensor, at::Tensor> metcf_row_map(const at::Tensor& row_perm, int64_t num_rows, int64_t window) {
     TCS_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
     TCS_CHECK(num_rows >= 0 && num_rows <= INT32_MAX, "num_rows must lie in [0, ", int64_t{INT32_MAX}, "], got ",
@@ -262,10 +273,6 @@ std::vector<at::Tensor> metcf_fill(const at::Tensor& rowptr, const at::Tensor& c
     });
 }
 
-}  // namespace
-
-namespace tcsparse_binding {
-
 at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
                 const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
                 const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
@@ -315,34 +322,3 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
 }
 
 }  // namespace tcsparse_binding
-
-// Registered as torch operators (torch.ops.tcsparse_kernels.*): errors raised by TCS_CHECK
-// reach Python through the dispatcher as RuntimeError. The user-facing ops (autograd, fake
-// tensors) are defined in torch_tcsparse/ops.py on top of these.
-TORCH_LIBRARY(tcsparse_kernels, m) {
-    m.def(
-        "spmm(Tensor x, Tensor values, Tensor window_offsets, Tensor block_offsets, Tensor local_ids, "
-        "Tensor block_cols, Tensor block_bitmap, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, "
-        "int num_cols, int chunk, bool balanced, bool deterministic, bool exact) -> Tensor");
-    m.def(
-        "sddmm(Tensor grad_y, Tensor x, Tensor window_offsets, Tensor block_offsets, Tensor local_ids, "
-        "Tensor block_cols, Tensor block_bitmap, Tensor row_map, Tensor chunk_offsets, int window, int num_rows, "
-        "int num_cols, int chunk) -> Tensor");
-    // No tensor argument to dispatch on: a catch-all kernel, run on the current CUDA device.
-    m.def("launch_shape(int window, int num_windows, int n, bool balanced, bool exact, ScalarType dtype) -> int[]", &launch_shape);
-    m.def("metcf_row_map(Tensor row_perm, int num_rows, int window) -> (Tensor, Tensor)");
-    m.def(
-        "metcf_count(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, int window, int chunk) "
-        "-> (Tensor, Tensor, Tensor, Tensor)");
-    m.def(
-        "metcf_fill(Tensor rowptr, Tensor col, Tensor row_map, Tensor slot_of_row, Tensor first_before, "
-        "Tensor(a!) owners, Tensor narrow_base, Tensor window_offsets, int num_blocks, int window) -> Tensor[]");
-}
-
-TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
-    m.impl("spmm", &tcsparse_binding::spmm);
-    m.impl("sddmm", &sddmm);
-    m.impl("metcf_row_map", &metcf_row_map);
-    m.impl("metcf_count", &metcf_count);
-    m.impl("metcf_fill", &metcf_fill);
-}

@@ -2,13 +2,12 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include <cstdint>
 #include <optional>
 
 #include "binding_checks.h"
-#include "eager_calls.h"
+#include "kernel_bindings.h"
 #include "csr_rows_spmm.h"
 #include "split_sums.h"
 
@@ -103,13 +102,3 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
 }
 
 }  // namespace tcsparse_binding
-
-TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
-    m.def(
-        "csr_rows_spmm(Tensor x, Tensor rowptr, Tensor col, Tensor values, Tensor piece_slots, Tensor piece_starts, "
-        "Tensor split_rows, int num_cols, int piece_nnz, Tensor? bias, Tensor? row_map=None, Tensor? addend=None) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
-    m.impl("csr_rows_spmm", &tcsparse_binding::csr_rows_spmm);
-}

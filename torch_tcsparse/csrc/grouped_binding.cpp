@@ -2,13 +2,12 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include <cstdint>
 #include <optional>
 
 #include "binding_checks.h"
-#include "eager_calls.h"
+#include "kernel_bindings.h"
 #include "grouped_spmm.h"
 
 namespace {
@@ -105,13 +104,3 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
 }
 
 }  // namespace tcsparse_binding
-
-TORCH_LIBRARY_FRAGMENT(tcsparse_kernels, m) {
-    m.def(
-        "grouped_spmm(Tensor x, Tensor fragments, Tensor chunk_starts, Tensor chunk_group, Tensor block_cols, "
-        "Tensor sub_slots, Tensor row_map, int num_rows, bool exact, Tensor? bias, bool keep_fp32=False) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(tcsparse_kernels, CUDA, m) {
-    m.impl("grouped_spmm", &tcsparse_binding::grouped_spmm);
-}

@@ -1,13 +1,18 @@
-// The extension's Python module: the per-call bindings (eager_calls.h) as plain functions, and the
-// selector's first choice (selector_binding.h). Errors raised by TCS_CHECK reach Python as
-// RuntimeError, as through the dispatcher.
+// The extension's Python module, the one route from Python to the kernels: the bindings of
+// kernel_bindings.h as plain functions, and the selector's first choice (selector_binding.h).
+// Errors raised by TCS_CHECK reach Python as RuntimeError.
 #include <torch/extension.h>
 
-#include "eager_calls.h"
+#include "kernel_bindings.h"
 #include "selector_binding.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("spmm", &tcsparse_binding::spmm);
+    m.def("sddmm", &tcsparse_binding::sddmm);
+    m.def("launch_shape", &tcsparse_binding::launch_shape);
+    m.def("metcf_row_map", &tcsparse_binding::metcf_row_map);
+    m.def("metcf_count", &tcsparse_binding::metcf_count);
+    m.def("metcf_fill", &tcsparse_binding::metcf_fill);
     m.def("csr_rows_spmm", &tcsparse_binding::csr_rows_spmm);
     m.def("grouped_spmm", &tcsparse_binding::grouped_spmm);
     tcsparse_binding::add_selector(m);

@@ -10,7 +10,7 @@ import torch
 from .. import csr_rows
 from ..formats.csr import index_dtype_for
 from ..formats.metcf import MetcfLayout
-from ..ops import KERNEL_DTYPES
+from ..paths import KERNEL_DTYPES
 from .device import Calibration, DeviceModel, device_model
 from .paths import CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, n_bucket
 from .shape import BalancedLaunch, BalancedWarps, MatrixShape, balanced_warps, base_makespan_units

@@ -19,7 +19,7 @@ import math
 import torch
 
 from .. import _ext, csr_rows
-from ..ops import KERNEL_DTYPES
+from ..paths import KERNEL_DTYPES
 from ..formats.metcf import BALANCE_CHUNK, MetcfLayout
 from ..kernels import tf32_allowed
 from .device import DeviceModel, device_model
@@ -54,7 +54,7 @@ class NativeMatrix:
         self.rows, self.num_cols, self.nnz, self.max_row_nnz = rows, cols, nnz, max_row_nnz
         blocks, rest, one_chunk = grouped_size or (-1, 0, False)
         self.grouped_blocks = None if grouped_size is None else blocks
-        eager = _ext.eager()
+        eager = _ext.load()
         self.handle = eager.SelectorMatrix(window, num_windows, rows, cols, nnz, max_row_nnz, *prefixes,
                                            rows_share_ratio, blocks, rest, one_chunk, BALANCE_CHUNK)
         self._first_path, self._price_paths, self._set_candidates = (
@@ -143,7 +143,7 @@ def _context(n: int, dtype: torch.dtype, device: torch.device) -> tuple:
     if context is None:
         model = device_model(device)
         context = _contexts[n, dtype, device] = (prices(model, n, dtype), model.cuda_index)
-        _ext.eager().register_prices(n, dtype, model.cuda_index, context[0])
+        _ext.load().register_prices(n, dtype, model.cuda_index, context[0])
     return context
 
 
@@ -157,7 +157,7 @@ def prices(model: DeviceModel, n: int, dtype: torch.dtype):
     choices' ``_contexts``)."""
     calibration = model.calibration
     size = 4 if dtype.itemsize >= 4 else 2
-    return _ext.eager().SelectorPrices(
+    return _ext.load().SelectorPrices(
         {path: calibration.constants(path, n, dtype) for path in CALIBRATED_CHOICES},
         {"step_ns": GROUPED_STEP_NS[size], "fixed_us": GROUPED_FIXED_US[size],
          "direct_fixed_us": GROUPED_DIRECT_FIXED_US, "reference_sms": GROUPED_REFERENCE_SMS},

@@ -1,0 +1,62 @@
+"""The one backward formula of ``A @ X + bias``, for eager products (``Product``) and for the
+``tcsparse::spmm`` op that ``torch.compile`` traces (``ops.py``):
+
+- dX = A^T dY, on the same engine, with the transpose's operands;
+- d(values) = for every nonzero (i, j): <dY[i], X[j]> (an SDDMM);
+- d(bias) = the column sums of dY.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from .. import kernels
+from ..formats.metcf import MetcfLayout
+from ..paths import KERNEL_DTYPES
+from . import reference
+
+
+def backward(grad_y: Tensor, needs: tuple[bool, bool, bool], transposed_product: Callable[[Tensor], Tensor],
+             values_gradient: Callable[[Tensor], Tensor]) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """(dX, d(values), d(bias)) for the inputs ``needs`` asks for."""
+    needs_x, needs_values, needs_bias = needs
+    grad_x = transposed_product(grad_y) if needs_x else None
+    grad_values = values_gradient(grad_y) if needs_values else None
+    grad_bias = grad_y.sum(0) if needs_bias else None
+    return grad_x, grad_values, grad_bias
+
+
+def block_values_gradient(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
+    """<grad_y[row], x[col]> for every nonzero of ``layout``, in block order, in x's dtype (summed
+    in float32): the CUDA kernel where it applies, the torch reference elsewhere."""
+    if layout.nnz and x.is_cuda and x.dtype in KERNEL_DTYPES and kernels.available():
+        return kernels.sddmm(grad_y, x, layout)
+    with torch.autocast(x.device.type, enabled=False):
+        return reference.sddmm(grad_y, x, layout)
+
+
+class Product(torch.autograd.Function):
+    """``engine.run(x, operands, bias)`` in eager mode, differentiable for x, the matrix's values
+    (canonical CSR order, nonzeros of ``layout``) and the bias; ``transposed_operands()`` gives
+    the transpose's operands on the same engine, built on first need and kept by the matrix."""
+
+    @staticmethod
+    def forward(ctx, x, values, bias, engine, operands, transposed_operands, layout):
+        ctx.engine, ctx.transposed_operands, ctx.layout = engine, transposed_operands, layout
+        # Saving the values makes autograd refuse a backward after they changed in place.
+        ctx.save_for_backward(x, values)
+        return engine.run(x, operands, bias)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, _ = ctx.saved_tensors
+        engine, layout = ctx.engine, ctx.layout
+        grad_x, grad_values, grad_bias = backward(
+            grad_y,
+            ctx.needs_input_grad[:3],
+            lambda g: engine.run(g, ctx.transposed_operands(), None),
+            lambda g: block_values_gradient(g, x, layout)[layout.csr_gather],
+        )
+        return grad_x, grad_values, grad_bias, None, None, None, None

@@ -1,0 +1,158 @@
+"""``A @ X`` from a TCSparseTensor to its engine: the operand checks, autocast, the path (the
+selector's choice or the caller's), the operands the matrix keeps, and autograd.
+
+Eager products call the engine directly, through ``engines.autograd.Product`` when a gradient
+is needed; under ``torch.compile`` they go through the ``tcsparse::spmm`` op (``ops.py``), which
+the compiler traces.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import csr_rows, ops
+from .engines import ENGINES, Engine, kernels_apply, resolve
+from .engines.autograd import Product
+
+
+def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Y = A @ X (+ bias) for X of shape [K] or [K, N]: ``TCSparseTensor.matmul``."""
+    # The per-call path reads the plain tensors the subclass holds: attributes of the subclass
+    # itself (shape, device, dtype) go through __torch_function__ on every access.
+    autocast_dtype = _autocast_dtype(matrix._values, other)
+    if autocast_dtype is not None:
+        bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
+        return matmul(_in_dtype(matrix, autocast_dtype), other.to(autocast_dtype), path, bias)
+    x = _check_operand(matrix, other)
+    if bias is not None:
+        _check_bias(bias, x)
+    vector = x.dim() == 1
+    if vector:
+        x = x.unsqueeze(1)
+    s = matrix._structure
+    trial = None
+    if path == "auto" and kernels_apply(x):
+        path, trial = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
+    path = resolve(path, x)
+    if trial is None:
+        y = _run(matrix, x, path, bias)
+    else:  # this product measures the choice (torch_tcsparse.trials)
+        y = s.selection.measure(trial, lambda candidate: _run(matrix, x, candidate, bias))
+    return y.squeeze(1) if vector else y
+
+
+def _run(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None) -> torch.Tensor:
+    """A @ x (+ bias) on a resolved path, with the autograd the operands need."""
+    if path == "grouped" and torch.are_deterministic_algorithms_enabled():
+        path = "base"  # the same product without the grouped kernel's atomics
+    if torch.compiler.is_compiling():
+        return _traced(matrix, x, path, bias)
+    engine = ENGINES[path]
+    values = matrix._values
+    operands = operands_of(matrix, engine)
+    if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad or
+                                    (bias is not None and bias.requires_grad)):
+        return Product.apply(x, values, bias, engine, operands, lambda: transposed_operands(matrix, engine),
+                             matrix._structure.layout)
+    return engine.run(x, operands, bias)
+
+
+def operands_of(matrix, engine: Engine):
+    """``engine``'s operands of ``matrix``, kept by the matrix while its values do not change."""
+    return matrix._cache.get(engine.operand_key, lambda: engine.prepare(matrix._structure, matrix._values))
+
+
+def transposed_operands(matrix, engine: Engine):
+    """``engine``'s operands of the transpose (the backward's dX = A^T dY), kept likewise. A
+    matrix equal to its transpose (GCN's normalized adjacency) shares its own."""
+
+    def build():
+        transposed = matrix.t()
+        if transposed._structure.col is matrix._structure.col and torch.equal(transposed._values, matrix._values):
+            return operands_of(matrix, engine)
+        return engine.prepare(transposed._structure, transposed._values)
+
+    return matrix._cache.get((engine.operand_key, "transposed"), build)
+
+
+def _traced(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None) -> torch.Tensor:
+    """The product as ``torch.compile`` sees it: the ``tcsparse::spmm`` op on the ME-TCF arrays,
+    with the values put in block order inside the graph (so never stale, and differentiable)."""
+    s = matrix._structure
+    x_needs_grad = torch.is_grad_enabled() and x.requires_grad
+    values = s.to_block_order(matrix._values)
+    layout_t = s.transposed().layout.tensors() if x_needs_grad else []
+    pieces = _op_row_pieces(s, path, x_needs_grad)
+    y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path, pieces)
+    return y if bias is None else y + bias
+
+
+def _op_row_pieces(structure, path: str, with_transpose: bool) -> list[torch.Tensor]:
+    """``tcsparse::spmm``'s ``row_pieces``: the structure's splits of its canonical CSR (and of the
+    transpose's), kept across calls. A split not built yet is built outside the compiled graph
+    (its size is data-dependent)."""
+    if path != "rows":
+        return []
+    structures = (structure, structure.transposed()) if with_transpose else (structure,)
+
+    def splits():
+        size = csr_rows.piece_size()
+        return [t for s in structures for t in s.row_pieces(size, canonical=True)[:3]]
+
+    return torch.compiler.disable(splits)()
+
+
+def _in_dtype(matrix, dtype: torch.dtype):
+    """The matrix with values in ``dtype``; kept while the values need no gradient (and do not
+    change), so a model under autocast converts them once, not at every product."""
+    if matrix._values.requires_grad:
+        return matrix.to(dtype)
+    return matrix._cache.get(("cast", dtype), lambda: matrix.to(dtype))
+
+
+def _check_operand(matrix, x) -> torch.Tensor:
+    from .tensor import TCSparseTensor
+
+    if isinstance(x, TCSparseTensor):
+        raise TypeError("the product of two TCSparseTensors is not supported; convert one with .to_dense()")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"A @ X needs a torch.Tensor X, got {type(x).__name__}")
+    if x.is_nested:
+        raise TypeError("A @ X needs a dense X, got a nested tensor; multiply each component (X.unbind()) instead")
+    if x.layout != torch.strided:
+        raise TypeError(f"A @ X needs a dense X, got layout {x.layout}")
+    if x.dim() not in (1, 2):
+        raise ValueError(f"A @ X needs X of shape [K] or [K, N], got shape {tuple(x.shape)}")
+    values = matrix._values
+    num_cols = matrix._structure.num_cols
+    if x.shape[0] != num_cols:
+        shape = (matrix._structure.num_rows, num_cols)
+        raise ValueError(f"shape mismatch: A is {shape} but X has {x.shape[0]} rows (shape {tuple(x.shape)})")
+    if x.device != values.device:
+        raise ValueError(f"device mismatch: A is on {values.device} but X is on {x.device}")
+    if x.dtype != values.dtype:
+        raise TypeError(f"dtype mismatch: A is {values.dtype} but X is {x.dtype}; convert one with .to(dtype)")
+    return x
+
+
+def _check_bias(bias, x: torch.Tensor) -> None:
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"bias needs X of shape [K, N], got X of shape {tuple(x.shape)}")
+    if bias.dim() != 1 or bias.shape[0] != x.shape[1]:
+        raise ValueError(f"bias must have shape [N] = [{x.shape[1]}], got {tuple(bias.shape)}")
+    if bias.device != x.device or bias.dtype != x.dtype:
+        raise TypeError(f"bias must match X ({x.dtype} on {x.device}), got {bias.dtype} on {bias.device}")
+
+
+def _autocast_dtype(values: torch.Tensor, x) -> torch.dtype | None:
+    """The dtype autocast asks for when it applies to A @ X (A's ``values`` given): float32
+    operands on a device where autocast is on are cast to its dtype; float64 is never cast (as
+    in torch)."""
+    if not isinstance(x, torch.Tensor) or not torch.is_autocast_enabled(values.device.type):
+        return None
+    dtype = torch.get_autocast_dtype(values.device.type)
+    operands = {values.dtype, x.dtype}
+    if torch.float32 not in operands or not operands <= {torch.float32, dtype}:
+        return None
+    return dtype
