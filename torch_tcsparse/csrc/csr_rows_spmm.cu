@@ -41,8 +41,7 @@ struct Raw<2> {
 };
 
 // The registers of one gather of V elements: float4 for floats, raw words otherwise. With uint4
-// words for floats, ptxas sank each gather down to its FMAs (one in flight per lane: 15% slower
-// on an H200).
+// words for floats, ptxas sinks each gather down to its FMAs, leaving one in flight per lane.
 template <typename T, int V>
 struct Gather {
     using type = typename Raw<V * sizeof(T)>::type;
@@ -52,10 +51,10 @@ struct Gather<float, 4> {
     using type = float4;
 };
 
-// Blocks per SM ptxas must fit (__launch_bounds__). Float: 0, its own choice (40 registers, the
-// fastest measured). 16-bit: left alone, ptxas sinks every gather to its FMAs to save registers;
-// 5 blocks (at most 48 registers) keep the gathers in flight (H200, R-MAT 21 at N = 128: 3.73 ->
-// 3.18 ms; 1 or 4 blocks, with more registers, measured slower).
+// Blocks per SM ptxas must fit (__launch_bounds__). Float: 0, its own choice, the fastest
+// measured. 16-bit: left alone, ptxas sinks every gather to its FMAs to save registers; 5 blocks
+// (at most 48 registers) keep the gathers in flight, and 1 or 4 blocks, with more registers,
+// measured slower (docs/DECISIONS.md).
 template <typename T>
 constexpr int kMinBlocksPerSM = std::is_same_v<T, float> ? 0 : 5;
 
@@ -110,9 +109,8 @@ __device__ __forceinline__ int64_t output_row(const CsrRows& a, int32_t row) {
 }
 
 // Columns [tile * tile_cols, ...) of every row piece; nv: vectors of V elements in this tile.
-// kAddend: whether `addend` is read, a template flag so that the kernel without one compiles to
-// the code it had before the addend existed (a runtime test cost the 16-bit kernel 2-5% on an
-// H200).
+// kAddend: whether `addend` is read; a template flag, so that the kernel without an addend
+// compiles to code with no trace of it (a runtime test slowed the 16-bit kernel).
 template <typename T, int L, int CH, int V, bool kAddend, bool kLastArrival>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
     csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx,
@@ -249,9 +247,8 @@ __global__ void finish_split_rows_kernel(CsrRows a, SplitSums split, T* __restri
 }
 
 // 16-byte gathers: the fewest lanes whose vectors cover N, at most a warp. Wider rows run in
-// tiles of a warp's width (grid.y), a warp per tile: on an H200 this beat one warp covering 256
-// float columns (R-MAT 21 at N = 256: 10.2 against 13.0 ms), since more, lighter warps keep more
-// gathers in flight per SM.
+// tiles of a warp's width (grid.y), a warp per tile: more, lighter warps keep more gathers in
+// flight per SM than one warp covering 256 float columns, which measured slower.
 template <typename T>
 cudaError_t launch_vector(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
                           const T* bias, const float* addend, const SplitSums& split, bool last_arrival,
@@ -293,9 +290,8 @@ cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t
     constexpr int V = 16 / sizeof(T);
     const bool vector = n % V == 0 && ldx % V == 0 && ldy % V == 0 && aligned16(x) && aligned16(y);
     // The last piece of a row saves the finishing launch but waits for its atomics (a fence per
-    // piece). H100, float32 and float16, last arrival over the finishing kernel: pieces x N up to
-    // 2^18 (gg_dblp, snap_wiki-Vote, snap_ca-HepPh at N = 32) 0.70-0.95x on one host, 0.81-0.97x on
-    // another; ogbl-ddi, R-MAT 18, the band and the SBM (18k-264k pieces) 1.0-1.3x.
+    // piece): faster up to kLastArrivalPieceColumns pieces x N, where the launch dominates; slower
+    // beyond, where the fences do (docs/DECISIONS.md).
     const bool last_arrival = a.num_pieces * n <= kLastArrivalPieceColumns;
     const cudaError_t err =
         vector ? launch_vector(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream)

@@ -5,7 +5,7 @@
 // columns (R-MAT, uniform random) a 16 x 8 TC block holds a few nonzeros, so the MMA multiplies
 // mostly zeros, while each nonzero's row of X has to be gathered anyway. A warp per row that keeps
 // many 16-byte gathers in flight is bound only by those gathers; cuSPARSE's CSR kernel keeps
-// fewer in flight at N <= 128 (measured on an H200: 1.2-3x slower on R-MAT, uniform and SBM).
+// fewer in flight at N <= 128 and runs slower on R-MAT, uniform and SBM graphs (BENCHMARKS.md).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +23,8 @@ namespace tcsparse {
 //
 // `row_map` (null: the identity) is the row of Y that each CSR row is written to. A reordered
 // matrix passes its rows in the reordering's order with their original column ids: rows that
-// share columns then run side by side and find their rows of X still in L2 (on an H200, R-MAT 21
-// at N = 128 in degree order: 4.35 against 4.67 ms), while X and Y stay in the user's order.
+// share columns then run side by side and find their rows of X still in L2, while X and Y stay in
+// the user's order.
 struct CsrRows {
     const int32_t* rowptr;        // [num_rows + 1]
     const int32_t* col;           // [nnz]
@@ -43,9 +43,8 @@ struct CsrRows {
 // column tile), and the piece that counts last rounds the sums into Y and sets both back to zero:
 // the product is one launch, where the host's time per launch is what counts. A larger launch
 // rounds the sums in a second kernel, which zeroes them too. Either way no memset: a caller keeps
-// one zeroed SplitSums per stream and hands it to every call on that stream (with a scratch, a
-// memset and a finishing launch per call, split 16-bit rows of gg_dblp took 21.7 us of an H100
-// host's time per call, unsplit ones 10.7).
+// one zeroed SplitSums per stream and hands it to every call on that stream: a scratch, a memset
+// and a finishing launch per call would double the host time of a small product.
 struct SplitSums {
     float* sums;        // [num_split_rows, n]: zero on entry, zero on return
     int32_t* arrivals;  // [num_split_rows, csr_rows_max_tiles(n)]: zero on entry, zero on return

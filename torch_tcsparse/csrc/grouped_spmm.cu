@@ -10,21 +10,17 @@
 // then reads its operands out of what other lanes copied: fp32 B operands as 16-byte words of
 // the tile, 16-bit ones through ldmatrix (transposed), which hands each lane its B operands
 // directly. Against each lane copying its own operands, that takes half the copies and one
-// address per lane and step instead of six, for 16-bit types (ptxas: 121 instructions per
-// step, 169 before). Lanes read each other's copies, so the warp syncs after its wait and before it
-// refills a stage.
+// address per lane and step instead of six for 16-bit types, and fewer instructions per step.
+// Lanes read each other's copies, so the warp syncs after its wait and before it refills a stage.
 //
-// 16-bit types take two blocks per step, one m16n8k16 per window and n-tile (kStepBlocks): H200,
-// N = 128, float16 kernel time against one block per step with m16n8k8: ordered SBM 360 -> 287
-// us, band 16384 12.7 -> 11.6, uniform 4267 61 -> 59, ogbl-ddi in tca order 23.5 -> 22.7, but
-// ogbl-ddi as given 42 -> 44.
+// 16-bit types take two blocks per step, one m16n8k16 per window and n-tile (kStepBlocks): faster
+// than one block per step with m16n8k8 on all but one measured layout (docs/DECISIONS.md).
 //
 // Where every group is one chunk (band matrices) and Y is 16-bit, the warps round their rows
-// into Y themselves (kDirect): the zeroed fp32 sums and the rounding launch cost more than half
-// of the kernel's own time there (H200, N = 128, band 16384: 22.2 -> 13.1 us of GPU time). Not
-// elsewhere: a last-arriving chunk that rounds its group needs a fence after its atomics, which
-// ran the 16-bit kernel 25-40% slower on ogbl-ddi and uniform 4267; and float32 stores ran 30%
-// slower than atomics into zeroed rows on the band (26.0 against 19.9 us).
+// into Y themselves (kDirect): the zeroed fp32 sums and the rounding launch cost more than the
+// kernel's own time saves there. Not elsewhere: a last-arriving chunk that rounds its group needs
+// a fence after its atomics, which slows the 16-bit kernel more than the rounding launch costs;
+// and float32 stores ran slower than atomics into zeroed rows (docs/DECISIONS.md).
 #include <algorithm>
 #include <type_traits>
 
@@ -56,9 +52,8 @@ struct alignas(16) GroupRing {
     uint4 a[S][kStepBlocks<T> * kGroupWindows][kSlotChunks<T>];
 };
 
-// Stages: four rings of either type fill a thread block's 48 KB of static shared memory. With one
-// block per 16-bit step, 8 stages ran no faster than 4 (H200, N = 128: ogbl-ddi 0.060 against
-// 0.059 ms, the ordered SBM 0.756 against 0.747 ms).
+// Stages: four rings of either type fill a thread block's 48 KB of static shared memory; 8 stages
+// ran no faster than 4.
 constexpr int kGroupedStages = 4;
 
 // Where piece c of row r of a step's tile of X lies. Swizzled so that the reads of one shared

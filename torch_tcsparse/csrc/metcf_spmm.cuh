@@ -440,9 +440,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Column slices of two steps (NV = 2) halve the per-column share of the sparse work (metadata,
 // fragment copies) but waste half a warp when only one step is left; take them when that waste
 // is at most the last slice. For 16-bit types two steps are 128 columns at 4 blocks per SM: on
-// matrices of few windows that leaves SMs idle (H200, N = 128: band 16384 0.057 ms wide vs
-// 0.044 narrow, ogbl_ddi 0.132 vs 0.114), so they go wide only when that fills one wave (16
-// warps per SM; SBM 132k, 8250 windows: 4.1 ms wide vs 5.1 narrow).
+// matrices of few windows (band, ogbl-ddi) that leaves SMs idle and runs slower than narrow
+// slices, so they go wide only when that fills one wave (16 warps per SM), where wide slices are
+// faster (the SBM graphs).
 constexpr int64_t kWideMinWarpsPerSm = 16;
 
 template <typename T>

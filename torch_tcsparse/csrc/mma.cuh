@@ -80,8 +80,8 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int src
                  "r"(src_bytes));
 }
 
-// 16-byte asynchronous copy global -> shared through L1 (.ca: on an H200 the L1 hits on rows of X
-// that neighbouring warps gather too saved enough L2 bandwidth that .cg ran 1.4x slower on R-MAT);
+// 16-byte asynchronous copy global -> shared through L1 (.ca: the L1 hits on rows of X that
+// neighbouring warps gather too save enough L2 bandwidth that .cg, bypassing L1, runs slower);
 // src_bytes is 16 or 0 (zero fill, nothing read). Both addresses 16-byte aligned.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(smem)), "l"(gmem),
@@ -114,7 +114,7 @@ __device__ __forceinline__ float4 load_global_f4(const float* p) {
     return v;
 }
 
-// Vector fp32 atomic add (one instruction on sm_90, four scalar atomics before).
+// Vector fp32 atomic add (one instruction on sm_90, four scalar atomics on older GPUs).
 __device__ __forceinline__ void atomic_add_f4(float* p, float4 v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     atomicAdd(reinterpret_cast<float4*>(p), v);
@@ -126,7 +126,7 @@ __device__ __forceinline__ void atomic_add_f4(float* p, float4 v) {
 #endif
 }
 
-// Vector fp32 atomic add of two neighbours (one instruction on sm_90, two scalar atomics before).
+// Vector fp32 atomic add of two neighbours (one instruction on sm_90, two scalar atomics on older GPUs).
 __device__ __forceinline__ void atomic_add_f2(float* p, float2 v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     atomicAdd(reinterpret_cast<float2*>(p), v);

@@ -26,13 +26,11 @@ slot_entry   int32 [layout nnz]                  its fragment slot * 128 + row *
 
 The values reach the kernel as fragments (``fragment_values``): per non-empty sub-block, per
 lane of the warp, the lane's four entries of the mma's A operand, in X's dtype: the warp copies
-a slot whole (16-byte pieces, 8 lanes per window) and each lane reads its entries in one word. Before, a lane found its entries in a sparse sub-block by
-popcounts over a bitmap and copied them in 4 scattered 4-byte pieces; one copy ran the kernel
-1.2-1.3x faster in float32 (H200, N = 128: ogbl-ddi in tca order 0.054 -> 0.041 ms, the ordered
-SBM 1.33 -> 1.11 ms). The price is the zeros: 512 bytes per sub-block in float32, 256 in
-16-bit types, against 4 bytes per nonzero before; the split below keeps the sub-blocks 30-50%
-full on the graphs it pays for (ogbl-ddi in tca order 14 MB of 16-bit fragments against 8.5 MB
-of values, the ordered SBM 265 against 219 MB).
+a slot whole (16-byte pieces, 8 lanes per window) and each lane reads its entries in one word:
+no popcounts over a bitmap and no scattered 4-byte copies, which runs the kernel faster than a
+sparse sub-block would (docs/DECISIONS.md). The price is the zeros: 512 bytes per sub-block in
+float32, 256 in 16-bit types, against 4 bytes per nonzero of plain values; the split below keeps
+the sub-blocks 30-50% full on the graphs it pays for.
 
 A (group, column) pair holding few nonzeros costs a whole gather of a row of X for them, while
 a CUDA-core kernel pays one gather per nonzero: with ``min_pair_nnz`` those pairs stay out of the
@@ -64,13 +62,13 @@ TARGET_CHUNKS = 2048
 
 
 # The values of ``min_pair_nnz`` a matrix's layout is priced with (``selector.grouped_split``):
-# 1 keeps every nonzero in the layout. On an H200 at N = 128 the ordered SBM ran 2.2 ms in the
-# layout alone (ME-TCF base: 2.2 ms), 1.35 ms split at 16; ogbl-ddi ran fastest unsplit.
+# 1 keeps every nonzero in the layout. A split pays on dense communities with scattered edges
+# between them (the ordered SBM runs faster split at 16), not on ogbl-ddi (docs/DECISIONS.md).
 SPLIT_THRESHOLDS = (1, 8, 16)
 
 # Mean nonzeros per ME-TCF block below which the grouped layout is not worth building: its work
-# per block is four windows' (H200, N = 128 float32: ogbl-ddi at 26 per block ran 1.5x faster than
-# our other paths, R-MAT 18 at 8 per block 4x slower than the rows path).
+# per block is four windows': ogbl-ddi, at 26 per block, runs fastest on it, while R-MAT 18, at 8,
+# runs several times slower on it than on the rows path (docs/DECISIONS.md).
 MIN_NNZ_PER_TC_BLOCK = 16
 
 

@@ -4,11 +4,10 @@ The rows kernel gathers a row of X per nonzero; warps side by side take consecut
 reordered matrix's order, see ``Structure.rows_csr``), so a row of X needed by several rows close
 in that order is read from DRAM once. ``distinct_share`` counts, per group of ``GROUP_ROWS``
 consecutive rows, the distinct columns, over the nonzeros: 1 when no two rows of a group share a
-column, small when they share most. On an H200 (float32 and float16, N = 32 and 128) every order
-that lowered it on R-MAT 18/21, the shuffled SBM and the uniform graph made the product faster,
-and the order of the times matched the order of the shares. The row count per group is the
-scale that ranked the SBM's orders too (its rows hold 600 nonzeros; groups of 8192 rows saw no
-difference between orders that ran 1.3x apart).
+column, small when they share most. On R-MAT, the shuffled SBM and a uniform graph every order
+that lowered it made the product faster, and the times ranked the orders as the shares did
+(docs/DECISIONS.md). The row count per group is the scale that ranks the SBM's orders too: its
+rows hold 600 nonzeros, and much larger groups no longer tell its orders apart.
 """
 from __future__ import annotations
 

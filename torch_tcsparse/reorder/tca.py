@@ -25,19 +25,18 @@ from ..formats.csr import CSR
 from ._clusters import Clusters, dominant_matching, full_first_positions, offset_pairs, pack_windows, pair_keys, row_order
 from ._minhash import estimated_jaccard, group_signatures, row_signatures, unshifted
 
-# 32 hashes and 16 sorted bands against 16 and 8: 2-8% fewer blocks on the real graphs and
-# R-MAT (MeanNnzTC 1.52 -> 1.58 on pubmed, 1.59 -> 1.73 on a planted-partition graph) for about
-# 4x the candidate work, still a few sorts and gathers per round.
+# 32 hashes and 16 sorted bands rather than 16 and 8: fewer blocks on the real graphs and R-MAT
+# for about 4x the candidate work, still a few sorts and gathers per round (docs/DECISIONS.md).
 NUM_HASHES = 32
 BANDS = 16
 NEIGHBOURS = 2
 # Hierarchy I needs log2(16) = 4 rounds when every merge doubles a cluster, but a round only
-# takes locally dominant pairs: on R-MAT scale 15, 24 rounds leave 35% of the rows outside full
-# windows and 40 rounds 4%. Late rounds touch only the few unfinished clusters, so they are cheap;
-# 48 against 24 gives 0.5-7% fewer blocks (ogbl-ddi MeanNnzTC 2.00x -> 2.14x).
+# takes locally dominant pairs, so a power-law graph leaves many rows outside full windows after
+# a few dozen rounds. Late rounds touch only the few unfinished clusters, so they are cheap, and
+# 48 rounds give fewer blocks than 24 (docs/DECISIONS.md).
 ROUNDS_ROWS = 48
 ROUNDS_GROUPS = 10
-# Windows per cache group: about one wave of thread blocks (132 SMs on an H100).
+# Windows per cache group: about one wave of thread blocks on a GPU of 132 SMs.
 GROUP_WINDOWS = 128
 
 
