@@ -1,9 +1,9 @@
 """Host-side cost per SpMM call on small graphs, layer by layer, and the cost of a selector choice.
 
 On graphs of a few thousand rows the kernel runs for a few microseconds and a call of ``A @ X``
-costs what Python, the op dispatcher and the launch cost. This times back-to-back calls (no
-synchronisation in between) of each layer, from the user's ``A @ X`` down to the compiled op
-with prepared arguments, so the difference between two rows is the cost of one layer; then the
+costs what Python and the launch cost. This times back-to-back calls (no synchronisation in
+between) of each layer, from the user's ``A @ X`` down to the kernel's binding with prepared
+arguments, so the difference between two rows is the cost of one layer; then the
 first (uncached) selector choice against one SpMM; then one training step (forward, backward,
 Adam) of a 2-layer GCN (in 100 -> 256 -> 47 out, our GCNConv, cached graph). cProfile listings of
 ``A @ X`` and of the training step go to ``$OUT/host_overhead_profile_*.txt``.
@@ -26,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import out_dir, settle, time_cuda, time_per_call_us  # noqa: E402
 
 import torch_tcsparse  # noqa: E402
-from torch_tcsparse import _ext, kernels, ops, selector  # noqa: E402
+from torch_tcsparse import _ext, kernels, product, selector  # noqa: E402
+from torch_tcsparse.engines import ENGINES  # noqa: E402
+from torch_tcsparse.product import operands_of  # noqa: E402
 from torch_tcsparse.datasets import npz  # noqa: E402
 
 
@@ -46,23 +48,20 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
     a = a.to(dtype)
     s = a._structure
     path = settle(a, torch.randn(a.shape[1], n, device="cuda", dtype=dtype))
+    engine = ENGINES[path]
     kernel = path if path in kernels.KERNELS else "base"
-    block_values = a._block_values
-    module, eager = _ext.load(), _ext.eager()
-    prepared = kernels._layout_args(s.layout)
-    fp32_values = block_values.float()
+    fp32_values, _ = operands_of(a, ENGINES[kernel])
+    prepared = kernels.layout_arguments(s.layout)
+    module = _ext.load()
     return {
         f"A @ X (path {path})": lambda x: a @ x,
-        f"ops.run_spmm ({kernel})": lambda x: ops.run_spmm(x, block_values, s.layout, kernel),
-        f"kernels.spmm ({kernel})": lambda x: kernels.spmm(x, block_values, s.layout, kernel),
-        "compiled op, prepared args": lambda x: module.spmm(
-            x, fp32_values, *prepared, kernel == "balanced", False, False
-        ),
-        "pybind function, prepared args": lambda x: eager.spmm(
+        f"product.matmul ({path})": lambda x: product.matmul(a, x),
+        f"engine.run ({path}), kept operands": lambda x, o=operands_of(a, engine): engine.run(x, o, None),
+        f"pybind function ({kernel}), prepared args": lambda x: module.spmm(
             x, fp32_values, *prepared, kernel == "balanced", False, False
         ),
         "torch.empty_like (one allocation)": lambda x: torch.empty_like(x),
-        "torch.sparse.mm (cuSPARSE)": lambda x, m=a._torch_csr(): torch.sparse.mm(m, x),
+        "torch.sparse.mm (cuSPARSE)": lambda x, m=operands_of(a, ENGINES["csr"]): torch.sparse.mm(m, x),
     }
 
 

@@ -13,6 +13,9 @@
 #                                   and racecheck take 210-410 s on an H100: give them 450);
 #                                   MEMCHECK_FILTER, RACECHECK_FILTER, SYNCCHECK_FILTER replace the sanitizers'
 #                                   pytest -k subsets.
+#                                   BASELINE: a directory holding another checkout (its torch_tcsparse and
+#                                   benchmarks/): the bench and host_overhead stages then run its benchmark
+#                                   first, on the same machine, with its own build, for a before/after table.
 #
 # Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry it; the
 # ogb wheels (and its needs) in .devdata/whl and .devdata/whl-extra make the whole suite runnable.
@@ -83,7 +86,19 @@ if stage suite; then
   record suite "rc=$? ($((SECONDS - start)) s): $(tail -1 "$OUT/suite.log")"
 fi
 
+if [ -n "${BASELINE:-}" ]; then
+  baseline() { PYTHONPATH="$BASELINE" TCSPARSE_BUILD_DIR="$PWD/.devdata/build-baseline" "$@"; }
+  start=$SECONDS
+  baseline $PY -m torch_tcsparse._ext >"$OUT/build-baseline.log" 2>&1
+  record baseline "build rc=$? ($((SECONDS - start)) s)"
+fi
+
 if stage bench; then
+  if [ -n "${BASELINE:-}" ]; then
+    mkdir -p "$OUT/bench-baseline"
+    baseline timeout "$STAGE_LIMIT" $PY "$BASELINE/benchmarks/spmm.py" --out "$OUT/bench-baseline" ${BENCH_ARGS:-} \
+      >"$OUT/bench-baseline.log" 2>&1
+  fi
   timeout "$STAGE_LIMIT" $PY benchmarks/spmm.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -E "^  |WRONG" || true
 fi
 
@@ -93,6 +108,11 @@ for name in reorder permutation selector gcn host_overhead; do
     start=$SECONDS
     args_var="${name^^}_ARGS"
     mkdir -p "$OUT/$name"
+    if [ -n "${BASELINE:-}" ] && [ -f "$BASELINE/benchmarks/$name.py" ]; then
+      mkdir -p "$OUT/$name-baseline"
+      OUT="$OUT/$name-baseline" baseline timeout "$STAGE_LIMIT" $PY "$BASELINE/benchmarks/$name.py" ${!args_var:-} \
+        >"$OUT/$name-baseline.log" 2>&1
+    fi
     OUT="$OUT/$name" timeout "$STAGE_LIMIT" $PY benchmarks/$name.py ${!args_var:-} >"$OUT/$name.log" 2>&1
     record $name "rc=$? ($((SECONDS - start)) s)"
   fi
@@ -112,6 +132,9 @@ printf '%s\n' "${summary[@]}"
 grep -q "FAILED\|Error" "$OUT/test.log" 2>/dev/null && grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -20
 grep -E "^(FAILED|ERROR)" "$OUT/suite.log" 2>/dev/null | head -20
 for name in reorder permutation selector gcn host_overhead accuracy; do
-  if stage $name; then echo "== $name"; tail -40 "$OUT/$name.log"; fi
+  if stage $name; then
+    [ -f "$OUT/$name-baseline.log" ] && { echo "== $name (baseline)"; tail -40 "$OUT/$name-baseline.log"; }
+    echo "== $name"; tail -40 "$OUT/$name.log"
+  fi
 done
 if stage bench; then sed -n '/^CSR -> ME-TCF/,$p' "$OUT/bench.log"; fi
