@@ -22,6 +22,13 @@ class OperandCache:
         self._version = values._version
         self._entries: dict = {}
 
+    def lookup(self, key: Hashable):
+        """The entry ``key``, or None if absent or stale: what a product asks first (no closure
+        to build on the common path, where the entry is there)."""
+        if self._values._version != self._version:
+            return None
+        return self._entries.get(key)
+
     def get(self, key: Hashable, build: Callable[[], object]):
         """The entry ``key``, built by ``build()`` if absent or if the values changed since."""
         version = self._values._version

@@ -58,7 +58,11 @@ def _run(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None) -> torch
 
 def operands_of(matrix, engine: Engine):
     """``engine``'s operands of ``matrix``, kept by the matrix while its values do not change."""
-    return matrix._cache.get(engine.operand_key, lambda: engine.prepare(matrix._structure, matrix._values))
+    cache = matrix._cache
+    operands = cache.lookup(engine.operand_key)
+    if operands is None:
+        operands = cache.get(engine.operand_key, lambda: engine.prepare(matrix._structure, matrix._values))
+    return operands
 
 
 def transposed_operands(matrix, engine: Engine):
@@ -110,9 +114,7 @@ def _in_dtype(matrix, dtype: torch.dtype):
 
 
 def _check_operand(matrix, x) -> torch.Tensor:
-    from .tensor import TCSparseTensor
-
-    if isinstance(x, TCSparseTensor):
+    if isinstance(x, type(matrix)):
         raise TypeError("the product of two TCSparseTensors is not supported; convert one with .to_dense()")
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"A @ X needs a torch.Tensor X, got {type(x).__name__}")
