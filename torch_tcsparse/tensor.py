@@ -19,6 +19,7 @@ from .formats import inputs
 from .formats.csr import CSR, check_values, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
 from .operands import OperandCache
+from .paths import VALUE_DTYPES
 from .structure import Structure
 
 
@@ -108,7 +109,7 @@ class TCSparseTensor(torch.Tensor):
         device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         device = self.device if device is None else torch.device(device)
         dtype = self.dtype if dtype is None else dtype
-        if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        if dtype not in VALUE_DTYPES:
             raise TypeError(f"TCSparseTensor values must be a floating dtype, got {dtype}")
         structure = self._structure if device == self.device else self._structure.to(device)
         return TCSparseTensor(structure, self._values.to(device=device, dtype=dtype))
