@@ -7,8 +7,8 @@ changed nothing or cost L2 locality (musae_facebook: 0.070 -> 0.094 ms). A reord
 speeds up the CUDA-core "rows" kernel, which runs the rows in the new order: rows that share
 columns side by side find their rows of X in L2 (``locality``; R-MAT 21 at N = 128 on an H200:
 7% less time in degree order, the shuffled SBM 25% less in tca order). So each candidate's blocks
-per window and its locality go through the selector's cost model (``selector.predict``, the same
-model that picks the path at run time) and a method is kept only when a Tensor-Core kernel (the
+per window and its locality go through the selector's cost model (``selector.predict_costs``, the same
+C++ model that picks the path at run time) and a method is kept only when a Tensor-Core kernel (the
 grouped path too, where its layout may pay: an order that gathers dense communities into groups
 of 64 rows shrinks it most, ogbl-ddi 27,289 -> 14,000 blocks in tca order) or the rows kernel on
 the reordered matrix is predicted at least ``min_gain`` faster than every path without
@@ -19,8 +19,6 @@ already near optimal).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-
 import torch
 
 from ..formats.csr import CSR
@@ -59,16 +57,16 @@ def _predictor(csr: CSR, window: int, n: int):
     def predict(perm) -> tuple[int, float, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
         ratio = 1.0 if perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, perm, given_share)
-        shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row, csr.num_cols,
-                                     rows_share_ratio=ratio)
+        features = selector.MatrixFeatures.of_window_blocks(window, per_window, csr.num_rows, csr.nnz, max_row,
+                                                            csr.num_cols, rows_share_ratio=ratio)
         blocks = int(per_window.sum())
         if may_pay(csr.nnz, blocks) and csr.col.dtype == torch.int32:
             # The grouped layout the matrix would build in this order (Structure.grouped).
             sizes = split_sizes(group_pairs(csr.rowptr, csr.col, csr.num_rows, csr.num_cols, perm),
                                 grouped_format.SPLIT_THRESHOLDS)
-            grouped_blocks, rest = sizes[selector.grouped_split(sizes, shape, model)]
-            shape = replace(shape, grouped_blocks=grouped_blocks, grouped_rest_nnz=rest)
-        return blocks, ratio, dict(selector.predict(shape, n, model).costs_us)
+            grouped_blocks, rest = sizes[selector.grouped_split(sizes, features, model)]
+            features = features.replace(grouped_blocks=grouped_blocks, grouped_rest_nnz=rest)
+        return blocks, ratio, selector.predict_costs(features, n, model)
 
     return predict
 
