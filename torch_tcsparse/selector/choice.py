@@ -42,10 +42,10 @@ def runnable_paths(dtype: torch.dtype, device: torch.device, features, determini
 
 
 def query_of(features: MatrixFeatures, n: int, dtype: torch.dtype, model: DeviceModel) -> tuple:
-    """(prices, value bytes, launch shapes, rows piece) of a question at N = ``n``."""
+    """(prices, N, value bytes, launch shapes, rows piece): a question to the model at N = ``n``."""
     launches = [model.launch(path, n, dtype, features.num_windows) for path in KERNEL_CHOICES]
     piece = csr_rows.split_piece_nnz(features.nnz, features.max_row_nnz, kernel_dtype(dtype))
-    return model.prices(n, dtype), torch.finfo(dtype).bits // 8, native.launch_array(*launches), piece
+    return model.prices(n, dtype), n, torch.finfo(dtype).bits // 8, native.launch_array(*launches), piece
 
 
 def predicted_choice(features: MatrixFeatures, n: int, model: DeviceModel, candidates=CHOICES,
@@ -63,7 +63,7 @@ def rank(features: MatrixFeatures, n: int, model: DeviceModel, candidates=CHOICE
          dtype: torch.dtype = torch.float32) -> Explanation:
     """Price every path for ``features`` times an [K, n] operand on ``model``'s device and explain
     the choice among ``candidates`` (those priced)."""
-    prices, value_bytes, launch, piece = query_of(features, n, dtype, model)
+    prices, _, value_bytes, launch, piece = query_of(features, n, dtype, model)
     raw = native.explain(features, prices, n, value_bytes, launch, piece, native.candidate_bits(candidates))
     costs = {path: cost for path, cost in zip(CHOICES, raw.costs_us) if cost == cost}
     summary = features.summary
