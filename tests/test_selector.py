@@ -706,3 +706,90 @@ def test_grouped_kernel_writing_16bit_y_itself_drops_the_zeroing_and_rounding():
     shared = one_chunk.replace(grouped_one_chunk=False)
     assert grouped_us(one_chunk, dtype=torch.float16) < grouped_us(shared, dtype=torch.float16)
     assert grouped_us(one_chunk) == grouped_us(shared)
+
+
+# Calibration (selector.calibrate), offline on made-up measurements.
+
+
+def made_up_run(tmp_path, name, scale=1.0, dtypes=(torch.float32,), graphs=6, truth=None):
+    """A run of a made-up device whose times are ``truth``'s predictions (default: the shipped
+    calibration's) times ``scale``, saved as benchmarks/selector.py saves one: (folder, records,
+    shapes, info)."""
+    from torch_tcsparse.selector import calibrate
+
+    info = {
+        "name": "made-up GPU", "family": "madeup", "sm_count": 16,
+        "occupancy": {p: {str(n): 4 for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
+    }
+    truth = truth or Calibration.load("default")
+    rng = np.random.default_rng(1)
+    shapes, records = {}, []
+    for i in range(graphs):
+        blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 400 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
+        shapes[f"g{i}"] = MatrixFeatures.of_window_blocks(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i),
+                                                          int(blocks.max()) * 2)
+        for dtype in dtypes:
+            for n in selector.BUCKETS:
+                record = {"graph": f"g{i}", "n": n, "dtype": selector.dtype_name(dtype),
+                          "launch": {p: [4, selector.default_column_slices(n, dtype.itemsize)]
+                                     for p in selector.KERNEL_CHOICES}}
+                costs = rank(shapes[f"g{i}"], n, calibrate.model_for(info, truth, record), dtype=dtype).costs_us
+                records.append({**record, "times_us": {p: t * scale for p, t in costs.items()}})
+    calibrate.save(tmp_path / name, records, shapes, info)
+    return tmp_path / name, records, shapes, info
+
+
+def test_calibration_refits_a_known_calibration(tmp_path, capsys):
+    import json
+
+    from torch_tcsparse.selector import calibrate
+
+    truth = Calibration.load("default")
+    for paths in truth.buckets.values():  # a slower balanced kernel than the defaults
+        paths["balanced"]["split_units"] = 6.0
+        paths["base"]["tail_us"] *= 0.5
+    folder, records, shapes, info = made_up_run(tmp_path, "run", dtypes=(torch.float32, torch.float16), graphs=8,
+                                                truth=truth)
+    calibrate.main([str(folder), "-o", str(tmp_path / "out" / "madeup.json")])
+    table = capsys.readouterr().out
+    assert "held-out half" in table and "fitted on all" in table and "wrote" in table
+    fitted = Calibration.from_dict(json.loads((tmp_path / "out" / "madeup.json").read_text()), "fitted")
+    assert set(fitted.buckets) == set(selector.BUCKETS)
+    assert set(fitted.dtype_buckets) == {"float16"} and set(fitted.dtype_buckets["float16"]) == set(selector.BUCKETS)
+    assert set(fitted.csr_margin) == set(selector.KERNEL_CHOICES)
+    scored = calibrate.score(records, shapes, info, fitted)
+    assert scored["hit_rate"] >= 0.9
+    assert scored["worst_vs_csr"] <= 1.10
+
+
+def test_calibration_runs_load_back_merged_and_without_stale_times(tmp_path, capsys):
+    import json
+
+    from torch_tcsparse.selector import calibrate
+
+    first, records, shapes, _ = made_up_run(tmp_path, "first")
+    second, _, _, _ = made_up_run(tmp_path, "second", scale=1.1)
+    loaded = calibrate.load_saved(first)[1]
+    for name, features in shapes.items():
+        assert (loaded[name].max_row_nnz, loaded[name].num_cols) == (features.max_row_nnz, features.num_cols)
+        assert loaded[name].window_blocks.tolist() == features.window_blocks.tolist()
+    (first / "stale.json").write_text(json.dumps({"stale": [{"path": "rows", "n": 256, "why": "test"}]}))
+    assert all(("rows" in r["times_us"]) == (r["n"] != 256) for r in calibrate.load_saved(first)[0])
+    # Merged: each path's geometric mean over the runs that measured it.
+    merged = calibrate.load_runs([first, second])[0]
+    at_256 = next(r for r in merged if r["n"] == 256)
+    original = next(r for r in records if r["n"] == 256 and r["graph"] == at_256["graph"])
+    assert at_256["times_us"]["rows"] == pytest.approx(1.1 * original["times_us"]["rows"])
+    assert at_256["times_us"]["csr"] == pytest.approx(1.1**0.5 * original["times_us"]["csr"])
+
+    calibrate.main([str(first), str(second), "--leave-one-run-out"])
+    table = capsys.readouterr().out
+    assert table.count("fitted on the others") == 2 and table.count("default.json") == 2
+
+
+def test_calibration_cli_refuses_what_is_not_a_run(tmp_path, capsys):
+    from torch_tcsparse.selector import calibrate
+
+    with pytest.raises(SystemExit):
+        calibrate.main([str(tmp_path), "-o", str(tmp_path / "out.json")])
+    assert "not a run folder" in capsys.readouterr().err
