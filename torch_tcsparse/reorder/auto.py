@@ -1,20 +1,18 @@
 """``reorder="auto"``: try candidate methods and keep one only when it makes ``A @ X`` faster.
 
 Fewer ME-TCF Tensor-Core blocks (``count_blocks``) is what a reordering buys, but fewer blocks
-alone did not make ``A @ X`` faster on the H200: where cuSPARSE (the ``"csr"`` path, which a row
-order does not change) already beats the kernels, or where the gain is small, a permutation
-changed nothing or cost L2 locality (musae_facebook: 0.070 -> 0.094 ms). A reordering also
-speeds up the CUDA-core "rows" kernel, which runs the rows in the new order: rows that share
-columns side by side find their rows of X in L2 (``locality``; R-MAT 21 at N = 128 on an H200:
-7% less time in degree order, the shuffled SBM 25% less in tca order). So each candidate's blocks
-per window and its locality go through the selector's cost model (``selector.predict_costs``, the same
-C++ model that picks the path at run time) and a method is kept only when a Tensor-Core kernel (the
-grouped path too, where its layout may pay: an order that gathers dense communities into groups
-of 64 rows shrinks it most, ogbl-ddi 27,289 -> 14,000 blocks in tca order) or the rows kernel on
-the reordered matrix is predicted at least ``min_gain`` faster than every path without
-reordering. Otherwise rows stay in the user's order; in particular "auto" never
-adds blocks (SMaT saw Jaccard clustering add blocks on band matrices, where the given order is
-already near optimal).
+alone did not make ``A @ X`` faster: where cuSPARSE (the ``"csr"`` path, which a row order does
+not change) already beats the kernels, or where the gain is small, a permutation changed nothing
+or cost L2 locality. A reordering also speeds up the CUDA-core "rows" kernel, which runs the rows
+in the new order: rows that share columns side by side find their rows of X in L2
+(``locality``). So each candidate's blocks per window and its locality go through the selector's
+cost model (``selector.predict_costs``, the same C++ model that picks the path at run time) and a
+method is kept only when a Tensor-Core kernel (the grouped path too, where its layout may pay: an
+order that gathers dense communities into groups of 64 rows shrinks it most) or the rows kernel
+on the reordered matrix is predicted at least ``min_gain`` faster than every path without
+reordering. Otherwise rows stay in the user's order; in particular "auto" never adds blocks
+(SMaT saw Jaccard clustering add blocks on band matrices, where the given order is already near
+optimal).
 """
 from __future__ import annotations
 
@@ -29,11 +27,11 @@ from .. import selector
 from .locality import distinct_share, share_ratio
 
 # "tca" wins on every real graph measured; "degree" costs one sort and wins on R-MAT, whose
-# hubs share columns (scale 18: MeanNnzTC 1.31x against tca's 1.27x); "shuffle" is the third
-# opinion. "rcm" is left out: it runs in scipy on the CPU and never won here.
+# hubs share columns; "shuffle" is the third opinion. "rcm" is left out: it runs in scipy on the
+# CPU and never won.
 DEFAULT_CANDIDATES = ("tca", "degree", "shuffle")
-# Below an 8% predicted gain the model's error can exceed the gain: on an H200 snap_wiki-Vote in
-# tca order was predicted 5% faster on the balanced kernel and ran 20% slower than cuSPARSE.
+# Below this predicted gain the model's error can exceed the gain: a small predicted gain on the
+# balanced kernel has run slower than cuSPARSE.
 MIN_GAIN = 0.08
 # The N the prediction is made for: GCN hidden sizes (the SpMM benchmark's middle value).
 PREDICT_N = 128

@@ -8,6 +8,7 @@ import torch
 
 from .. import trials
 from ..formats.metcf import MetcfLayout
+from ..kernels import tf32_allowed
 from . import native
 from .choice import explain_features, kernels_usable, query_of, runnable_paths
 from .device import device_model
@@ -118,8 +119,6 @@ class SelectionCache:
             return "csr"
         features = self._features_of(layout)
         deterministic = torch.are_deterministic_algorithms_enabled()
-        from ..kernels import tf32_allowed
-
         key = (n, dtype, device, deterministic, tf32_allowed())
         query = self._queries.get(key)
         if query is None:
