@@ -17,10 +17,14 @@ for src in torch_tcsparse/csrc/*.cu; do
     pids+=("$!:$log")
   done
 done
-# The selector's C++ model is plain C++ (its binding needs torch and builds with the extension).
+# The selector's C++ model and its C interface are plain C++, built at run time by selector/build.py.
 log="$out/selector_model.log"
 ${CXX:-g++} -std=c++17 -O2 -Wall -Wextra -Werror -c torch_tcsparse/csrc/selector_model.cpp -o "$out/selector_model.o" \
   >"$log" 2>&1 &
+pids+=("$!:$log")
+log="$out/selector_capi.log"
+${CXX:-g++} -std=c++17 -O2 -Wall -Wextra -Werror -Itorch_tcsparse/csrc -c torch_tcsparse/csrc/selector_capi.cpp \
+  -o "$out/selector_capi.o" >"$log" 2>&1 &
 pids+=("$!:$log")
 failed=0
 for entry in "${pids[@]}"; do

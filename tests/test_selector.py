@@ -1,6 +1,8 @@
-"""The kernel selector: scheduling simulation (exact on hand-built cases, approximation bounded
-against heapq list scheduling), AR, ranking against csr, caching and the explanation. CPU only."""
+"""The kernel selector's cost model (C++, through ``selector.native``): scheduling simulation
+(exact on hand-built cases, the estimate bounded against heapq list scheduling), AR, ranking
+against csr, the explanation, caching and the calibration. CPU only."""
 import dataclasses
+import heapq
 
 import numpy as np
 import pytest
@@ -10,33 +12,27 @@ from torch_tcsparse import TCSparseTensor, csr_rows, selector
 from torch_tcsparse.datasets import synthetic
 from torch_tcsparse.formats.inputs import from_coo
 from torch_tcsparse.formats.metcf import BALANCE_CHUNK, build_metcf
-from torch_tcsparse.selector import model as cost_model
-from torch_tcsparse.selector import (
-    Calibration,
-    DeviceModel,
-    MatrixShape,
-    SelectionCache,
-    balanced_makespan_units,
-    base_makespan_units,
-    list_schedule_exact,
-    list_schedule_makespan,
-    rank,
-)
+from torch_tcsparse.selector import Calibration, DeviceModel, MatrixFeatures, SelectionCache, choice, rank
+from torch_tcsparse.selector import build as selector_build
 
 
 # Terms of the shipped calibration that the simulation tests leave out (set them per test).
 NO_FLOOR_NO_MISS = {"floor_us": 0.0, "miss_unit_us": 0.0, "miss_nnz_us": 0.0}
 
-
 # The Tensor-Core kernels and cuSPARSE: the choice before "rows" is considered.
 TC_AND_CSR = ("base", "balanced", "csr")
+
+# The model's constants these tests check behaviour against (csrc/selector_model.h).
+EXACT_JOBS_PER_SLOT = 4
+ROWS_ORDER_GAIN = 0.2
 
 
 def model(sm_count=2, resident=2, threshold=1.2, **overrides) -> DeviceModel:
     """A device of ``sm_count x resident`` slots with the default constants (every bucket's
     constants overridable per path), without host floors and L2-miss terms unless given."""
     data = Calibration.load("default")
-    buckets = {n: {path: {**c, **NO_FLOOR_NO_MISS} for path, c in paths.items()} for n, paths in data.buckets.items()}
+    buckets = {n: {path: {**c, **{k: v for k, v in NO_FLOOR_NO_MISS.items() if k in c or k == "floor_us"}}
+                   for path, c in paths.items()} for n, paths in data.buckets.items()}
     for path, constants in overrides.items():
         for paths in buckets.values():
             paths[path].update(constants)
@@ -44,9 +40,26 @@ def model(sm_count=2, resident=2, threshold=1.2, **overrides) -> DeviceModel:
     return DeviceModel("test device", "test", sm_count, calibration, None)
 
 
-def shape(window_blocks, nnz=None, max_row=1) -> MatrixShape:
+def shape(window_blocks, nnz=None, max_row=1, **features) -> MatrixFeatures:
     blocks = np.asarray(window_blocks, dtype=np.int64)
-    return MatrixShape(16, blocks, rows=16 * blocks.size, nnz=int(blocks.sum()) * 8 if nnz is None else nnz, max_row_nnz=max_row)
+    return MatrixFeatures.of_window_blocks(16, blocks, rows=16 * blocks.size,
+                                           nnz=int(blocks.sum()) * 8 if nnz is None else nnz, max_row_nnz=max_row,
+                                           **features)
+
+
+def list_schedule(costs, slots: int) -> float:
+    """Makespan of list scheduling with a heap: each job, in order, to the slot that frees first
+    (the reference the model's schedule is tested against)."""
+    free = [0.0] * slots
+    for cost in np.asarray(costs, dtype=np.float64).tolist():
+        heapq.heappush(free, heapq.heappop(free) + cost)
+    return max(free)
+
+
+def base_makespan(costs, slots: int, block_units: float = 0.0) -> float:
+    """The model's base makespan of one job per window costing ``block_units`` + its blocks."""
+    blocks = np.asarray(costs, dtype=np.int64)
+    return shape(blocks).base_launch(1, slots, block_units)[0]
 
 
 # List scheduling, exact.
@@ -63,15 +76,25 @@ def shape(window_blocks, nnz=None, max_row=1) -> MatrixShape:
     ],
 )
 def test_list_scheduling_hand_built(costs, slots, makespan):
-    assert list_schedule_exact(costs, slots) == makespan
-    assert list_schedule_makespan(costs, slots) == makespan
+    assert list_schedule(costs, slots) == makespan
+    assert base_makespan(costs, slots) == makespan
 
 
-def test_batched_schedule_is_exact_up_to_the_exact_limit():
+@pytest.mark.parametrize("block_units", [0.0, 2.5, 2.3])  # the half-unit grid, and off it (a heap)
+def test_schedule_is_exact_up_to_the_exact_limit(block_units):
     rng = np.random.default_rng(3)
     for slots in (1, 7, 64):
-        costs = rng.integers(1, 50, selector.EXACT_JOBS_PER_SLOT * slots).astype(float)
-        assert list_schedule_makespan(costs, slots) == list_schedule_exact(costs, slots)
+        blocks = rng.integers(1, 50, EXACT_JOBS_PER_SLOT * slots)
+        assert base_makespan(blocks, slots, block_units) == pytest.approx(list_schedule(blocks + block_units, slots))
+
+
+def test_slices_are_adjacent_jobs_of_a_window():
+    rng = np.random.default_rng(4)
+    blocks = rng.integers(0, 30, 40)
+    for slices, slots in ((2, 20), (3, 40), (4, 50)):  # at most EXACT_JOBS_PER_SLOT jobs per slot
+        makespan, work = shape(blocks).base_launch(slices, slots, 1.5)
+        assert makespan == pytest.approx(list_schedule(np.repeat(blocks + 1.5, slices), slots))
+        assert work == pytest.approx(slices * (blocks + 1.5).sum())
 
 
 def reference_balanced(window_blocks, slices, slots, segment_units, split_units):
@@ -97,44 +120,44 @@ def reference_balanced(window_blocks, slices, slots, segment_units, split_units)
 @pytest.mark.parametrize("kind", ["uniform", "power_law", "hubs", "lognormal"])
 @pytest.mark.parametrize("slots, jobs_per_slot", [(64, 20), (264, 30), (128, 80)])
 def test_fast_schedule_close_to_exact(kind, slots, jobs_per_slot):
-    """Beyond EXACT_JOBS_PER_SLOT the fluid estimate is approximate: within 5% of heapq list
-    scheduling on these random cases (observed worst about 4%, power-law costs at 30 jobs per
-    slot; below 1% for bounded uniform costs)."""
+    """Beyond EXACT_JOBS_PER_SLOT the schedule is a fluid estimate: within 5% of heapq list
+    scheduling on these random cases."""
     rng = np.random.default_rng([len(kind), slots, jobs_per_slot])
     jobs = slots * jobs_per_slot
-    assert jobs > selector.EXACT_JOBS_PER_SLOT * slots
+    assert jobs > EXACT_JOBS_PER_SLOT * slots
     for _ in range(3):
         if kind == "uniform":
-            costs = rng.integers(1, 10, jobs).astype(float)
+            blocks = rng.integers(1, 10, jobs)
         elif kind == "power_law":
-            costs = np.minimum(rng.pareto(1.5, jobs) * 3 + 1, 5000).round()
+            blocks = np.minimum(rng.pareto(1.5, jobs) * 3 + 1, 5000).round()
         elif kind == "hubs":
-            costs = rng.integers(1, 5, jobs).astype(float)
-            costs[rng.integers(0, jobs, 3)] = jobs_per_slot * rng.uniform(1, 20)
+            blocks = rng.integers(1, 5, jobs)
+            blocks[rng.integers(0, jobs, 3)] = round(jobs_per_slot * rng.uniform(1, 20))
         else:
-            costs = rng.lognormal(1, 1.2, jobs).round() + 1
-        costs += 2.5  # a thread block's fixed cost
-        exact = list_schedule_exact(costs, slots)
-        assert abs(list_schedule_makespan(costs, slots) - exact) <= 0.05 * exact
+            blocks = rng.lognormal(1, 1.2, jobs).round() + 1
+        blocks = blocks.astype(np.int64)
+        exact = list_schedule(blocks + 2.5, slots)  # a thread block's fixed cost of 2.5 units
+        assert abs(base_makespan(blocks, slots, 2.5) - exact) <= 0.05 * exact
 
 
 @pytest.mark.parametrize("jobs_per_slot", [5, 8, 20])
 def test_fluid_schedule_of_equal_jobs_is_at_most_half_a_job_high(jobs_per_slot):
     # Equal jobs run in lockstep waves; the estimate assumes half a job still running per slot.
-    slots, cost = 64, 4.0
-    exact = list_schedule_exact(np.full(slots * jobs_per_slot, cost), slots)
+    slots, cost = 64, 4
+    exact = list_schedule(np.full(slots * jobs_per_slot, cost), slots)
     assert exact == jobs_per_slot * cost
-    estimate = list_schedule_makespan(np.full(slots * jobs_per_slot, cost), slots)
+    estimate = base_makespan(np.full(slots * jobs_per_slot, cost), slots)
     assert exact <= estimate <= exact + cost / 2
 
 
 def test_fast_schedule_is_fast_on_a_million_jobs():
     import time
 
-    costs = np.minimum(np.random.default_rng(0).pareto(1.2, 1_000_000) * 3 + 1, 20000).round() + 3
+    blocks = (np.minimum(np.random.default_rng(0).pareto(1.2, 1_000_000) * 3 + 1, 20000).round()).astype(np.int64)
+    features = shape(blocks)
     start = time.perf_counter()
-    list_schedule_makespan(costs, 1056)
-    assert time.perf_counter() - start < 0.5  # typically 2-5 ms; loose for loaded CI machines
+    features.base_launch(1, 1056, 3.0)
+    assert time.perf_counter() - start < 0.5  # milliseconds; loose for loaded CI machines
 
 
 # Kernel simulation: uniform windows, hub windows, AR.
@@ -144,12 +167,11 @@ def test_uniform_windows_exact_makespans_and_ar_one():
     m = model(sm_count=2, resident=2)  # 4 slots
     block_units = 3.0
     s = shape([4] * 12)  # 12 windows of 4 blocks: 3 waves on 4 slots
-    makespan, work = base_makespan_units(s, slices=1, slots=4, block_units=block_units)
+    makespan, work = s.base_launch(1, 4, block_units)
     assert makespan == 3 * (block_units + 4)
     assert work == 12 * (block_units + 4)
     # Balanced with the same cost per segment: 4 blocks of 3 whole windows each: identical.
-    launch = balanced_makespan_units(s, 1, 4, block_units, split_units=0.0)
-    assert (launch.makespan, launch.work, launch.zeroed_windows) == (3 * (block_units + 4), work, 0)
+    assert s.balanced_launch(1, 4, block_units, 0.0) == (3 * (block_units + 4), work, 0)
     explanation = rank(s, 32, m)
     assert explanation.ar == pytest.approx(1.0)
     assert explanation.ar_kernel == "base"
@@ -158,21 +180,20 @@ def test_uniform_windows_exact_makespans_and_ar_one():
 def test_slices_multiply_the_jobs():
     s = shape([4] * 4)
     # 2 slices of 4 windows on 4 slots: 2 waves.
-    assert base_makespan_units(s, slices=2, slots=4, block_units=1.0)[0] == 2 * 5
+    assert s.base_launch(2, 4, 1.0)[0] == 2 * 5
 
 
 def test_hub_window_exact_makespans_and_large_ar():
     # One hub of 32 * 64 blocks and 63 windows of 1 block on 8 slots.
     blocks = [32 * 64] + [1] * 63
     s = shape(blocks)
-    base, _ = base_makespan_units(s, slices=1, slots=8, block_units=1.0)
-    assert base == 1.0 + 32 * 64  # the hub's thread block alone
+    assert s.base_launch(1, 8, 1.0)[0] == 1.0 + 32 * 64  # the hub's thread block alone
     # Balanced: 127 items, 16 per thread block; blocks 0-3 each take 16 hub chunks (512 TC blocks,
     # one segment, cut by a range boundary so added atomically), blocks 4-7 the small windows.
-    launch = balanced_makespan_units(s, 1, 8, segment_units=1.0, split_units=2.0)
-    assert launch.makespan == 1.0 + 512 + 2.0
-    assert launch.zeroed_windows == 3  # the hub, cut by three range boundaries (counted per cut)
-    assert (launch.makespan, launch.work) == reference_balanced(blocks, 1, 8, 1.0, 2.0)
+    makespan, work, zeroed = s.balanced_launch(1, 8, 1.0, 2.0)
+    assert makespan == 1.0 + 512 + 2.0
+    assert zeroed == 3  # the hub, cut by three range boundaries (counted per cut)
+    assert (makespan, work) == reference_balanced(blocks, 1, 8, 1.0, 2.0)
     explanation = rank(s, 32, model(sm_count=4, resident=2))
     assert explanation.ar > 3.0
     assert explanation.ar_kernel == "balanced"
@@ -182,23 +203,27 @@ def test_hub_window_exact_makespans_and_large_ar():
 @pytest.mark.parametrize("slices, slots", [(1, 3), (2, 8), (4, 8), (3, 5), (2, 1000)])
 def test_balanced_matches_item_by_item_reference(slices, slots):
     blocks = [70, 0, 5, 33, 1, 100, 2, 0, 64, 31, 32]
-    launch = balanced_makespan_units(shape(blocks), slices, slots, 1.5, 2.0)
-    assert (launch.makespan, launch.work) == pytest.approx(reference_balanced(blocks, slices, slots, 1.5, 2.0))
+    makespan, work, _ = shape(blocks).balanced_launch(slices, slots, 1.5, 2.0)
+    assert (makespan, work) == pytest.approx(reference_balanced(blocks, slices, slots, 1.5, 2.0))
 
 
 def test_balanced_one_chunk_per_warp_zeroes_empty_and_continued_windows():
     # 16 chunks x 2 slices <= 1000 slots: one chunk per warp. Windows of 70, 33, 100 and 64 blocks
     # split into 3 + 2 + 4 + 2 chunks: per slice 11 - 4 = 7 warps end inside a window; 2 empty.
     blocks = [70, 0, 5, 33, 1, 100, 2, 0, 64, 31, 32]
-    launch = balanced_makespan_units(shape(blocks), 2, 1000, 1.5, 2.0)
-    assert launch.zeroed_windows == 2 + 2 * 7
-    assert launch.makespan == 1.5 + 32 + 2.0
+    makespan, _, zeroed = shape(blocks).balanced_launch(2, 1000, 1.5, 2.0)
+    assert zeroed == 2 + 2 * 7
+    assert makespan == 1.5 + 32 + 2.0
+
 
 def test_kernel_time_splits_even_work_and_tail():
-    constants = {"launch_us": 5.0, "unit_us": 2.0, "tail_us": 0.5}
-    # 40 units of work on 4 slots: 10 even; a makespan of 30 leaves a tail of 20.
-    assert selector.kernel_time_us(constants, makespan=30.0, work=40.0, slots=4) == 5.0 + 2.0 * 10 + 0.5 * 20
-    assert selector.kernel_time_us(constants, makespan=10.0, work=40.0, slots=4) == 5.0 + 2.0 * 10
+    # A hub makes a tail: launch, the work spread evenly, then the tail at its own price.
+    s = shape([40] + [1] * 15)
+    m = model(sm_count=2, resident=2, base={"launch_us": 5.0, "unit_us": 2.0, "tail_us": 0.5, "block_units": 1.0})
+    makespan, work = s.base_launch(1, 4, 1.0)
+    even = work / 4
+    assert makespan > even
+    assert rank(s, 32, m).costs_us["base"] == pytest.approx(5.0 + 2.0 * even + 0.5 * (makespan - even))
 
 
 def test_predicted_kernel_times_of_uniform_windows():
@@ -219,17 +244,21 @@ def test_floor_is_the_least_a_call_costs():
 
 
 def test_l2_miss_fraction():
-    l2 = 50 << 20
-    assert selector.l2_miss_fraction(1000, 128, 4, l2) == 0.0  # 512 KB of X: all in L2
-    assert selector.l2_miss_fraction(4 * l2 // 512, 128, 4, l2) == pytest.approx(0.75)
-    assert selector.l2_miss_fraction(0, 128, 4, l2) == 0.0
+    m = model()
+    l2 = m.l2_bytes
+
+    def miss(cols):
+        return rank(shape([4] * 12, cols=cols), 128, m).features["x_share_beyond_l2"]
+
+    assert miss(1000) == 0.0  # 512 KB of X: all in L2
+    assert miss(4 * l2 // 512) == pytest.approx(0.75)
+    assert miss(0) == 0.0
 
 
 def test_miss_terms_price_x_beyond_l2():
     m = model(csr={"miss_nnz_us": 1e-3}, base={"miss_unit_us": 1.0})
-    blocks = [4] * 12
-    fits = MatrixShape(16, np.asarray(blocks), rows=192, nnz=384, max_row_nnz=1, cols=1000)
-    beyond = dataclasses.replace(fits, cols=1 << 22)  # 2 GB of X at N = 128
+    fits = shape([4] * 12, nnz=384, cols=1000)
+    beyond = fits.replace(cols=1 << 22)  # 2 GB of X at N = 128
     near, far = rank(fits, 128, m), rank(beyond, 128, m)
     assert far.features["x_share_beyond_l2"] > 0.95 and near.features["x_share_beyond_l2"] == 0.0
     assert far.costs_us["csr"] - near.costs_us["csr"] == pytest.approx(1e-3 * 384 * far.features["x_share_beyond_l2"])
@@ -242,11 +271,11 @@ def test_rows_order_scales_the_rows_time(ratio):
     1 - ROWS_ORDER_GAIN x (1 - ratio), down when the order brings rows that share columns
     together, up when it parts them."""
     m = model(rows={"miss_nnz_us": 1e-3, "split_launch_us": 0.0})
-    given = MatrixShape(16, np.asarray([4] * 12), rows=192, nnz=384, max_row_nnz=1, cols=1 << 22)
-    ordered = dataclasses.replace(given, rows_share_ratio=ratio)
+    given = shape([4] * 12, nnz=384, cols=1 << 22)
+    ordered = given.replace(rows_share_ratio=ratio)
     before, after = rank(given, 128, m), rank(ordered, 128, m)
     assert after.features["rows_share_ratio"] == ratio
-    expected = 1 - selector.ROWS_ORDER_GAIN * (1 - ratio)
+    expected = 1 - ROWS_ORDER_GAIN * (1 - ratio)
     assert after.costs_us["rows"] == pytest.approx(before.costs_us["rows"] * expected)
     assert after.costs_us["csr"] == before.costs_us["csr"]  # cuSPARSE runs the rows as given
 
@@ -264,23 +293,44 @@ def test_structure_knows_its_rows_order(monkeypatch):
     assert paired.explain(128).features["rows_share_ratio"] == 0.5
 
 
-def test_chunks_of_a_layout():
+def test_summary_of_a_layout():
     s = shape([70, 0, 32, 33])
-    sizes, first = s.chunks
-    assert sizes.tolist() == [32, 32, 6, 32, 32, 1]
-    assert first.tolist() == [True, False, False, True, True, False]
-    assert s.empty_windows == 1 and s.nonempty_windows == 3
+    assert s.summary == {"tc_blocks": 135, "max_blocks": 70, "max_single_chunk_blocks": 32, "empty_windows": 1,
+                         "chunks": 6, "split_windows": 2, "chunks_of_split_windows": 5}
+    assert s.window_blocks.tolist() == [70, 0, 32, 33]
+    assert [p.tolist() for p in s.prefixes] == [[0, 3, 3, 4, 6], [0, 70, 70, 102, 135], [0, 1, 1, 2, 3]]
 
 
-@pytest.mark.parametrize("blocks", [[70, 0, 32, 33], [0, 0, 5, 0, 64, 1, 0], [1] * 9, [100]])
-def test_before_chunks_agrees_with_the_chunks(blocks):
-    s = shape(blocks)
-    sizes, first = s.chunks
-    c = np.arange(s.num_chunks + 1)
-    before_blocks, before_firsts, is_first = s.before_chunks(c)
-    assert before_blocks.tolist() == np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    assert before_firsts.tolist() == np.concatenate([[0], np.cumsum(first)]).tolist()
-    assert is_first.tolist() == first.tolist() + [False]
+def test_bad_features_are_refused():
+    prefix = np.zeros(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="prefixes must be three arrays of num_windows \\+ 1 = 5 entries"):
+        MatrixFeatures(16, 4, 64, 64, 10, 3, (prefix, np.zeros(5), np.zeros(5)))
+    with pytest.raises(ValueError, match="window must be 8 or 16, got 12"):
+        MatrixFeatures(12, 4, 64, 64, 10, 3, tuple(np.zeros(5, dtype=np.int64) for _ in range(3)))
+    with pytest.raises(ValueError, match="nnz must be a non-negative integer, got -1"):
+        MatrixFeatures(16, 4, 64, 64, -1, 3, tuple(np.zeros(5, dtype=np.int64) for _ in range(3)))
+    with pytest.raises(ValueError, match="window_blocks must be a 1-D array"):
+        MatrixFeatures.of_window_blocks(16, [[1, 2]], 16, 3, 1)
+    with pytest.raises(TypeError, match="unknown features"):
+        shape([1]).replace(colour=3)
+
+
+def test_unknown_calibration_constants_are_refused():
+    broken = model(base={"launch_ms": 1.0})
+    with pytest.raises(ValueError, match="unknown calibration constant base.launch_ms"):
+        rank(shape([4] * 12), 32, broken)
+    with pytest.raises(ValueError, match="kernel_rule must be one of"):
+        Calibration("test", 1.2, {}, 1, {}, kernel_rule="fastest")
+
+
+def test_the_library_is_cached_under_the_build_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("TCSPARSE_BUILD_DIR", str(tmp_path))
+    path = selector_build.library_path()
+    assert path.parent.parent == tmp_path and path.name == selector_build.LIBRARY
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    assert selector_build.library_path() != path  # the compiler is part of the key
+    with pytest.raises(RuntimeError, match="needs a C\\+\\+ compiler: 'no-such-compiler' was not found"):
+        selector_build.build()
 
 
 # Ranking against csr.
@@ -339,11 +389,11 @@ def test_rows_replaces_the_choice_only_when_predicted_faster():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_rows_is_a_candidate_with_int32_indices(monkeypatch, dtype):
-    monkeypatch.setattr(cost_model, "_kernels_usable", lambda dtype, device: True)
+    monkeypatch.setattr(choice, "kernels_usable", lambda dtype, device: True)
     cuda = torch.device("cuda")
-    assert "rows" in cost_model.runnable_paths(dtype, cuda, shape([4] * 12))
+    assert "rows" in selector.runnable_paths(dtype, cuda, shape([4] * 12))
     huge = shape([4] * 12, nnz=1 << 31)
-    assert "rows" not in cost_model.runnable_paths(dtype, cuda, huge)
+    assert "rows" not in selector.runnable_paths(dtype, cuda, huge)
 
 
 def test_rows_caps_the_longest_row_at_a_piece():
@@ -357,8 +407,8 @@ def test_rows_caps_the_longest_row_at_a_piece():
 def test_rows_pays_the_split_launch_only_when_a_row_is_split(dtype):
     m = model(rows={"split_launch_us": 7.0, "max_row_us": 0.0, "floor_us": 0.0})
     unsplit, split = shape([4] * 12, max_row=csr_rows.PIECE_NNZ // 8), shape([4] * 12, max_row=10**6)
-    piece = cost_model.rows_piece_nnz(split, dtype)
-    assert unsplit.max_row_nnz <= cost_model.rows_piece_nnz(unsplit, dtype)
+    piece = csr_rows.split_piece_nnz(split.nnz, split.max_row_nnz, dtype)
+    assert unsplit.max_row_nnz <= csr_rows.split_piece_nnz(unsplit.nnz, unsplit.max_row_nnz, dtype)
     costs = [rank(s, 32, m, ("rows",), dtype).costs_us["rows"] for s in (unsplit, split)]
     assert costs[1] == pytest.approx(costs[0] + 7.0)
     assert rank(split, 32, m, dtype=dtype).features["rows_piece_nnz"] == piece
@@ -392,7 +442,12 @@ def test_empty_matrix_goes_to_a_csr_path():
     "n, slices", [(1, 1), (32, 1), (33, 2), (64, 1), (96, 3), (100, 2), (128, 2), (256, 4), (512, 8)]
 )
 def test_default_column_slices(n, slices):
-    assert selector.default_column_slices(n) == slices
+    assert selector.default_column_slices(n, 4) == slices
+
+
+@pytest.mark.parametrize("n, slices", [(32, 1), (64, 1), (128, 1), (129, 3), (200, 2), (256, 2)])
+def test_default_column_slices_of_16bit_x(n, slices):
+    assert selector.default_column_slices(n, 2) == slices
 
 
 @pytest.mark.parametrize("n, bucket", [(1, 32), (32, 32), (33, 64), (128, 128), (129, 256), (300, 512)])
@@ -450,9 +505,9 @@ def small_layout():
     return layout
 
 
-def test_matrix_shape_of_layout():
+def test_matrix_features_of_layout():
     layout = small_layout()
-    s = MatrixShape.of(layout)
+    s = MatrixFeatures.of_layout(layout)
     assert s.tc_blocks == layout.num_blocks
     assert s.window_blocks.size == layout.num_windows
     assert s.max_row_nnz == int((layout.csr_rowptr[1:] - layout.csr_rowptr[:-1]).max())
@@ -465,33 +520,79 @@ def test_conversion_host_copies_match_the_device_layout():
     assert counts.window_offsets.tolist() == layout.window_offsets.tolist()
     assert counts.chunk_offsets.tolist() == layout.chunk_offsets.tolist()
     assert counts.max_row_nnz == int((layout.csr_rowptr[1:] - layout.csr_rowptr[:-1]).max())
-    # The shape built from them equals the one read back from the tensors alone.
-    from_host = MatrixShape.of(layout)
+    # The features built from them equal those read back from the tensors alone.
+    from_host = MatrixFeatures.of_layout(layout)
     rebuilt = type(layout).from_tensors(layout.tensors(), layout.window, layout.num_rows, layout.num_cols)
     assert rebuilt.host_counts is None
-    read_back = MatrixShape.of(rebuilt)
-    assert from_host.window_blocks.tolist() == read_back.window_blocks.tolist()
+    read_back = MatrixFeatures.of_layout(rebuilt)
     assert from_host.max_row_nnz == read_back.max_row_nnz
-    for given, computed in zip(from_host._chunk_prefixes, read_back._chunk_prefixes):
+    for given, computed in zip(from_host.prefixes, read_back.prefixes):
         assert given.tolist() == computed.tolist()
     assert from_host.summary == read_back.summary
     assert rank(from_host, 64, model()).costs_us == rank(read_back, 64, model()).costs_us
 
 
-def test_select_agrees_with_rank():
-    layout = small_layout()
-    s = MatrixShape.of(layout)
-    for n in (32, 128):
-        for sm_count, resident in ((1, 1), (2, 4), (64, 16)):
-            m = model(sm_count=sm_count, resident=resident)
-            assert selector.select(s, n, m) == rank(s, n, m).choice
+def random_features(rng) -> MatrixFeatures:
+    """TC blocks per window of one of five kinds (uniform, power law, hubs, equal, lognormal),
+    with or without a grouped layout, from no window to many waves of warps."""
+    windows = int(rng.choice([0, 1, 3, 17, 100, 700, 3000]))
+    kind = int(rng.integers(0, 5))
+    if kind == 0:
+        blocks = rng.integers(0, 10, windows)
+    elif kind == 1:
+        blocks = np.minimum(rng.pareto(1.2, windows) * 3, 5000)
+    elif kind == 2:
+        blocks = rng.integers(0, 4, windows)
+        if windows:
+            blocks[rng.integers(0, windows, 3)] = rng.integers(30, 3000, 3)
+    elif kind == 3:
+        blocks = np.full(windows, int(rng.integers(1, 70)))
+    else:
+        blocks = rng.lognormal(1, 1.3, windows)
+    blocks = np.asarray(blocks, dtype=np.int64)
+    nnz = int(blocks.sum() * rng.uniform(1.5, 30)) + int(rng.integers(0, 100))
+    grouped = None if rng.random() < 0.4 else int(rng.integers(1, int(blocks.sum()) + 2))
+    return MatrixFeatures.of_window_blocks(
+        16, blocks, rows=16 * windows, nnz=nnz, max_row_nnz=int(rng.integers(1, 3000)),
+        cols=int(16 * windows * rng.choice([1, 3, 50]) + 1), rows_share_ratio=float(rng.choice([1.0, 0.7, 1.2])),
+        grouped_blocks=grouped, grouped_rest_nnz=int(rng.integers(0, nnz + 1)) if grouped and rng.random() < 0.5 else 0,
+        grouped_one_chunk=bool(rng.random() < 0.3))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_products_choice_agrees_with_the_explanation(seed):
+    """A product's choice prices the kernels only where the choice depends on them (bounds, and
+    the balanced grid walked only where AR may pick it): it is the explanation's choice, and its
+    costs, where priced, the explanation's, under every rule of a calibration and on devices from
+    one slot to many."""
+    rng = np.random.default_rng(seed)
+    defaults = Calibration.load("default")
+    odd_units = {n: {path: {**c, "block_units": 2.3} if path == "base" else c for path, c in table.items()}
+                 for n, table in defaults.buckets.items()}
+    for _ in range(25):
+        features = random_features(rng)
+        sm_count, resident = int(rng.choice([1, 2, 16, 132])), int(rng.choice([1, 4, 20]))
+        calibration = Calibration(
+            "test", float(rng.choice([1.2, 2.2])), odd_units if rng.random() < 0.3 else defaults.buckets, sm_count,
+            {"base": resident, "balanced": resident}, csr_margin={"base": 0.1 * rng.integers(0, 2), "balanced": 0.2},
+            dtype_buckets=defaults.dtype_buckets, kernel_rule=str(rng.choice(["ar", "cost"])),
+            rows_margin=float(rng.choice([0.0, 0.05])))
+        m = DeviceModel("test", "test", sm_count, calibration, None, defaults.l2_bytes)
+        candidates = selector.CHOICES if rng.random() < 0.7 else ("base", "balanced", "csr", "grouped")
+        for n in selector.BUCKETS:
+            for dtype in (torch.float32, torch.float16):
+                explanation = rank(features, n, m, candidates, dtype)
+                path, none = selector.predicted_choice(features, n, m, candidates, dtype)
+                assert none is None and path == explanation.choice
+                path, costs = selector.predicted_choice(features, n, m, candidates, dtype, all_costs=True)
+                assert path == explanation.choice and costs == explanation.costs_us
 
 
 def test_cache_computes_once_per_bucket_dtype_device(monkeypatch):
     layout = small_layout()
     reads = []
-    original = MatrixShape.of
-    monkeypatch.setattr(MatrixShape, "of",
+    original = MatrixFeatures.of_layout
+    monkeypatch.setattr(MatrixFeatures, "of_layout",
                         classmethod(lambda cls, lay, **features: reads.append(1) or original(lay, **features)))
     cache = SelectionCache()
     first = cache.explain(layout, 100, torch.float32)
@@ -500,7 +601,7 @@ def test_cache_computes_once_per_bucket_dtype_device(monkeypatch):
     cache.explain(layout, 64, torch.float32)
     cache.explain(layout, 64, torch.float64)
     assert len(cache) == 3
-    assert len(reads) == 1  # block counts read from the layout once
+    assert len(reads) == 1  # features built from the layout once
     assert cache.choose(layout, 128, torch.float32) == (first.choice, None)  # no trial off CUDA
 
 
@@ -525,160 +626,9 @@ def test_explain_uses_the_bucket():
     assert explanation.features["column_slices"] == 4
 
 
-# On a GPU: the occupancy the kernels report, and a chosen path that runs.
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_choice_on_cuda_uses_kernel_occupancy_and_runs():
-    from torch_tcsparse import TCSparseTensor, kernels
-
-    assert kernels.available()
-    g = torch.Generator().manual_seed(1)
-    n = 3000
-    row, col = torch.randint(0, n, (30000,), generator=g), torch.randint(0, n, (30000,), generator=g)
-    a = TCSparseTensor.from_coo(row, col, torch.rand(30000, generator=g), shape=(n, n)).cuda()
-    layout = a._structure.layout
-    cache = SelectionCache()
-    for width in (32, 128):
-        explanation = cache.explain(layout, width, torch.float32)
-        props = torch.cuda.get_device_properties(a.device)
-        for path in ("base", "balanced"):
-            resident = kernels.occupancy(path, width)
-            assert resident >= 1
-            assert explanation.slots[path] == props.multi_processor_count * resident
-            assert kernels.column_slices(path, width) >= 1
-        # A cache without a structure has no grouped layout to offer.
-        assert explanation.candidates == tuple(c for c in selector.CHOICES if c != "grouped")
-        x = torch.randn(n, width, device="cuda")
-        expected = a.matmul(x, path="csr")
-        got = a.matmul(x, path=explanation.choice)
-        torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2 * float(expected.abs().max()))
-
-
-# The calibration pipeline of benchmarks/selector.py, offline on synthetic measurements.
-
-
-def selector_benchmark():
-    import importlib.util
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "selector.py"
-    spec = importlib.util.spec_from_file_location("selector_benchmark", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
-def test_benchmark_times_first_choices_on_fresh_caches():
-    bench = selector_benchmark()
-    subject = (small_layout(), 128, torch.float32, 1.0, None)
-    features_us, choice_us, path = bench.first_choice_sample(*subject)
-    assert features_us > 0 and choice_us > 0
-    assert path == "csr"  # no kernels on the CPU
-    medians = bench.first_choice_rounds({3: subject, 7: subject}, rounds=3)
-    assert set(medians) == {3, 7} and all(len(pair) == 2 and min(pair) > 0 for pair in medians.values())
-
-
-def test_benchmark_refits_and_scores_offline(tmp_path, capsys):
-    import json
-
-    bench = selector_benchmark()
-
-    # Measurements made up from a known calibration (with a slower balanced kernel than the
-    # defaults), on graphs from uniform to heavy-tailed.
-    info = {
-        "name": "made-up GPU", "family": "madeup", "sm_count": 16,
-        "occupancy": {p: {str(n): 4 for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
-        "slices": {p: {str(n): selector.default_column_slices(n) for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
-    }
-    truth = Calibration.load("default")
-    for paths in truth.buckets.values():
-        paths["balanced"]["split_units"] = 6.0
-        paths["base"]["tail_us"] *= 0.5
-    rng = np.random.default_rng(0)
-    shapes, records = {}, []
-    for i in range(8):
-        blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 500 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
-        shapes[f"g{i}"] = MatrixShape(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i), int(blocks.max()) * 2)
-        for dtype in (torch.float32, torch.float16):
-            for n in selector.BUCKETS:
-                record = {"graph": f"g{i}", "n": n, "dtype": selector.dtype_name(dtype), "choice_us": 100.0,
-                          "launch": {p: [4, selector.default_column_slices(n, dtype)] for p in selector.KERNEL_CHOICES}}
-                costs = rank(shapes[f"g{i}"], n, bench.model_for(info, truth, record), dtype=dtype).costs_us
-                records.append({**record, "times_us": costs})
-    bench.save(tmp_path / "run", records, shapes, info)
-
-    bench.main(["--refit-from", str(tmp_path / "run"), "--calibrate", "--out", str(tmp_path / "out")])
-    table = capsys.readouterr().out
-    assert "held-out half" in table and "fitted on all" in table
-    assert table.rstrip().endswith("worst vs csr <= 1.10")
-    fitted = Calibration.from_dict(json.loads((tmp_path / "out" / "madeup.json").read_text()), "fitted")
-    assert set(fitted.buckets) == set(selector.BUCKETS)
-    assert set(fitted.dtype_buckets) == {"float16"} and set(fitted.dtype_buckets["float16"]) == set(selector.BUCKETS)
-    assert set(fitted.csr_margin) == set(selector.KERNEL_CHOICES)
-    scored = bench.score(records, shapes, info, fitted)
-    assert scored["hit_rate"] >= 0.9
-    assert scored["worst_vs_csr"] <= 1.10
-
-
-def made_up_run(bench, tmp_path, name, scale=1.0):
-    """A run of a made-up device whose times are the default calibration's predictions (times
-    ``scale``), saved as benchmarks/selector.py saves one: (folder, records, shapes, info)."""
-    info = {
-        "name": "made-up GPU", "family": "madeup", "sm_count": 16,
-        "occupancy": {p: {str(n): 4 for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
-        "slices": {p: {str(n): selector.default_column_slices(n) for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
-    }
-    truth = Calibration.load("default")
-    rng = np.random.default_rng(1)
-    shapes, records = {}, []
-    for i in range(6):
-        blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 300 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
-        shapes[f"g{i}"] = MatrixShape(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i), 100 * i)
-        for n in selector.BUCKETS:
-            record = {"graph": f"g{i}", "n": n, "dtype": "float32", "choice_us": 100.0,
-                      "launch": {p: [4, selector.default_column_slices(n)] for p in selector.KERNEL_CHOICES}}
-            costs = rank(shapes[f"g{i}"], n, bench.model_for(info, truth, record)).costs_us
-            records.append({**record, "times_us": {p: t * scale for p, t in costs.items()}})
-    bench.save(tmp_path / name, records, shapes, info)
-    return tmp_path / name, records, shapes, info
-
-
-def test_benchmark_shapes_load_back_also_from_older_runs(tmp_path):
-    bench = selector_benchmark()
-    folder, _, shapes, _ = made_up_run(bench, tmp_path, "run")
-    loaded = bench.load_saved(folder)[1]
-    for name, shape in shapes.items():
-        assert (loaded[name].max_row_nnz, loaded[name].num_cols) == (shape.max_row_nnz, shape.num_cols)
-        assert loaded[name].window_blocks.tolist() == shape.window_blocks.tolist()
-    # A run saved before the columns were: its meta rows end at the longest row.
-    with np.load(folder / "shapes.npz") as arrays:
-        older = {key: arrays[key][:4] if key.endswith("/meta") else arrays[key] for key in arrays.files}
-    np.savez_compressed(folder / "shapes.npz", **older)
-    assert all(s.cols is None and s.grouped_blocks is None for s in bench.load_saved(folder)[1].values())
-
-
-def test_benchmark_leaves_stale_times_out_and_one_run_out(tmp_path, capsys):
-    import json
-
-    bench = selector_benchmark()
-    first, records, _, _ = made_up_run(bench, tmp_path, "first")
-    second, _, _, _ = made_up_run(bench, tmp_path, "second", scale=1.1)
-    (first / "stale.json").write_text(json.dumps({"stale": [{"path": "rows", "n": 256, "why": "test"}]}))
-    loaded = bench.load_saved(first)[0]
-    assert all(("rows" in r["times_us"]) == (r["n"] != 256) for r in loaded)
-    # Merged: each path's geometric mean over the runs that measured it.
-    merged = bench.load_runs([first, second])[0]
-    at_256 = next(r for r in merged if r["n"] == 256)
-    original = next(r for r in records if r["n"] == 256 and r["graph"] == at_256["graph"])
-    assert at_256["times_us"]["rows"] == pytest.approx(1.1 * original["times_us"]["rows"])
-    assert at_256["times_us"]["csr"] == pytest.approx(1.1**0.5 * original["times_us"]["csr"])
-
-    bench.main(["--refit-from", f"{first},{second}", "--leave-one-run-out", "--out", str(tmp_path / "out")])
-    table = capsys.readouterr().out
-    assert table.count("fitted on the others") == 2 and table.count("default.json") == 2
-    assert (tmp_path / "out" / "leave_one_run_out.txt").read_text() == table
+def test_explain_refuses_what_is_not_a_layout():
+    with pytest.raises(TypeError, match="layout must be a MetcfLayout, got str"):
+        selector.explain("a matrix", 64)
 
 
 def test_lazy_imports_of_the_kernels_resolve():
@@ -687,36 +637,45 @@ def test_lazy_imports_of_the_kernels_resolve():
     from torch_tcsparse.selector import device
 
     assert isinstance(device._tf32_allowed(), bool)
-    assert isinstance(cost_model._kernels_usable(torch.float32, torch.device("cuda")), bool)
+    assert isinstance(choice.kernels_usable(torch.float32, torch.device("cuda")), bool)
+
+
+# The grouped path.
+
+
+def grouped_us(features, n=128, dtype=torch.float32, sm_count=132) -> float:
+    """The grouped path's device time (no host floor) on ``sm_count`` SMs."""
+    return rank(features, n, model(sm_count=sm_count), dtype=dtype).costs_us["grouped"]
 
 
 def test_grouped_path_cost_choice_and_availability(monkeypatch):
-    """The grouped kernel's time is its fixed part plus a cost per warp-step (blocks x warps per
-    chunk), scaled to the SM count; it is chosen where predicted fastest, and offered only where
-    the matrix has a grouped layout and results need not be deterministic."""
+    """The grouped kernel's time is a fixed part plus a cost per warp-step (blocks x warps per
+    chunk of 32 columns), scaled to the SM count; it is chosen where predicted fastest, and
+    offered only where the matrix has a grouped layout and results need not be deterministic."""
     row, col, _ = synthetic.uniform(300, 60, seed=3)
     layout, _ = build_metcf(from_coo(row, col, None, (300, 300), None))
-    shape = dataclasses.replace(MatrixShape.of(layout), grouped_blocks=1000)
-    model = selector.device_model(torch.device("cpu"))
-    prediction = cost_model.predict(shape, 128, model)
-    steps = 1000 * 4  # one warp per 32 columns
-    expected = cost_model.GROUPED_FIXED_US[4] + cost_model.GROUPED_STEP_NS[4] * steps * 132 / model.sm_count / 1e3
-    assert prediction.device_us["grouped"] == pytest.approx(expected)
-    assert cost_model.grouped_warps_per_chunk(100, torch.float16) == 4
-    assert "grouped" not in cost_model.predict(MatrixShape.of(layout), 128, model).device_us
+    plain = MatrixFeatures.of_layout(layout)
+    with_blocks = {blocks: plain.replace(grouped_blocks=blocks) for blocks in (1000, 2000, 3000)}
+    step = grouped_us(with_blocks[2000]) - grouped_us(with_blocks[1000])
+    assert step > 0 and grouped_us(with_blocks[3000]) - grouped_us(with_blocks[2000]) == pytest.approx(step)
+    assert grouped_us(with_blocks[1000], n=256) - grouped_us(with_blocks[1000]) == pytest.approx(step)  # 2x the warps
+    assert grouped_us(with_blocks[1000], n=100) == pytest.approx(grouped_us(with_blocks[1000]))  # 4 warps either way
+    on_half = grouped_us(with_blocks[2000], sm_count=66) - grouped_us(with_blocks[1000], sm_count=66)
+    assert on_half == pytest.approx(2 * step)
+    assert "grouped" not in rank(plain, 128, model()).costs_us
 
-    costs = {"base": 50.0, "balanced": 40.0, "csr": 60.0, "rows": 45.0, "grouped": 30.0}
-    calibration = model.calibration
-    assert cost_model._decide(selector.CHOICES, costs, 1.0, 10, calibration)[0] == "grouped"
-    assert cost_model._decide(selector.CALIBRATED_CHOICES, costs, 1.0, 10, calibration)[0] != "grouped"
+    costly = {path: {"launch_us": 1e6} for path in selector.CALIBRATED_CHOICES}
+    explanation = rank(with_blocks[1000], 128, model(**costly))
+    assert explanation.choice == "grouped" and "grouped predicted faster still" in explanation.reason
+    assert rank(with_blocks[1000], 128, model(**costly), selector.CALIBRATED_CHOICES).choice != "grouped"
 
-    monkeypatch.setattr(cost_model, "_kernels_usable", lambda dtype, device: True)
+    monkeypatch.setattr(choice, "kernels_usable", lambda dtype, device: True)
     cuda = torch.device("cuda")
-    assert "grouped" in cost_model.runnable_paths(torch.float32, cuda, shape)
-    assert "grouped" not in cost_model.runnable_paths(torch.float32, cuda, MatrixShape.of(layout))
+    assert "grouped" in selector.runnable_paths(torch.float32, cuda, with_blocks[1000])
+    assert "grouped" not in selector.runnable_paths(torch.float32, cuda, plain)
     torch.use_deterministic_algorithms(True)
     try:
-        assert "grouped" not in cost_model.runnable_paths(torch.float32, cuda, shape)
+        assert "grouped" not in selector.runnable_paths(torch.float32, cuda, with_blocks[1000])
     finally:
         torch.use_deterministic_algorithms(False)
 
@@ -725,33 +684,112 @@ def test_grouped_rest_priced_and_split_chosen_by_price():
     """The grouped path costs its layout's blocks plus the rows kernel on the nonzeros it leaves
     out; the split is the threshold of least such cost: one that drops most blocks for a small
     rest wins, one that pushes most nonzeros into the rest loses to keeping them."""
-    row, col, _ = synthetic.uniform(3000, 60, seed=3)
-    layout, _ = build_metcf(from_coo(row, col, None, (3000, 3000), None))
-    shape = MatrixShape.of(layout)
-    model = selector.device_model(torch.device("cpu"))
-    whole = dataclasses.replace(shape, grouped_blocks=20_000)
-    split = dataclasses.replace(whole, grouped_rest_nnz=10_000)
-    rows = model.calibration.constants("rows", 128, torch.float32)
-    miss = cost_model.l2_miss_fraction(shape.num_cols, 128, 4, model.l2_bytes)
-    rest_us = cost_model._rows_time_us(rows, dataclasses.replace(shape, nnz=10_000), miss)
-    predicted = cost_model.predict(split, 128, model).device_us["grouped"]
-    assert predicted == pytest.approx(cost_model.predict(whole, 128, model).device_us["grouped"] + rest_us)
-    assert selector.grouped_split({1: (20_000, 0), 16: (2_000, 10_000)}, shape, model) == 16
-    assert selector.grouped_split({1: (20_000, 0), 16: (19_000, shape.nnz)}, shape, model) == 1
+    features = shape([4] * 200, nnz=50_000, cols=3000)
+    whole = features.replace(grouped_blocks=20_000)
+    split = whole.replace(grouped_rest_nnz=10_000)
+    m = model(sm_count=132)
+    # The rest runs in pieces of PIECE_NNZ, longer than any row here: the rows time of its nonzeros.
+    rest_us = rank(features.replace(nnz=10_000), 128, m).costs_us["rows"]
+    assert rank(split, 128, m).costs_us["grouped"] == pytest.approx(rank(whole, 128, m).costs_us["grouped"] + rest_us)
+    cpu = selector.device_model(torch.device("cpu"))
+    assert selector.grouped_split({1: (20_000, 0), 16: (2_000, 10_000)}, features, cpu) == 16
+    assert selector.grouped_split({1: (20_000, 0), 16: (19_000, features.nnz)}, features, cpu) == 1
+    with pytest.raises(ValueError, match="sizes must name at least one split"):
+        selector.grouped_split({}, features, cpu)
 
 
 def test_grouped_kernel_writing_16bit_y_itself_drops_the_zeroing_and_rounding():
     """Where every group is one chunk and nothing is left to the rows kernel, a 16-bit Y is
     written by the grouped kernel alone (no zeroed sums, no rounding launch): float32 and layouts
-    with several chunks per group or a rest keep their fixed cost."""
-    one_chunk = dataclasses.replace(shape([4] * 8), grouped_blocks=100, grouped_one_chunk=True)
-    shared = dataclasses.replace(one_chunk, grouped_one_chunk=False)
-    with_rest = dataclasses.replace(one_chunk, grouped_rest_nnz=10)
+    with several chunks per group keep their fixed cost."""
+    one_chunk = shape([4] * 8, grouped_blocks=100, grouped_one_chunk=True)
+    shared = one_chunk.replace(grouped_one_chunk=False)
+    assert grouped_us(one_chunk, dtype=torch.float16) < grouped_us(shared, dtype=torch.float16)
+    assert grouped_us(one_chunk) == grouped_us(shared)
 
-    def time_us(s, dtype=torch.float16):
-        return cost_model.grouped_time_us(s, 128, dtype, 132)
 
-    saved = cost_model.GROUPED_FIXED_US[2] - cost_model.GROUPED_DIRECT_FIXED_US
-    assert time_us(shared) - time_us(one_chunk) == pytest.approx(saved)
-    assert time_us(with_rest) == time_us(shared)
-    assert time_us(one_chunk, torch.float32) == time_us(shared, torch.float32)
+# Calibration (selector.calibrate), offline on made-up measurements.
+
+
+def made_up_run(tmp_path, name, scale=1.0, dtypes=(torch.float32,), graphs=6, truth=None):
+    """A run of a made-up device whose times are ``truth``'s predictions (default: the shipped
+    calibration's) times ``scale``, saved as benchmarks/selector.py saves one: (folder, records,
+    shapes, info)."""
+    from torch_tcsparse.selector import calibrate
+
+    info = {
+        "name": "made-up GPU", "family": "madeup", "sm_count": 16,
+        "occupancy": {p: {str(n): 4 for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
+    }
+    truth = truth or Calibration.load("default")
+    rng = np.random.default_rng(1)
+    shapes, records = {}, []
+    for i in range(graphs):
+        blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 400 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
+        shapes[f"g{i}"] = MatrixFeatures.of_window_blocks(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i),
+                                                          int(blocks.max()) * 2)
+        for dtype in dtypes:
+            for n in selector.BUCKETS:
+                record = {"graph": f"g{i}", "n": n, "dtype": selector.dtype_name(dtype),
+                          "launch": {p: [4, selector.default_column_slices(n, dtype.itemsize)]
+                                     for p in selector.KERNEL_CHOICES}}
+                costs = rank(shapes[f"g{i}"], n, calibrate.model_for(info, truth, record), dtype=dtype).costs_us
+                records.append({**record, "times_us": {p: t * scale for p, t in costs.items()}})
+    calibrate.save(tmp_path / name, records, shapes, info)
+    return tmp_path / name, records, shapes, info
+
+
+def test_calibration_refits_a_known_calibration(tmp_path, capsys):
+    import json
+
+    from torch_tcsparse.selector import calibrate
+
+    truth = Calibration.load("default")
+    for paths in truth.buckets.values():  # a slower balanced kernel than the defaults
+        paths["balanced"]["split_units"] = 6.0
+        paths["base"]["tail_us"] *= 0.5
+    folder, records, shapes, info = made_up_run(tmp_path, "run", dtypes=(torch.float32, torch.float16), graphs=8,
+                                                truth=truth)
+    calibrate.main([str(folder), "-o", str(tmp_path / "out" / "madeup.json")])
+    table = capsys.readouterr().out
+    assert "held-out half" in table and "fitted on all" in table and "wrote" in table
+    fitted = Calibration.from_dict(json.loads((tmp_path / "out" / "madeup.json").read_text()), "fitted")
+    assert set(fitted.buckets) == set(selector.BUCKETS)
+    assert set(fitted.dtype_buckets) == {"float16"} and set(fitted.dtype_buckets["float16"]) == set(selector.BUCKETS)
+    assert set(fitted.csr_margin) == set(selector.KERNEL_CHOICES)
+    scored = calibrate.score(records, shapes, info, fitted)
+    assert scored["hit_rate"] >= 0.9
+    assert scored["worst_vs_csr"] <= 1.10
+
+
+def test_calibration_runs_load_back_merged_and_without_stale_times(tmp_path, capsys):
+    import json
+
+    from torch_tcsparse.selector import calibrate
+
+    first, records, shapes, _ = made_up_run(tmp_path, "first")
+    second, _, _, _ = made_up_run(tmp_path, "second", scale=1.1)
+    loaded = calibrate.load_saved(first)[1]
+    for name, features in shapes.items():
+        assert (loaded[name].max_row_nnz, loaded[name].num_cols) == (features.max_row_nnz, features.num_cols)
+        assert loaded[name].window_blocks.tolist() == features.window_blocks.tolist()
+    (first / "stale.json").write_text(json.dumps({"stale": [{"path": "rows", "n": 256, "why": "test"}]}))
+    assert all(("rows" in r["times_us"]) == (r["n"] != 256) for r in calibrate.load_saved(first)[0])
+    # Merged: each path's geometric mean over the runs that measured it.
+    merged = calibrate.load_runs([first, second])[0]
+    at_256 = next(r for r in merged if r["n"] == 256)
+    original = next(r for r in records if r["n"] == 256 and r["graph"] == at_256["graph"])
+    assert at_256["times_us"]["rows"] == pytest.approx(1.1 * original["times_us"]["rows"])
+    assert at_256["times_us"]["csr"] == pytest.approx(1.1**0.5 * original["times_us"]["csr"])
+
+    calibrate.main([str(first), str(second), "--leave-one-run-out"])
+    table = capsys.readouterr().out
+    assert table.count("fitted on the others") == 2 and table.count("default.json") == 2
+
+
+def test_calibration_cli_refuses_what_is_not_a_run(tmp_path, capsys):
+    from torch_tcsparse.selector import calibrate
+
+    with pytest.raises(SystemExit):
+        calibrate.main([str(tmp_path), "-o", str(tmp_path / "out.json")])
+    assert "not a run folder" in capsys.readouterr().err

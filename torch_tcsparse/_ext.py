@@ -22,8 +22,6 @@ SOURCES = (
     "csr_rows_binding.cpp",
     "split_sums.cpp",
     "grouped_binding.cpp",
-    "selector_binding.cpp",
-    "selector_model.cpp",
     "kernels_f32.cu",
     "kernels_f16.cu",
     "kernels_bf16.cu",

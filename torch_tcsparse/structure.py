@@ -13,7 +13,7 @@ from .formats import grouped as grouped_format
 from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay, split_sizes
 from .formats.metcf import build_metcf
 from .reorder.locality import share_ratio
-from .selector import MatrixShape, SelectionCache, device_model, grouped_split
+from .selector import MatrixFeatures, SelectionCache, device_model, grouped_split
 
 
 class RowsCsr(NamedTuple):
@@ -113,8 +113,9 @@ class Structure:
             if self.col.dtype != torch.int32:
                 raise ValueError(f"path 'grouped' needs int32 indices (under 2^31 nonzeros), got {self.col.dtype}")
             pairs = group_pairs(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm)
-            shape = MatrixShape.of(self.layout, rows_share_ratio=self.selection.rows_share_ratio)
-            threshold = grouped_split(split_sizes(pairs, grouped_format.SPLIT_THRESHOLDS), shape, device_model(self.device))
+            features = MatrixFeatures.of_layout(self.layout, rows_share_ratio=self.selection.rows_share_ratio)
+            threshold = grouped_split(split_sizes(pairs, grouped_format.SPLIT_THRESHOLDS), features,
+                                      device_model(self.device))
             self._grouped = build_grouped(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm,
                                           min_pair_nnz=threshold, pairs=pairs)
         return self._grouped

@@ -1,17 +1,14 @@
 """Measured choice (opt-in): the selector's close candidates timed on a matrix's first product.
 
-The simulation (``selector``) ranks the paths, but its costs carry errors: 10-25% on small
-power-law graphs, where "rows", "csr" and the Tensor-Core kernels are close; a host faster or
-slower than the one it was fitted on; kernels that changed since the fit. On an H200 (2026-11-23)
-the model alone picked a path within 5% of the fastest on 86% of (graph, N) pairs in float32 and
-once ran 1.26x slower than cuSPARSE; every miss had the fastest path predicted within 30% of the
-choice.
+The simulation (``selector``) ranks the paths, but its costs carry errors: largest on small
+power-law graphs, where "rows", "csr" and the Tensor-Core kernels are close; on a host faster or
+slower than the one it was fitted on; with kernels that changed since the fit. Where it missed,
+the fastest path had been predicted within ``MARGIN`` of the choice.
 
-Off by default since 2026-11-24: with rows pieces sized per matrix the prediction alone picked
-within 5% of the fastest on 91-99% of the pairs (two fresh H200 runs, float32 and float16), never
-more than 0.953x cuSPARSE's time, while a trial cost 8-21 products' time in the median.
-``set_enabled(True)`` turns it on (a host or GPU unlike the calibration's, kernels changed since
-the fit).
+Off by default: with rows pieces sized per matrix the prediction alone picks close to the fastest
+path on nearly every (graph, N) pair of the SpMM suite, while a trial costs several products'
+time (BENCHMARKS.md, the selector benchmark). ``set_enabled(True)`` turns it on (a host or GPU
+unlike the calibration's, kernels changed since the fit).
 
 When on, like ``torch.backends.cudnn.benchmark``, the first product of a matrix at an N bucket runs
 every candidate predicted within ``MARGIN`` of the choice on the caller's operands (``Trial``):
@@ -26,8 +23,8 @@ Every candidate computes the same product, and the product returns the last one 
 Timing the calls back to back within one product, rather than one call per product over the
 caller's next products, keeps the caller's own work out of the samples: on small graphs the GPU
 waits for the host, and a sample spread over the caller's loop held its other work and its
-synchronisations too. On an H200 those read torch.sparse (the heaviest path on the host) 20-90%
-high and settled on paths up to 1.69x slower than it.
+synchronisations too, which read torch.sparse (the heaviest path on the host) high and settled on
+slower paths.
 
 Not measured, the predicted choice runs from the first call: unless ``set_enabled(True)``, with
 ``torch.use_deterministic_algorithms(True)`` (the path would depend on timings), while a CUDA graph

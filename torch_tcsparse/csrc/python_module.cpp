@@ -1,10 +1,9 @@
 // The extension's Python module, the one route from Python to the kernels: the bindings of
-// kernel_bindings.h as plain functions, and the selector's first choice (selector_binding.h).
+// kernel_bindings.h as plain functions.
 // Errors raised by TCS_CHECK reach Python as RuntimeError.
 #include <torch/extension.h>
 
 #include "kernel_bindings.h"
-#include "selector_binding.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("spmm", &tcsparse_binding::spmm);
@@ -15,5 +14,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("metcf_fill", &tcsparse_binding::metcf_fill);
     m.def("csr_rows_spmm", &tcsparse_binding::csr_rows_spmm);
     m.def("grouped_spmm", &tcsparse_binding::grouped_spmm);
-    tcsparse_binding::add_selector(m);
 }

@@ -1,9 +1,10 @@
-// The selector's cost model in C++ (selector_model.h). Each function follows the Python function
-// it names, step for step, so that both give the same numbers.
+// The selector's cost model (selector_model.h).
 #include "selector_model.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <queue>
 #include <vector>
@@ -13,30 +14,28 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// kernel_time_us: the work spread evenly over the slots, then the imbalance tail.
+// A kernel's time: the work spread evenly over the slots, then the imbalance tail.
 double kernel_time_us(const KernelPrices& p, double makespan, double work, int64_t slots, double miss) {
     const double even = work / static_cast<double>(slots);
     const double unit = p.unit_us + p.miss_unit_us * miss;
     return p.launch_us + unit * even + p.tail_us * std::max(0.0, makespan - even);
 }
 
-// _csr_time_us
+// csr (and rows): the gather of X per nonzero, the write of Y per row, the longest row's imbalance.
 double linear_time_us(const LinearPrices& p, int64_t nnz, int64_t rows, int64_t longest, double miss) {
     return p.launch_us + p.nnz_us * static_cast<double>(nnz) + p.row_us * static_cast<double>(rows) +
            p.max_row_us * static_cast<double>(longest) + p.miss_nnz_us * static_cast<double>(nnz) * miss;
 }
 
-// _rows_time_us: the longest piece, a launch of its own when a row is split, scaled by the order.
-double rows_time_us(const LinearPrices& p, const Matrix& m, int64_t nnz, double miss, int64_t piece_nnz,
-                    double order_gain) {
+// rows: the longest piece, a launch of its own when a row is split, scaled by the order.
+double rows_time_us(const LinearPrices& p, const Matrix& m, int64_t nnz, double miss, int64_t piece_nnz) {
     const double split_launch = m.max_row_nnz > piece_nnz ? p.split_launch_us : 0.0;
-    const double in_order = 1.0 - order_gain * (1.0 - m.rows_share_ratio);
+    const double in_order = 1.0 - kRowsOrderGain * (1.0 - m.rows_share_ratio);
     return linear_time_us(p, nnz, m.rows, std::min(m.max_row_nnz, piece_nnz), miss) * in_order + split_launch;
 }
 
 // List scheduling of the base kernel's warps, `copies` adjacent warps per window of cost
-// `block_units + blocks`, when there are at most a few per slot (schedule.batched_schedule, which
-// is exact). Free times of identical slots are interchangeable, so only their multiset matters:
+// `block_units + blocks`, when there are at most a few per slot (exact). Free times of identical slots are interchangeable, so only their multiset matters:
 // with every cost on the half-unit grid (block_units of every fitted calibration) a count per
 // half unit is a priority queue whose pops never go back in time; otherwise a heap.
 double exact_base_makespan(const Matrix& m, int64_t max_blocks, double block_units, int64_t copies, int64_t slots) {
@@ -104,8 +103,9 @@ double exact_base_makespan(const Matrix& m, int64_t max_blocks, double block_uni
     return latest;
 }
 
-// schedule.fluid_schedule for the base kernel: each window's start estimated from the work before
-// it, less half a mean job still running per slot.
+// The base kernel beyond a few jobs per slot, a fluid estimate: each window's start estimated
+// from the work before it, less half a mean job still running per slot (within 5% of exact list
+// scheduling on random costs, up to half a job high on equal ones, which run in lockstep waves).
 double fluid_base_makespan(const Matrix& m, const Summary& s, double block_units, int64_t copies, int64_t slots) {
     const double mean = block_units + static_cast<double>(s.tc_blocks) / static_cast<double>(m.windows);
     const int64_t first_wave = ceil_div(slots, copies);
@@ -125,26 +125,20 @@ double fluid_base_makespan(const Matrix& m, const Summary& s, double block_units
     return std::max(makespan, total / static_cast<double>(slots));
 }
 
-struct Units {
-    double makespan = 0, work = 0;
-};
-
 double base_work(const Matrix& m, const Summary& s, int64_t slices, double block_units) {
     return static_cast<double>(slices) * (static_cast<double>(m.windows) * block_units + static_cast<double>(s.tc_blocks));
 }
 
-// shape.base_makespan_units
-Units base_units(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, double block_units,
-                 int64_t exact_jobs_per_slot) {
+Units base_units(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, double block_units) {
     if (m.windows == 0) return {};
     const double work = base_work(m, s, slices, block_units);
     const int64_t jobs = m.windows * slices;
     if (jobs <= slots) return {block_units + static_cast<double>(s.max_blocks), work};
-    if (jobs <= exact_jobs_per_slot * slots) return {exact_base_makespan(m, s.max_blocks, block_units, slices, slots), work};
+    if (jobs <= kExactJobsPerSlot * slots) return {exact_base_makespan(m, s.max_blocks, block_units, slices, slots), work};
     return {fluid_base_makespan(m, s, block_units, slices, slots), work};
 }
 
-// The balanced grid (shape.balanced_warps) priced at the kernel's units and at base's block cost
+// The balanced grid priced at the kernel's units and at base's block cost
 // without atomics (AR's denominator), in one pass over the warp boundaries.
 struct Balanced {
     Units kernel;
@@ -152,8 +146,7 @@ struct Balanced {
     int64_t zeroed_windows = 0;
 };
 
-// What lies before an item of the balanced grid (shape.before_chunks, laps of whole slices
-// added): TC blocks, first chunks of a window, and whether the item is a first chunk. Items are
+// What lies before an item of the balanced grid (laps of whole slices added): TC blocks, first chunks of a window, and whether the item is a first chunk. Items are
 // asked in increasing order, so the cursor walks forward: no division, and the window found by
 // galloping from the previous one.
 struct Before {
@@ -241,6 +234,28 @@ Balanced balanced_units(const Matrix& m, const Summary& s, const KernelPrices& p
 
 bool has(unsigned candidates, int path) { return (candidates >> path) & 1u; }
 
+double l2_miss_fraction(const Matrix& m, int64_t n, int64_t value_bytes, int64_t l2_bytes) {
+    const double x_bytes = static_cast<double>(m.cols) * static_cast<double>(n) * static_cast<double>(value_bytes);
+    return x_bytes > 0 ? std::max(0.0, 1.0 - static_cast<double>(l2_bytes) / x_bytes) : 0.0;
+}
+
+// Whether the grouped kernel writes a 16-bit Y itself (csrc/grouped_spmm.h).
+bool grouped_direct(int64_t value_bytes, bool one_chunk, int64_t rest_nnz) {
+    return value_bytes < 4 && one_chunk && rest_nnz == 0;
+}
+
+// The grouped kernel's time, plus the rows kernel's on the nonzeros its layout leaves out (none:
+// no launch).
+double grouped_us(const Matrix& m, const Prices& p, int64_t n, int64_t value_bytes, int64_t blocks, int64_t rest_nnz,
+                  bool one_chunk, double miss) {
+    const GroupedPrices g = grouped_prices(value_bytes);
+    const double steps = static_cast<double>(blocks * ceil_div(n, kGroupedColumnsPerWarp));
+    double us = (grouped_direct(value_bytes, one_chunk, rest_nnz) ? g.direct_fixed_us : g.fixed_us) +
+                g.step_ns * steps * g.reference_sms / static_cast<double>(p.sm_count) / 1e3;
+    if (rest_nnz != 0) us += rows_time_us(p.rows, m, rest_nnz, miss, p.rest_piece_nnz);
+    return us;
+}
+
 // A kernel's time is at least kernel_time_us at a lower bound of its makespan (the tail only grows
 // with it) and its host floor. Where the work is a lower bound too, the tail is kept only while
 // more work cannot shorten it by more than it costs (unit >= tail). -infinity where a negative
@@ -311,8 +326,9 @@ int settled_without_kernels(const Choice& c, unsigned candidates, int64_t tc_blo
     return -1;
 }
 
-// model._decide_tc_or_csr, then "rows" and "grouped" where predicted faster still; `kernel` is
-// the Tensor-Core kernel the rule picked (kernel_by_rule).
+// The rule's kernel unless csr is predicted faster or within the kernel's margin, then "rows" where
+// predicted at least its margin faster than that, then "grouped" where predicted faster still;
+// `kernel` is the Tensor-Core kernel the rule picked (kernel_by_rule).
 int decide(const Choice& c, unsigned candidates, int kernel, int64_t tc_blocks, const Rule& rule) {
     const double* cost = c.costs_us;
     int choice = kCsr;
@@ -377,25 +393,21 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
     const int64_t balanced_slots = p.sm_count * std::max<int64_t>(1, q.balanced.resident);
     const int64_t base_slices = std::max<int64_t>(1, q.base.slices);
     const int64_t balanced_slices = std::max<int64_t>(1, q.balanced.slices);
-    const double x_bytes = static_cast<double>(m.cols) * static_cast<double>(q.n) * static_cast<double>(q.value_bytes);
-    const double miss = x_bytes > 0 ? std::max(0.0, 1.0 - static_cast<double>(p.l2_bytes) / x_bytes) : 0.0;
+    const double miss = l2_miss_fraction(m, q.n, q.value_bytes, p.l2_bytes);
 
     Choice c;
     c.costs_us[kCsr] = std::max(p.csr.floor_us, linear_time_us(p.csr, m.nnz, m.rows, m.max_row_nnz, miss));
     c.costs_us[kRows] =
-        std::max(p.rows.floor_us, rows_time_us(p.rows, m, m.nnz, miss, q.piece_nnz, p.rule.rows_order_gain));
+        std::max(p.rows.floor_us, rows_time_us(p.rows, m, m.nnz, miss, q.piece_nnz));
     c.priced[kCsr] = c.priced[kRows] = true;
     c.costs_us[kGrouped] = std::nan("");
     if (m.grouped_blocks >= 0) {
-        // model.grouped_path_us: the kernel, and the rows kernel on the nonzeros left out.
-        const bool direct = q.value_bytes < 4 && m.grouped_one_chunk && m.grouped_rest_nnz == 0;
-        const double steps = static_cast<double>(m.grouped_blocks * ceil_div(q.n, p.grouped_column_step));
-        double us = (direct ? p.grouped.direct_fixed_us : p.grouped.fixed_us) +
-                    p.grouped.step_ns * steps * p.grouped.reference_sms / static_cast<double>(p.sm_count) / 1e3;
-        if (m.grouped_rest_nnz != 0) {
-            us += rows_time_us(p.rows, m, m.grouped_rest_nnz, miss, p.rest_piece_nnz, p.rule.rows_order_gain);
-        }
-        c.costs_us[kGrouped] = std::max(direct ? p.rows.floor_us : p.balanced.floor_us, us);
+        const double us = grouped_us(m, p, q.n, q.value_bytes, m.grouped_blocks, m.grouped_rest_nnz,
+                                     m.grouped_one_chunk, miss);
+        // Its host side is balanced's (a zeroed fp32 output, the kernel, for 16-bit X a rounding
+        // launch), or the rows path's where the kernel writes Y alone.
+        c.costs_us[kGrouped] = std::max(grouped_direct(q.value_bytes, m.grouped_one_chunk, m.grouped_rest_nnz)
+                                            ? p.rows.floor_us : p.balanced.floor_us, us);
         c.priced[kGrouped] = true;
     }
     c.costs_us[kBase] = c.costs_us[kBalanced] = std::nan("");
@@ -425,7 +437,7 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
         }
     }
 
-    const Units base = base_units(m, s, base_slices, base_slots, p.base.block_units, p.exact_jobs_per_slot);
+    const Units base = base_units(m, s, base_slices, base_slots, p.base.block_units);
     c.costs_us[kBase] = std::max(p.base.floor_us, kernel_time_us(p.base, base.makespan, base.work, base_slots, miss));
     c.priced[kBase] = true;
     if (!q.all_costs) {
@@ -449,6 +461,141 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
     if (!p.rule.by_cost && balanced.same_cost_makespan > 0) ar = base.makespan / balanced.same_cost_makespan;
     c.path = decide(c, q.candidates, kernel_by_rule(c, ar, p.rule), s.tc_blocks, p.rule);
     return c;
+}
+
+
+GroupedPrices grouped_prices(int64_t value_bytes) {
+    if (value_bytes >= 4) return {0.498, 17.7, 4.4, 132};
+    return {0.320, 21.1, 4.4, 132};
+}
+
+int64_t default_column_slices(int64_t n, int64_t value_bytes) {
+    const int64_t step = value_bytes >= 4 ? 32 : 64;
+    const bool wide = n >= 2 * step && (n % (2 * step) == 0 || n % (2 * step) > step);
+    return ceil_div(n, wide ? 2 * step : step);
+}
+
+void prefixes(const int64_t* window_blocks, int64_t windows, int64_t chunk, int64_t* chunk_start,
+              int64_t* block_start, int64_t* nonempty_before) {
+    chunk_start[0] = block_start[0] = nonempty_before[0] = 0;
+    for (int64_t w = 0; w < windows; ++w) {
+        const int64_t blocks = window_blocks[w];
+        chunk_start[w + 1] = chunk_start[w] + ceil_div(blocks, chunk);
+        block_start[w + 1] = block_start[w] + blocks;
+        nonempty_before[w + 1] = nonempty_before[w] + (blocks > 0 ? 1 : 0);
+    }
+}
+
+Units base_launch(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, double block_units) {
+    return base_units(m, s, std::max<int64_t>(1, slices), std::max<int64_t>(1, slots), block_units);
+}
+
+BalancedUnits balanced_launch(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, double segment_units,
+                              double split_units, int64_t chunk) {
+    KernelPrices p;
+    p.segment_units = segment_units;
+    p.split_units = split_units;
+    const Balanced b =
+        balanced_units(m, s, p, segment_units, std::max<int64_t>(1, slices), std::max<int64_t>(1, slots), chunk);
+    return {b.kernel.makespan, b.kernel.work, b.zeroed_windows};
+}
+
+double grouped_path_us(const Matrix& m, const Prices& p, int64_t n, int64_t value_bytes, int64_t blocks,
+                       int64_t rest_nnz, bool one_chunk) {
+    return grouped_us(m, p, n, value_bytes, blocks, rest_nnz, one_chunk, l2_miss_fraction(m, n, value_bytes, p.l2_bytes));
+}
+
+namespace {
+
+const char* const kPathNames[kNumPaths] = {"base", "balanced", "csr", "rows", "grouped"};
+
+// decide's choice, and why in words.
+int decide_explained(const Choice& c, unsigned candidates, double ar, int64_t tc_blocks, const Rule& rule,
+                     char* reason, size_t size) {
+    const double* cost = c.costs_us;
+    const int kernel = kernel_by_rule(c, ar, rule);
+    char rule_reason[160];
+    if (rule.by_cost) {
+        std::snprintf(rule_reason, sizeof rule_reason, "%s predicted faster of the kernels (AR %.2f)",
+                      kPathNames[kernel], ar);
+    } else {
+        std::snprintf(rule_reason, sizeof rule_reason, "AR %.2f %s %.2f", ar, kernel == kBalanced ? ">" : "<=",
+                      rule.ar_threshold);
+    }
+    int choice = kCsr;
+    if (tc_blocks == 0) {
+        std::snprintf(reason, size, "the matrix has no TC blocks");
+    } else if (!has(candidates, kernel)) {
+        std::snprintf(reason, size, "the Tensor-Core kernels cannot run on this device and dtype");
+    } else {
+        const double margin = kernel == kBase ? rule.csr_margin_base : rule.csr_margin_balanced;
+        if (has(candidates, kCsr) && cost[kernel] > (1.0 - margin) * cost[kCsr]) {
+            std::snprintf(reason, size,
+                          "%s picks %s, but csr is predicted faster or too close (%.1f vs %.1f us, margin %.0f%%)",
+                          rule_reason, kPathNames[kernel], cost[kCsr], cost[kernel], margin * 100.0);
+        } else {
+            choice = kernel;
+            std::snprintf(reason, size, "%s; predicted %.1f us vs csr %.1f us", rule_reason, cost[kernel], cost[kCsr]);
+        }
+    }
+    const auto append = [&](int path) {
+        const size_t used = std::strlen(reason);
+        std::snprintf(reason + used, size - used, "; %s predicted faster still (%.1f us)", kPathNames[path], cost[path]);
+    };
+    if (has(candidates, kRows) && cost[kRows] < (1.0 - rule.rows_margin) * cost[choice]) {
+        choice = kRows;
+        append(kRows);
+    }
+    if (has(candidates, kGrouped) && c.priced[kGrouped] && cost[kGrouped] < cost[choice]) {
+        choice = kGrouped;
+        append(kGrouped);
+    }
+    return choice;
+}
+
+}  // namespace
+
+Explanation explain(const Matrix& m, const Summary& s, const Prices& p, const Query& q) {
+    Explanation e;
+    Query all = q;
+    all.all_costs = true;
+    e.choice = choose(m, s, p, all);
+    const int64_t slices[2] = {std::max<int64_t>(1, q.base.slices), std::max<int64_t>(1, q.balanced.slices)};
+    const int64_t slots[2] = {p.sm_count * std::max<int64_t>(1, q.base.resident),
+                              p.sm_count * std::max<int64_t>(1, q.balanced.resident)};
+    std::copy(slices, slices + 2, e.slices);
+    std::copy(slots, slots + 2, e.slots);
+    e.miss = l2_miss_fraction(m, q.n, q.value_bytes, p.l2_bytes);
+    e.base = base_units(m, s, slices[0], slots[0], p.base.block_units);
+    const Balanced balanced = balanced_units(m, s, p.balanced, p.base.block_units, slices[1], slots[1], p.chunk);
+    e.balanced = {balanced.kernel.makespan, balanced.kernel.work, balanced.zeroed_windows};
+    e.ar = balanced.same_cost_makespan > 0 ? e.base.makespan / balanced.same_cost_makespan : 1.0;
+
+    const double zeroed_rows = static_cast<double>(balanced.zeroed_windows * m.window);
+    e.device_us[kBase] = kernel_time_us(p.base, e.base.makespan, e.base.work, slots[0], e.miss);
+    e.device_us[kBalanced] = kernel_time_us(p.balanced, e.balanced.makespan, e.balanced.work, slots[1], e.miss) +
+                             p.balanced.zero_us * zeroed_rows;
+    e.device_us[kCsr] = linear_time_us(p.csr, m.nnz, m.rows, m.max_row_nnz, e.miss);
+    e.device_us[kRows] = rows_time_us(p.rows, m, m.nnz, e.miss, q.piece_nnz);
+    e.device_us[kGrouped] = m.grouped_blocks >= 0 ? grouped_us(m, p, q.n, q.value_bytes, m.grouped_blocks,
+                                                               m.grouped_rest_nnz, m.grouped_one_chunk, e.miss)
+                                                  : std::nan("");
+    e.makespans_us[0] = e.device_us[kBase] - p.base.launch_us;
+    e.makespans_us[1] = e.device_us[kBalanced] - p.balanced.launch_us - p.balanced.zero_us * zeroed_rows;
+    e.makespans_us[2] = p.base.unit_us * e.base.work / static_cast<double>(slots[0]);
+
+    // Each column slice reads the sparse data again (fp32 values; per block its columns and
+    // bitmap); every window writes its rows of Y.
+    const double n = static_cast<double>(q.n), bytes = static_cast<double>(q.value_bytes);
+    const double blocks = static_cast<double>(s.tc_blocks), nnz = static_cast<double>(m.nnz);
+    const double gather = blocks * 8 * n * bytes + static_cast<double>(slices[0]) * (nnz * 4 + blocks * (8 * 4 + 16));
+    const double write = static_cast<double>(m.windows * m.window) * n * bytes;
+    e.bytes_moved[0] = gather + write;
+    e.bytes_moved[1] = gather + write + 2 * zeroed_rows * n * bytes;
+    e.bytes_moved[2] = e.bytes_moved[3] = nnz * (n * bytes + 4 + bytes) + static_cast<double>(m.rows) * n * bytes;
+
+    e.choice.path = decide_explained(e.choice, q.candidates, e.ar, s.tc_blocks, p.rule, e.reason, sizeof e.reason);
+    return e;
 }
 
 }  // namespace tcsparse::selector

@@ -1,8 +1,8 @@
-// The kernel selector's first choice in C++: the cost model of torch_tcsparse/selector (model.py,
-// shape.py, schedule.py) for one (matrix, N bucket, dtype) on the device at hand, without the
-// explanation. Python's model stays the reference (explanations, CPU, the offline calibration):
-// tests/gpu/test_selector_native.py checks that both give the same costs and choice. Plain C++:
-// no torch, no CUDA; the binding (selector_binding.cpp) hands over the launch shapes.
+// The kernel selector's cost model (the package docstring of torch_tcsparse/selector describes
+// it): the predicted time of every path for one (matrix, N bucket, dtype) on a device, the choice
+// between them, and its explanation. Plain C++, no torch and no CUDA, so that it runs without a
+// GPU too; the C ABI (selector_capi.cpp) is what Python loads, and Python hands over the launch
+// shapes (queried from the compiled kernels on a GPU, the documented defaults without one).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct Matrix {
     bool grouped_one_chunk = false;
 };
 
-// The scalars that decide a launch of one wave (shape.ShapeSummary), computed once per matrix.
+// The scalars that decide a launch of one wave, computed once per matrix.
 struct Summary {
     int64_t tc_blocks = 0;
     int64_t max_blocks = 0;
@@ -43,8 +43,8 @@ struct Summary {
 
 Summary summarize(const Matrix& m, int64_t chunk);
 
-// A calibration's constants for one N bucket and dtype (device.Calibration.constants), a missing
-// optional term as 0.
+// A calibration's constants for one N bucket and dtype (selector.Calibration.constants), a
+// missing optional term as 0.
 struct KernelPrices {
     double launch_us = 0, unit_us = 0, miss_unit_us = 0, tail_us = 0, floor_us = 0;
     double block_units = 0;                               // base
@@ -55,27 +55,42 @@ struct LinearPrices {  // csr and rows
     double launch_us = 0, nnz_us = 0, row_us = 0, max_row_us = 0, miss_nnz_us = 0, split_launch_us = 0, floor_us = 0;
 };
 
-struct GroupedPrices {  // model.GROUPED_* for the dtype's element size
+// The grouped kernel's time: a fixed part (zeroing the fp32 sums, the launch; for 16-bit types
+// also rounding them into Y) and a cost per warp-step (one block of a chunk for one warp), whole
+// GPU, fitted on an H200 (132 SMs) by relative least squares on the grouped path's times at
+// N = 32..256 of every suite graph whose grouped layout leaves nothing to the rows kernel (the
+// fit and its error are in BENCHMARKS.md). A 16-bit Y where every group is one chunk and nothing is
+// left to the rows kernel is written by the kernel alone: no zeroing and no rounding launch.
+struct GroupedPrices {
     double step_ns = 0, fixed_us = 0, direct_fixed_us = 0, reference_sms = 1;
 };
 
-struct Rule {  // model._decide
+// Per element size of X: 4 bytes (float32 and wider), 2 bytes.
+GroupedPrices grouped_prices(int64_t value_bytes);
+
+// Columns of X per warp of the grouped kernel (csrc/grouped_spmm.cu), in every dtype.
+constexpr int64_t kGroupedColumnsPerWarp = 32;
+
+// The share of the rows path's time that an order removes per unit of distinct-column share
+// removed (the package docstring).
+constexpr double kRowsOrderGain = 0.2;
+
+// List scheduling is simulated exactly up to this many jobs per slot, estimated beyond.
+constexpr int64_t kExactJobsPerSlot = 4;
+
+struct Rule {
     bool by_cost = false;  // kernel_rule "cost"; else DTC-SpMM's AR threshold
     double ar_threshold = 0, csr_margin_base = 0, csr_margin_balanced = 0, rows_margin = 0;
-    double rows_order_gain = 0;  // model.ROWS_ORDER_GAIN
 };
 
 struct Prices {
     KernelPrices base, balanced;
     LinearPrices csr, rows;
-    GroupedPrices grouped;
     Rule rule;
     int64_t sm_count = 1;
     int64_t l2_bytes = 0;
-    int64_t chunk = 32;                 // formats.metcf.BALANCE_CHUNK
-    int64_t exact_jobs_per_slot = 4;    // schedule.EXACT_JOBS_PER_SLOT
-    int64_t rest_piece_nnz = 256;       // csr_rows.PIECE_NNZ: the pieces of the grouped path's rest
-    int64_t grouped_column_step = 32;   // columns per warp of the grouped kernel
+    int64_t chunk = 32;             // formats.metcf.BALANCE_CHUNK
+    int64_t rest_piece_nnz = 256;   // csr_rows.PIECE_NNZ: the pieces of the grouped path's rest
 };
 
 struct Launch {
@@ -85,7 +100,7 @@ struct Launch {
 
 struct Query {
     int64_t n = 0;           // the N bucket
-    int64_t value_bytes = 4; // of X's dtype
+    int64_t value_bytes = 4; // of X's dtype (launch shapes and grouped prices of float32 above 4)
     Launch base, balanced;
     int64_t piece_nnz = 0;   // the rows path's pieces (csr_rows.split_piece_nnz)
     unsigned candidates = 0; // bit p: path p may run
@@ -102,5 +117,52 @@ struct Choice {
 };
 
 Choice choose(const Matrix& m, const Summary& summary, const Prices& prices, const Query& query);
+
+// Warps per window along N without a CUDA device to ask: the dispatch rule of csrc/metcf_spmm.cuh.
+// A step is the columns of one 16-byte copy per lane group (32 for 4-byte X, 64 for 16-bit);
+// slices are two steps wide when N >= 2 steps and the last slice is more than half full, else one.
+int64_t default_column_slices(int64_t n, int64_t value_bytes);
+
+// Per-window prefix sums of TC blocks per window (length windows each; outputs windows + 1):
+// balanced chunks, TC blocks and non-empty windows before each window.
+void prefixes(const int64_t* window_blocks, int64_t windows, int64_t chunk, int64_t* chunk_start,
+              int64_t* block_start, int64_t* nonempty_before);
+
+// The base kernel's launch in TC-block units, list-scheduled on `slots`.
+struct Units {
+    double makespan = 0, work = 0;
+};
+Units base_launch(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, double block_units);
+
+// The balanced kernel's persistent grid, exactly as metcf_balanced_kernel splits it, at
+// `segment_units` per segment and `split_units` per cut segment.
+struct BalancedUnits {
+    double makespan = 0, work = 0;
+    int64_t zeroed_windows = 0;  // cleared first: empty windows plus range boundaries inside a window
+};
+BalancedUnits balanced_launch(const Matrix& m, const Summary& s, int64_t slices, int64_t slots, double segment_units,
+                              double split_units, int64_t chunk);
+
+// The grouped path's device time with `blocks` in its layout and `rest_nnz` left to the rows
+// kernel (no host floor).
+double grouped_path_us(const Matrix& m, const Prices& p, int64_t n, int64_t value_bytes, int64_t blocks,
+                       int64_t rest_nnz, bool one_chunk);
+
+// Everything the choice is made of, every path priced: what an explanation reads out.
+struct Explanation {
+    Choice choice;
+    double device_us[kNumPaths] = {};  // before the host floor; NaN unpriced
+    double ar = 1.0;                   // DTC-SpMM's approximation ratio
+    Units base;                        // TC-block units
+    BalancedUnits balanced;
+    double miss = 0;                   // share of X beyond L2
+    int64_t slots[2] = {};             // base, balanced: SMs x resident warps
+    int64_t slices[2] = {};
+    double makespans_us[3] = {};       // base, balanced, base at perfect balance
+    double bytes_moved[4] = {};        // base, balanced, csr, rows
+    char reason[512] = {};
+};
+
+Explanation explain(const Matrix& m, const Summary& summary, const Prices& prices, const Query& query);
 
 }  // namespace tcsparse::selector

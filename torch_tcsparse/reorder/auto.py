@@ -1,26 +1,22 @@
 """``reorder="auto"``: try candidate methods and keep one only when it makes ``A @ X`` faster.
 
 Fewer ME-TCF Tensor-Core blocks (``count_blocks``) is what a reordering buys, but fewer blocks
-alone did not make ``A @ X`` faster on the H200: where cuSPARSE (the ``"csr"`` path, which a row
-order does not change) already beats the kernels, or where the gain is small, a permutation
-changed nothing or cost L2 locality (musae_facebook: 0.070 -> 0.094 ms). A reordering also
-speeds up the CUDA-core "rows" kernel, which runs the rows in the new order: rows that share
-columns side by side find their rows of X in L2 (``locality``; R-MAT 21 at N = 128 on an H200:
-7% less time in degree order, the shuffled SBM 25% less in tca order). So each candidate's blocks
-per window and its locality go through the selector's cost model (``selector.predict``, the same
-model that picks the path at run time) and a method is kept only when a Tensor-Core kernel (the
-grouped path too, where its layout may pay: an order that gathers dense communities into groups
-of 64 rows shrinks it most, ogbl-ddi 27,289 -> 14,000 blocks in tca order) or the rows kernel on
-the reordered matrix is predicted at least ``min_gain`` faster than every path without
-reordering. Otherwise rows stay in the user's order; in particular "auto" never
-adds blocks (SMaT saw Jaccard clustering add blocks on band matrices, where the given order is
-already near optimal).
+alone did not make ``A @ X`` faster: where cuSPARSE (the ``"csr"`` path, which a row order does
+not change) already beats the kernels, or where the gain is small, a permutation changed nothing
+or cost L2 locality. A reordering also speeds up the CUDA-core "rows" kernel, which runs the rows
+in the new order: rows that share columns side by side find their rows of X in L2
+(``locality``). So each candidate's blocks per window and its locality go through the selector's
+cost model (``selector.predict_costs``, the same C++ model that picks the path at run time) and a
+method is kept only when a Tensor-Core kernel (the grouped path too, where its layout may pay: an
+order that gathers dense communities into groups of 64 rows shrinks it most) or the rows kernel
+on the reordered matrix is predicted at least ``min_gain`` faster than every path without
+reordering. Otherwise rows stay in the user's order; in particular "auto" never adds blocks
+(SMaT saw Jaccard clustering add blocks on band matrices, where the given order is already near
+optimal).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-
 import torch
 
 from ..formats.csr import CSR
@@ -31,11 +27,11 @@ from .. import selector
 from .locality import distinct_share, share_ratio
 
 # "tca" wins on every real graph measured; "degree" costs one sort and wins on R-MAT, whose
-# hubs share columns (scale 18: MeanNnzTC 1.31x against tca's 1.27x); "shuffle" is the third
-# opinion. "rcm" is left out: it runs in scipy on the CPU and never won here.
+# hubs share columns; "shuffle" is the third opinion. "rcm" is left out: it runs in scipy on the
+# CPU and never won.
 DEFAULT_CANDIDATES = ("tca", "degree", "shuffle")
-# Below an 8% predicted gain the model's error can exceed the gain: on an H200 snap_wiki-Vote in
-# tca order was predicted 5% faster on the balanced kernel and ran 20% slower than cuSPARSE.
+# Below this predicted gain the model's error can exceed the gain: a small predicted gain on the
+# balanced kernel has run slower than cuSPARSE.
 MIN_GAIN = 0.08
 # The N the prediction is made for: GCN hidden sizes (the SpMM benchmark's middle value).
 PREDICT_N = 128
@@ -59,16 +55,16 @@ def _predictor(csr: CSR, window: int, n: int):
     def predict(perm) -> tuple[int, float, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
         ratio = 1.0 if perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, perm, given_share)
-        shape = selector.MatrixShape(window, per_window, csr.num_rows, csr.nnz, max_row, csr.num_cols,
-                                     rows_share_ratio=ratio)
+        features = selector.MatrixFeatures.of_window_blocks(window, per_window, csr.num_rows, csr.nnz, max_row,
+                                                            csr.num_cols, rows_share_ratio=ratio)
         blocks = int(per_window.sum())
         if may_pay(csr.nnz, blocks) and csr.col.dtype == torch.int32:
             # The grouped layout the matrix would build in this order (Structure.grouped).
             sizes = split_sizes(group_pairs(csr.rowptr, csr.col, csr.num_rows, csr.num_cols, perm),
                                 grouped_format.SPLIT_THRESHOLDS)
-            grouped_blocks, rest = sizes[selector.grouped_split(sizes, shape, model)]
-            shape = replace(shape, grouped_blocks=grouped_blocks, grouped_rest_nnz=rest)
-        return blocks, ratio, dict(selector.predict(shape, n, model).costs_us)
+            grouped_blocks, rest = sizes[selector.grouped_split(sizes, features, model)]
+            features = features.replace(grouped_blocks=grouped_blocks, grouped_rest_nnz=rest)
+        return blocks, ratio, selector.predict_costs(features, n, model)
 
     return predict
 

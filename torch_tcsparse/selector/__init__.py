@@ -22,8 +22,8 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
   adds). All warps are co-resident, so the makespan is exact. A small kernel first zeroes the
   rows of empty and cut windows (``zero_us`` per row);
 - a kernel's time is ``launch_us + (unit_us + miss_unit_us * miss) * work / slots + tail_us *
-  (makespan - work / slots)`` (``kernel_time_us``): the evenly spread work, then the imbalance
-  tail; ``miss`` is the share of X beyond L2 (``l2_miss_fraction``), which prices gathers that go
+  (makespan - work / slots)``: the evenly spread work, then the imbalance
+  tail; ``miss`` is the share of X beyond L2, which prices gathers that go
   to memory (uniform 1M: X is 10x L2) against those served by L2 (the small real graphs);
 - csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row + miss_nnz_us * nnz
   * miss`` (the gather of X per nonzero, the write of Y per row, the row-split imbalance of the
@@ -32,21 +32,18 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
   longest row capped at the matrix's piece (``csr_rows.split_piece_nnz``: longer rows are split), plus
   ``split_launch_us`` when any row is split: the pieces of a split row add into float32 sums
   with atomics and the last to arrive (or, in large launches, a finishing kernel) rounds them
-  into Y (fitted 6-11 us on an H200 in float32, 0-8 us in 16 bits, growing with N; it decides
-  between rows and csr on small power-law graphs, where they are close);
-- grouped (the Tensor-Core kernel on the grouped layout): per warp-step constants measured on an
-  H200 (``model.GROUPED_STEP_NS``), plus the rows time of the nonzeros the layout leaves to the
-  rows kernel (``grouped_rest_nnz``); the layout's split itself is chosen by the same prices
+  into Y; it decides between rows and csr on small power-law graphs, where they are close;
+- grouped (the Tensor-Core kernel on the grouped layout): per warp-step constants fitted on an
+  H200 (in ``csrc/selector_model.h``), plus the rows time of the nonzeros the layout leaves to
+  the rows kernel (``grouped_rest_nnz``); the layout's split itself is chosen by the same prices
   when it is built (``grouped_split``);
 - every path costs at least its ``floor_us``: the host-side cost of one call (Python, dispatch,
   launch), which is what a call on a small graph costs when calls run back to back;
 - a reordered matrix runs the rows path in its order; the order's ``rows_share_ratio``
   (``reorder.locality.share_ratio``: distinct columns per group of rows against the given order)
-  scales the rows time by ``1 - ROWS_ORDER_GAIN * (1 - ratio)``. On an H200 the time saved per
-  unit of share removed was 0.09-0.26 on R-MAT 18/21 (degree, tca, rcm, shuffle orders), 0.23-0.33
-  on ogbl-ddi, 0.4-0.5 on the shuffled SBM (tca), 0.85 on the uniform graph (where the share
-  moved 6%); orders that raised the share (tca on gg_flickr) cost time in the same proportion.
-  0.2 sits in the R-MAT range, where the choice to reorder is close.
+  scales the rows time by ``1 - gain * (1 - ratio)``, the gain (``kRowsOrderGain`` in
+  ``csrc/selector_model.h``) set within the range measured on R-MAT graphs, where the choice to
+  reorder is close (BENCHMARKS.md gives the measurements).
 
 On a GPU, resident blocks per SM and column slices come from the compiled kernels
 (``kernels.occupancy(path, n)``, ``kernels.column_slices(path, n)``); without one (tests, CPU
@@ -58,30 +55,23 @@ which also depend on the window count), the bytes moved count 2-byte elements, a
 are the dtype's own buckets where the calibration has them (``dtype_buckets``), else float32's.
 
 Constants live in ``calibration/<family>.json`` (one per GPU family, ``default.json`` when the
-family has none), per N bucket; ``benchmarks/selector.py --calibrate`` fits them on measurements.
+family has none), per N bucket; ``python -m torch_tcsparse.selector.calibrate`` fits them on the
+measurements ``benchmarks/selector.py`` makes.
 
-Simulation cost (a choice must cost at most half an SpMM). On a GPU a product's choice is made by
-the same model in C++ (``native``, ``csrc/selector_model.cpp``; tests/gpu/test_selector_native.py
-checks both give the same costs and choice): the matrix's features are handed over once (the
-conversion's per-window prefix sums, ``MetcfLayout.host_counts``, kept by reference: nothing is
-read from the device and no O(windows) prefix is recomputed), a calibration's constants once per
-N bucket, dtype and process, and each first choice at an N bucket is one call. The C++ model
-simulates a kernel's schedule only where the choice depends on it: a kernel costs at least its
-launch, its evenly spread work and its heaviest window (base) or warp (balanced: a chunk, or the
-chunks a warp takes inside the largest window where they lie whole), and base at most its even
-share plus its heaviest window (Graham's bound on list scheduling). Where "rows" (or "grouped")
-beats the kernels' lower bounds they cannot be chosen; where base wins at its upper
-bound no schedule is simulated; the balanced grid is walked only where AR may pick it and its
-cost matters. The Python model explains choices, runs without a GPU, and is what
-``benchmarks/selector.py`` fits and scores offline. A launch that fits in one wave (every warp
-resident at once, the small graphs) has a closed form, exact: base's makespan is its largest
-window, the balanced grid gives each warp one chunk. Beyond one wave, list scheduling is exact up
-to ``EXACT_JOBS_PER_SLOT`` jobs per slot (in numpy in batches of up to one job per slot; in C++ a
-count per half unit of time, the slots' free times being interchangeable), and a fluid estimate
-beyond, in a few O(windows) passes (``fluid_schedule``: within 5% of heapq list scheduling on
-random costs, half a job high on equal ones); the balanced grid is exact, from the prefix sums at
-its warp boundaries. ``select`` (the Python model's choice) builds no explanation; ``rank`` and
-``explain`` do.
+The model is C++ (``csrc/selector_model.cpp``), the only one: built on first use with the system's
+C++ compiler into a small library (``build``, no torch or CUDA headers, so it runs without a GPU)
+and reached through ``native`` (ctypes). A choice must cost at most half an SpMM: the matrix's
+features are handed over once (the conversion's per-window prefix sums, ``MetcfLayout.host_counts``,
+kept by reference: nothing is read from the device and no O(windows) prefix is recomputed), a
+calibration's constants once per N bucket, dtype and process, and each first choice at an N
+bucket is one call. The model simulates a kernel's schedule only where the choice depends on it:
+a kernel costs at least its launch, its evenly spread work and its heaviest window (base) or warp
+(balanced), and base at most its even share plus its heaviest window (Graham's bound on list
+scheduling); where "rows" (or "grouped") beats the kernels' lower bounds they cannot be chosen.
+A launch that fits in one wave (every warp resident at once, the small graphs) has a closed form,
+exact. Beyond one wave, list scheduling is exact up to a few jobs per slot, and a fluid estimate
+beyond, in a few O(windows) passes; the balanced grid is exact, from the prefix sums at its warp
+boundaries. ``explain`` prices every path and reads out why.
 
 Choice: the calibration's ``kernel_rule`` picks the kernel, either DTC-SpMM's (balanced when AR >
 ``ar_threshold``) or the kernel with the lower predicted time (the rule that fitted the measured
@@ -95,85 +85,37 @@ product and keeps the fastest (``trials``).
 """
 from __future__ import annotations
 from .cache import SelectionCache
-from .device import (
-    CALIBRATION_DIR,
-    DEFAULT_L2_BYTES,
-    SCALE_WITH_N,
-    Calibration,
-    DeviceModel,
-    csr_margins,
-    device_model,
-    dtype_name,
-    gpu_family,
-)
-from .model import (
-    ROWS_ORDER_GAIN,
-    Explanation,
-    Prediction,
-    approximation_ratio,
-    choose,
-    explain,
-    explain_shape,
-    grouped_split,
-    kernel_time_us,
-    l2_miss_fraction,
-    predict,
-    predicted_choice,
-    rank,
-    select,
-)
+from .calibration import CALIBRATION_DIR, DEFAULT_L2_BYTES, SCALE_WITH_N, Calibration, csr_margins, dtype_name
+from .choice import explain, choose, grouped_split, predict_costs, predicted_choice, rank, runnable_paths
+from .device import DeviceModel, device_model, gpu_family
+from .explanation import Explanation
+from .native import MatrixFeatures, default_column_slices
 from .paths import BUCKETS, CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES, n_bucket
-from .schedule import EXACT_JOBS_PER_SLOT, list_schedule_exact, list_schedule_makespan
-from .shape import (
-    BalancedLaunch,
-    BalancedWarps,
-    MatrixShape,
-    ShapeSummary,
-    balanced_makespan_units,
-    balanced_warps,
-    base_makespan_units,
-    default_column_slices,
-)
 
 __all__ = [
     "BUCKETS",
-    "BalancedLaunch",
-    "BalancedWarps",
     "CALIBRATION_DIR",
     "CALIBRATED_CHOICES",
     "CHOICES",
     "Calibration",
     "DEFAULT_L2_BYTES",
     "DeviceModel",
-    "EXACT_JOBS_PER_SLOT",
     "Explanation",
     "KERNEL_CHOICES",
-    "MatrixShape",
-    "Prediction",
-    "ROWS_ORDER_GAIN",
+    "MatrixFeatures",
     "SCALE_WITH_N",
     "SelectionCache",
-    "ShapeSummary",
-    "approximation_ratio",
-    "balanced_makespan_units",
-    "balanced_warps",
-    "base_makespan_units",
     "choose",
     "csr_margins",
     "default_column_slices",
     "device_model",
     "dtype_name",
     "explain",
-    "explain_shape",
     "gpu_family",
     "grouped_split",
-    "kernel_time_us",
-    "l2_miss_fraction",
-    "list_schedule_exact",
-    "list_schedule_makespan",
     "n_bucket",
-    "predict",
+    "predict_costs",
     "predicted_choice",
     "rank",
-    "select",
+    "runnable_paths",
 ]

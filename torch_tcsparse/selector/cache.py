@@ -8,54 +8,51 @@ import torch
 
 from .. import trials
 from ..formats.metcf import MetcfLayout
+from ..kernels import tf32_allowed
 from . import native
+from .choice import explain_features, kernels_usable, query_of, runnable_paths
 from .device import device_model
-from .model import Explanation, explain_shape, predicted_choice, runnable_paths
+from .explanation import Explanation
+from .native import MatrixFeatures
 from .paths import n_bucket
-from .shape import MatrixShape
-
 
 class SelectionCache:
     """Choices for one matrix, computed once per (N bucket, dtype, device), and measured on its
     first product where the prediction leaves close candidates (``trials``); explanations built
-    only when asked for. A ``Structure`` holds one; the matrix's block counts come from the host
-    copies its conversion made; a reordered matrix's ``rows_share_ratio`` and the block count of
-    its grouped layout (``grouped_size``: blocks, nonzeros left to the rows kernel and whether
-    every group is one chunk, built on the first choice) come from the
-    ``Structure``, which knows the order."""
+    only when asked for. A ``Structure`` holds one; the matrix's features (``MatrixFeatures``, in
+    the C++ model) come from the host copies its conversion made; a reordered matrix's
+    ``rows_share_ratio`` and the size of its grouped layout (``grouped_size``: blocks, nonzeros
+    left to the rows kernel and whether every group is one chunk, built with the features) come
+    from the ``Structure``, which knows the order."""
 
     def __init__(self, rows_share_ratio: float = 1.0, grouped_size=None):
-        self.rows_share_ratio = rows_share_ratio
-        self._grouped_size = grouped_size  # () -> (blocks, rest nnz, one chunk) | None, asked with the shape
-        self._shape: MatrixShape | None = None
-        self._native: native.NativeMatrix | None = None
+        if not isinstance(rows_share_ratio, (int, float)) or not rows_share_ratio >= 0:
+            raise ValueError(f"rows_share_ratio must be a non-negative number, got {rows_share_ratio!r}")
+        if grouped_size is not None and not callable(grouped_size):
+            raise TypeError(f"grouped_size must be callable or None, got {type(grouped_size).__name__}")
+        self.rows_share_ratio = float(rows_share_ratio)
+        self._grouped_size = grouped_size  # () -> (blocks, rest nnz, one chunk) | None
+        self._features: MatrixFeatures | None = None
+        # (N bucket, dtype, device, deterministic, TF32) -> what a choice hands the C++ model
+        self._queries: dict = {}
         self._explanations: dict = {}
         self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
         self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
         self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> settled path
 
-    def _grouped(self):
-        return self._grouped_size() if self._grouped_size is not None else None
-
-    def _shape_of(self, layout: MetcfLayout) -> MatrixShape:
-        if self._shape is None:
-            blocks, rest, one_chunk = self._grouped() or (None, 0, False)
-            self._shape = MatrixShape.of(layout, rows_share_ratio=self.rows_share_ratio, grouped_blocks=blocks,
-                                         grouped_rest_nnz=rest, grouped_one_chunk=one_chunk)
-        return self._shape
-
-    def _native_of(self, layout: MetcfLayout) -> native.NativeMatrix:
-        if self._native is None:
-            self._native = native.NativeMatrix.of_layout(layout, self.rows_share_ratio, self._grouped())
-        return self._native
+    def _features_of(self, layout: MetcfLayout) -> MatrixFeatures:
+        if self._features is None:
+            grouped = self._grouped_size() if self._grouped_size is not None else None
+            blocks, rest, one_chunk = grouped or (None, 0, False)
+            self._features = MatrixFeatures.of_layout(layout, rows_share_ratio=self.rows_share_ratio,
+                                                      grouped_blocks=blocks, grouped_rest_nnz=rest,
+                                                      grouped_one_chunk=one_chunk)
+        return self._features
 
     def prepare(self, layout: MetcfLayout) -> None:
         """Build the matrix's features for its choices now rather than on its first product:
-        once per matrix, for every N bucket and dtype (the C++ model's on a GPU)."""
-        if layout.device.type == "cuda" and native.available():
-            self._native_of(layout)
-        else:
-            self._shape_of(layout)
+        once per matrix, for every N bucket and dtype."""
+        self._features_of(layout)
 
     def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:
         """The prediction's explanation, with the measured times and the settled path once the
@@ -64,7 +61,7 @@ class SelectionCache:
         key = (n_bucket(n), dtype, device)
         if key not in self._explanations:
             self._explanations[key] = self._outside_graphs(
-                lambda: explain_shape(self._shape_of(layout), n, dtype, device))
+                lambda: explain_features(self._features_of(layout), n, dtype, device))
         explanation = self._explanations[key]
         state = self._by_bucket.get(key)
         if isinstance(state, trials.Trial):
@@ -92,13 +89,7 @@ class SelectionCache:
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
-            # Once the matrix's C++ features exist (on a GPU, from its first choice on), a
-            # prediction is one call; the first choice builds them and anything else
-            # (trials, compiling, a device the prices were not kept for) takes the long way.
-            if self._native is not None and not trials.is_enabled() and not torch.compiler.is_compiling():
-                state = self._native.path(*bucket)
-            if state is None:
-                state = self._outside_graphs(self._first_choice, layout, *bucket)
+            state = self._outside_graphs(self._first_choice, layout, *bucket)
             self._by_bucket[bucket] = state
         if isinstance(state, trials.Trial):
             return state.paths[0], state if trials.allowed(normalized) else None
@@ -120,22 +111,25 @@ class SelectionCache:
         return state if isinstance(state, str) else None
 
     def _first_choice(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device: torch.device):
-        """The predicted path at N bucket ``n``, or the ``trials.Trial`` that measures it against
-        its close candidates. On a GPU the C++ model predicts (``native``), else the Python one."""
+        """The predicted path at N bucket ``n`` (one call into the C++ model once this matrix has
+        met the bucket, dtype and torch modes), or the ``trials.Trial`` that measures it against
+        its close candidates. Where only "csr" can run (off CUDA, other dtypes) it is the answer
+        without asking the model."""
+        if not kernels_usable(dtype, device):
+            return "csr"
+        features = self._features_of(layout)
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        key = (n, dtype, device, deterministic, tf32_allowed())
+        query = self._queries.get(key)
+        if query is None:
+            candidates = runnable_paths(dtype, device, features, deterministic)
+            query = self._queries[key] = (*query_of(features, n, dtype, device_model(device)),
+                                          native.candidate_bits(candidates), candidates)
+        *arguments, candidates = query
         measure = trials.allowed(device)
-        if device.type == "cuda" and native.available():
-            matrix = self._native or self._native_of(layout)
-            choice, costs, candidates = matrix.choose(n, dtype, device, all_costs=measure)
-            if measure and costs is not None:
-                costs = native.costs_by_path(costs)
-        else:
-            shape = self._shape_of(layout)
-            candidates = runnable_paths(dtype, device, shape)
-            if candidates == ("csr",):
-                return "csr"
-            choice, costs = predicted_choice(shape, n, device_model(device), candidates, dtype)
+        choice, costs = native.choose(features, *arguments, all_costs=measure)
         if measure and costs is not None:
-            paths = trials.shortlist(choice, costs, candidates)
+            paths = trials.shortlist(choice, costs, [p for p in candidates if p in costs])
             if len(paths) > 1:
                 calls = tuple(trials.sample_calls(costs[path]) for path in paths)
                 return trials.Trial(paths, calls, key=(n, dtype, device))
@@ -149,4 +143,3 @@ class SelectionCache:
 
     def __len__(self) -> int:
         return len(self._by_bucket.keys() | self._explanations.keys())
-

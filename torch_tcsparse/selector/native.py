@@ -1,171 +1,249 @@
-"""The first choice in C++ (``csrc/selector_model.cpp``): what a product pays for when it meets a
-new N bucket on a GPU.
+"""The binding of the selector's C++ cost model (``csrc/selector_model.cpp`` through its C ABI,
+``csrc/selector_capi.cpp``), loaded with ctypes from the library ``build`` makes on first use.
 
-The Python model (``model.predict``) costs 50-500 us of interpreter time on a GPU's host, against
-products of 13-50 us on the small graphs; issue 6 allows half of one. So on a GPU the choice is
-one call into the extension: a matrix's features are handed over once (the conversion's prefix
-sums, kept by reference, and the sizes), a calibration's constants once per (N bucket, dtype) and
-process, and the call returns the choice (``path``: a product's first choice), or the choice
-with every path's predicted time (``choose``: what a trial's shortlist reads). ``path`` passes
-only (N bucket, dtype, device): the matrix's candidates and the prices stay in C++, which reads
-torch's TF32 and deterministic modes itself, so that a first choice is a few lines of Python
-(on an H100 host the Python around the call had cost 8-10 us of a 13 us product). The C++ model
-follows the Python one step for step (tests/gpu/test_selector_native.py checks both agree); the
-Python model still explains choices, runs without a GPU and is what the calibration fits."""
+A matrix's features (``MatrixFeatures``: sizes and per-window prefix sums, kept by reference) are
+handed over once; a calibration's constants once per (N bucket, dtype, device) (``Prices``); then
+a choice is one call. Nothing here models anything: the numbers all come from C++."""
 from __future__ import annotations
 
+import ctypes
 import math
+import threading
+import weakref
 
-import torch
+import numpy as np
 
-from .. import _ext, csr_rows
-from ..paths import KERNEL_DTYPES
-from ..formats.metcf import BALANCE_CHUNK, MetcfLayout
-from ..kernels import tf32_allowed
-from .device import DeviceModel, device_model
-from .model import (
-    GROUPED_COLUMNS_PER_WARP,
-    GROUPED_DIRECT_FIXED_US,
-    GROUPED_FIXED_US,
-    GROUPED_REFERENCE_SMS,
-    GROUPED_STEP_NS,
-    ROWS_ORDER_GAIN,
-    runnable_paths,
-)
-from .paths import CALIBRATED_CHOICES, CHOICES
-from .schedule import EXACT_JOBS_PER_SLOT
-from .shape import MatrixShape
+from ..formats.metcf import BALANCE_CHUNK
+from ..paths import SELECTOR_PATHS as CHOICES
+from . import build
+
+_I64, _F64, _PTR = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
+_I64P, _F64P = ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double)
 
 
-def available() -> bool:
-    """Whether the extension (and with it the C++ model) is built and loaded."""
-    return _ext.available()
+class RawExplanation(ctypes.Structure):
+    """``TcsExplanation`` of selector_capi.cpp, field for field."""
+
+    _fields_ = [
+        ("path", _I64),
+        ("costs_us", _F64 * len(CHOICES)),
+        ("device_us", _F64 * len(CHOICES)),
+        ("ar", _F64),
+        ("base_makespan", _F64),
+        ("base_work", _F64),
+        ("balanced_makespan", _F64),
+        ("balanced_work", _F64),
+        ("zeroed_windows", _I64),
+        ("miss", _F64),
+        ("slots", _I64 * 2),
+        ("slices", _I64 * 2),
+        ("makespans_us", _F64 * 3),
+        ("bytes_moved", _F64 * 4),
+        ("reason", ctypes.c_char * 512),
+    ]
 
 
-class NativeMatrix:
-    """One matrix's features in C++, built on its first choice on a GPU; ``rows``, ``num_cols``,
-    ``nnz`` and ``grouped_blocks`` as a ``MatrixShape`` has them (``model.runnable_paths``)."""
+_SIGNATURES = {
+    "tcs_last_error": (ctypes.c_char_p, []),
+    "tcs_prefixes": (None, [_I64P, _I64, _I64, _I64P, _I64P, _I64P]),
+    "tcs_matrix_new": (_PTR, [_I64, _I64, _I64, _I64, _I64, _I64, _I64P, _I64P, _I64P, _F64, _I64, _I64,
+                              ctypes.c_int, _I64]),
+    "tcs_matrix_free": (None, [_PTR]),
+    "tcs_matrix_summary": (None, [_PTR, _I64P]),
+    "tcs_prices_new": (_PTR, [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), _F64P, ctypes.c_int, _I64, _I64, _I64,
+                              _I64]),
+    "tcs_prices_free": (None, [_PTR]),
+    "tcs_choose": (ctypes.c_int, [_PTR, _PTR, _I64, _I64, _I64P, _I64, ctypes.c_uint, ctypes.c_int, _F64P]),
+    "tcs_explain": (None, [_PTR, _PTR, _I64, _I64, _I64P, _I64, ctypes.c_uint, ctypes.POINTER(RawExplanation)]),
+    "tcs_base_launch": (None, [_PTR, _I64, _I64, _F64, _F64P]),
+    "tcs_balanced_launch": (None, [_PTR, _I64, _I64, _F64, _F64, _F64P]),
+    "tcs_grouped_split": (ctypes.c_int, [_PTR, _PTR, _I64, _I64, ctypes.c_int, _I64P, _I64P]),
+    "tcs_default_column_slices": (_I64, [_I64, _I64]),
+}
+
+_lock = threading.Lock()
+_library = None
+
+
+def library() -> ctypes.CDLL:
+    """The C++ model, built on the first call of the process (``build``) and loaded."""
+    global _library
+    if _library is None:
+        with _lock:
+            if _library is None:
+                lib = ctypes.CDLL(str(build.build()))
+                for name, (result, arguments) in _SIGNATURES.items():
+                    function = getattr(lib, name)
+                    function.restype, function.argtypes = result, arguments
+                _library = lib
+    return _library
+
+
+def _int64_pointer(array: np.ndarray):
+    return array.ctypes.data_as(_I64P)
+
+
+def _checked(handle, what: str):
+    if not handle:
+        raise ValueError(f"{what}: {library().tcs_last_error().decode()}")
+    return handle
+
+
+class MatrixFeatures:
+    """One matrix's features in C++: sizes, the per-window prefix sums of its ME-TCF layout
+    (chunks, TC blocks and non-empty windows before each window, int64, kept by reference), the
+    order's ``rows_share_ratio`` and its grouped layout's size (``grouped_blocks`` None: the path
+    cannot pay)."""
 
     def __init__(self, window: int, num_windows: int, rows: int, cols: int, nnz: int, max_row_nnz: int, prefixes,
-                 rows_share_ratio: float = 1.0, grouped_size=None):
-        """``prefixes``: (chunks, TC blocks, non-empty windows) before each window, int64 numpy
-        arrays of ``num_windows + 1`` entries, kept by reference; ``grouped_size``: (blocks,
-        nonzeros left to the rows kernel, every group one chunk), or None without the layout."""
-        self.rows, self.num_cols, self.nnz, self.max_row_nnz = rows, cols, nnz, max_row_nnz
-        blocks, rest, one_chunk = grouped_size or (-1, 0, False)
-        self.grouped_blocks = None if grouped_size is None else blocks
-        eager = _ext.load()
-        self.handle = eager.SelectorMatrix(window, num_windows, rows, cols, nnz, max_row_nnz, *prefixes,
-                                           rows_share_ratio, blocks, rest, one_chunk, BALANCE_CHUNK)
-        self._first_path, self._price_paths, self._set_candidates = (
-            eager.first_path, eager.price_paths, eager.set_candidates)
-        # (dtype, deterministic) -> (candidates, their bits, rows piece): per matrix and dtype, so
-        # built with the features for the kernels' dtypes as results are by default.
-        self._queries: dict = {}
-        for dtype in KERNEL_DTYPES:
-            self._query(dtype, False)
-
-    def _query(self, dtype: torch.dtype, deterministic: bool) -> tuple:
-        """The candidate paths (``model.runnable_paths``), their bits and the rows path's pieces,
-        handed to the C++ matrix too."""
-        query = self._queries.get((dtype, deterministic))
-        if query is None:
-            candidates = runnable_paths(dtype, torch.device("cuda"), self, deterministic)
-            query = self._queries[dtype, deterministic] = (
-                candidates, sum(1 << CHOICES.index(path) for path in candidates),
-                csr_rows.split_piece_nnz(self.nnz, self.max_row_nnz, dtype))
-            self._set_candidates(self.handle, dtype, deterministic, query[1], query[2])
-        return query
+                 rows_share_ratio: float = 1.0, grouped_blocks: int | None = None, grouped_rest_nnz: int = 0,
+                 grouped_one_chunk: bool = False):
+        for name, value in (("num_windows", num_windows), ("rows", rows), ("cols", cols), ("nnz", nnz),
+                            ("max_row_nnz", max_row_nnz)):
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if window not in (8, 16):
+            raise ValueError(f"window must be 8 or 16, got {window!r}")
+        arrays = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in prefixes)
+        if len(arrays) != 3 or any(a.shape != (num_windows + 1,) for a in arrays):
+            raise ValueError(f"prefixes must be three arrays of num_windows + 1 = {num_windows + 1} entries")
+        self.window, self.num_windows, self.rows, self.num_cols = int(window), int(num_windows), int(rows), int(cols)
+        self.nnz, self.max_row_nnz = int(nnz), int(max_row_nnz)
+        self.rows_share_ratio = float(rows_share_ratio)
+        self.grouped_blocks = None if grouped_blocks is None else int(grouped_blocks)
+        self.grouped_rest_nnz, self.grouped_one_chunk = int(grouped_rest_nnz), bool(grouped_one_chunk)
+        self.prefixes = arrays
+        lib = library()
+        self.handle = _checked(lib.tcs_matrix_new(
+            self.window, self.num_windows, self.rows, self.num_cols, self.nnz, self.max_row_nnz,
+            *(_int64_pointer(a) for a in arrays), self.rows_share_ratio,
+            -1 if grouped_blocks is None else self.grouped_blocks, self.grouped_rest_nnz, int(self.grouped_one_chunk),
+            BALANCE_CHUNK), "matrix features")
+        weakref.finalize(self, lib.tcs_matrix_free, self.handle)
+        summary = (ctypes.c_int64 * 7)()
+        lib.tcs_matrix_summary(self.handle, summary)
+        self.summary = dict(zip(("tc_blocks", "max_blocks", "max_single_chunk_blocks", "empty_windows", "chunks",
+                                 "split_windows", "chunks_of_split_windows"), summary))
 
     @classmethod
-    def of_layout(cls, layout: MetcfLayout, rows_share_ratio: float, grouped_size) -> "NativeMatrix":
-        """From the conversion's host copies (no ``MatrixShape``: its per-window arrays cost a
-        small graph's choice several microseconds); a layout without them is read back once."""
+    def of_window_blocks(cls, window: int, window_blocks, rows: int, nnz: int, max_row_nnz: int,
+                         cols: int | None = None, **features) -> "MatrixFeatures":
+        """From TC blocks per window (``features``: ``rows_share_ratio`` and the grouped layout's
+        size); ``cols`` None: as many as rows."""
+        blocks = np.ascontiguousarray(window_blocks, dtype=np.int64)
+        if blocks.ndim != 1 or (blocks < 0).any():
+            raise ValueError(f"window_blocks must be a 1-D array of non-negative counts, got {window_blocks!r}")
+        prefixes = tuple(np.empty(blocks.size + 1, dtype=np.int64) for _ in range(3))
+        library().tcs_prefixes(_int64_pointer(blocks), blocks.size, BALANCE_CHUNK, *map(_int64_pointer, prefixes))
+        return cls(window, blocks.size, rows, rows if cols is None else cols, nnz, max_row_nnz, prefixes, **features)
+
+    @classmethod
+    def of_layout(cls, layout, **features) -> "MatrixFeatures":
+        """From an ME-TCF layout's host copies (the conversion's); a layout without them (rebuilt
+        from its tensors) is read back from the device once."""
         counts = layout.host_counts
-        if counts is None:
-            shape = MatrixShape.of(layout)
-            prefixes, longest = shape._chunk_prefixes, shape.max_row_nnz
-        else:
-            prefixes, longest = counts.prefixes, counts.max_row_nnz
-        return cls(layout.window, layout.num_windows, layout.num_rows, layout.num_cols, layout.nnz, longest, prefixes,
-                   rows_share_ratio, grouped_size)
+        if counts is not None:
+            return cls(layout.window, layout.num_windows, layout.num_rows, layout.num_cols, layout.nnz,
+                       counts.max_row_nnz, counts.prefixes, **features)
+        offsets, rowptr = layout.window_offsets, layout.csr_rowptr
+        longest = int((rowptr[1:] - rowptr[:-1]).max()) if layout.num_rows else 0
+        blocks = (offsets[1:] - offsets[:-1]).cpu().numpy()
+        return cls.of_window_blocks(layout.window, blocks, layout.num_rows, layout.nnz, longest, layout.num_cols,
+                                    **features)
 
-    @classmethod
-    def of_shape(cls, shape: MatrixShape) -> "NativeMatrix":
-        grouped = None if shape.grouped_blocks is None else (
-            shape.grouped_blocks, shape.grouped_rest_nnz, shape.grouped_one_chunk)
-        return cls(shape.window, shape.num_windows, shape.rows, shape.num_cols, shape.nnz, shape.max_row_nnz,
-                   shape._chunk_prefixes, shape.rows_share_ratio, grouped)
+    @property
+    def window_blocks(self) -> np.ndarray:
+        return np.diff(self.prefixes[1])
 
-    def path(self, n: int, dtype: torch.dtype, device: torch.device) -> str | None:
-        """The path at N bucket ``n`` for X of ``dtype`` on ``device`` (``choose`` without the
-        costs): what a product's first choice at that bucket asks for, in one call that reads
-        torch's modes itself. None where the C++ model cannot answer alone (another device
-        than the prices were registered for, a dtype without kernels): ask ``choose``."""
-        code = self._first_path(self.handle, n, dtype, device)
-        if code < 0 and dtype in KERNEL_DTYPES:
-            self._query(dtype, torch.are_deterministic_algorithms_enabled())
-            _context(n, dtype, device)
-            code = self._first_path(self.handle, n, dtype, device)
-        return CHOICES[code] if code >= 0 else None
+    @property
+    def tc_blocks(self) -> int:
+        return self.summary["tc_blocks"]
 
-    def choose(self, n: int, dtype: torch.dtype, device: torch.device, all_costs: bool = False):
-        """(path, predicted us of every path as a tuple in ``CHOICES`` order, the candidate paths)
-        at N bucket ``n`` for X of ``dtype`` on ``device``. NaN stands for a path not priced:
-        "grouped" without its layout, and, unless ``all_costs``, the kernels where their launch
-        and evenly spread work already rule them out (their schedules are then not simulated);
-        the costs are None where only "csr" can run."""
-        arguments, candidates = self._arguments(n, dtype, device)
-        if arguments is None:
-            return "csr", None, candidates
-        code, costs = self._price_paths(*arguments, all_costs)
-        return CHOICES[code], costs, candidates
+    def replace(self, **changes) -> "MatrixFeatures":
+        """The same matrix with some sizes or features changed (the prefix sums shared)."""
+        fields = {"window": self.window, "num_windows": self.num_windows, "rows": self.rows, "cols": self.num_cols,
+                  "nnz": self.nnz, "max_row_nnz": self.max_row_nnz, "prefixes": self.prefixes,
+                  "rows_share_ratio": self.rows_share_ratio, "grouped_blocks": self.grouped_blocks,
+                  "grouped_rest_nnz": self.grouped_rest_nnz, "grouped_one_chunk": self.grouped_one_chunk}
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"unknown features {sorted(unknown)}")
+        return MatrixFeatures(**{**fields, **changes})
 
-    def _arguments(self, n: int, dtype: torch.dtype, device: torch.device):
-        """(the C++ choice's arguments, or None where only "csr" can run; the candidate paths)."""
-        deterministic = torch.are_deterministic_algorithms_enabled()
-        candidates, bits, piece_nnz = self._queries.get((dtype, deterministic)) or self._query(dtype, deterministic)
-        if candidates == ("csr",):
-            return None, candidates
-        context = _context(n, dtype, device)
-        exact = dtype == torch.float32 and not tf32_allowed()
-        return (self.handle, context[0], n, dtype, exact, piece_nnz, bits, context[1]), candidates
+    def base_launch(self, slices: int, slots: int, block_units: float) -> tuple[float, float]:
+        """(makespan, work) of the base kernel in TC-block units, list-scheduled on ``slots``."""
+        out = (ctypes.c_double * 2)()
+        library().tcs_base_launch(self.handle, slices, slots, block_units, out)
+        return out[0], out[1]
+
+    def balanced_launch(self, slices: int, slots: int, segment_units: float, split_units: float):
+        """(makespan, work, zeroed windows) of the balanced kernel's grid in TC-block units."""
+        out = (ctypes.c_double * 3)()
+        library().tcs_balanced_launch(self.handle, slices, slots, segment_units, split_units, out)
+        return out[0], out[1], int(out[2])
 
 
-# (N bucket, dtype, device) -> (its prices, CUDA index): what a choice looks up once per call.
-_contexts: dict = {}
+class Prices:
+    """A calibration's constants for one N bucket and dtype on one device, in C++. ``constants``:
+    path -> name -> value (``Calibration.constants``); ``rule``: ``by_cost``, ``ar_threshold``,
+    ``csr_margin_base``, ``csr_margin_balanced``, ``rows_margin``."""
+
+    def __init__(self, constants: dict, rule: dict, sm_count: int, l2_bytes: int, rest_piece_nnz: int):
+        names, values = [], []
+        for group, table in constants.items():
+            for name, value in table.items():
+                names.append(f"{group}.{name}".encode())
+                values.append(float(value))
+        for name in ("ar_threshold", "csr_margin_base", "csr_margin_balanced", "rows_margin"):
+            names.append(f"rule.{name}".encode())
+            values.append(float(rule[name]))
+        lib = library()
+        self.handle = _checked(lib.tcs_prices_new(
+            len(names), (ctypes.c_char_p * len(names))(*names), (ctypes.c_double * len(values))(*values),
+            int(bool(rule["by_cost"])), int(sm_count), int(l2_bytes), BALANCE_CHUNK, int(rest_piece_nnz)),
+            "calibration")
+        weakref.finalize(self, lib.tcs_prices_free, self.handle)
 
 
-def _context(n: int, dtype: torch.dtype, device: torch.device) -> tuple:
-    """The context of (``n``, ``dtype``, ``device``), built and registered with the C++ model for
-    its first choices (``NativeMatrix.path``) on first need."""
-    context = _contexts.get((n, dtype, device))
-    if context is None:
-        model = device_model(device)
-        context = _contexts[n, dtype, device] = (prices(model, n, dtype), model.cuda_index)
-        _ext.load().register_prices(n, dtype, model.cuda_index, context[0])
-    return context
+def launch_array(base: tuple[int, int], balanced: tuple[int, int]):
+    """The launch shapes a query hands over: (resident warps per SM, column slices) of each kernel."""
+    return (ctypes.c_int64 * 4)(base[0], base[1], balanced[0], balanced[1])
 
 
-def costs_by_path(costs: tuple) -> dict:
-    """The predicted times of ``NativeMatrix.choose`` by path, unpriced paths left out."""
-    return {path: cost for path, cost in zip(CHOICES, costs) if not math.isnan(cost)}
+def candidate_bits(candidates) -> int:
+    return sum(1 << CHOICES.index(path) for path in candidates)
 
 
-def prices(model: DeviceModel, n: int, dtype: torch.dtype):
-    """``model``'s constants of N bucket ``n`` and ``dtype`` in C++ (kept per process by the
-    choices' ``_contexts``)."""
-    calibration = model.calibration
-    size = 4 if dtype.itemsize >= 4 else 2
-    return _ext.load().SelectorPrices(
-        {path: calibration.constants(path, n, dtype) for path in CALIBRATED_CHOICES},
-        {"step_ns": GROUPED_STEP_NS[size], "fixed_us": GROUPED_FIXED_US[size],
-         "direct_fixed_us": GROUPED_DIRECT_FIXED_US, "reference_sms": GROUPED_REFERENCE_SMS},
-        {"by_cost": calibration.kernel_rule == "cost", "ar_threshold": calibration.ar_threshold,
-         "csr_margin_base": calibration.csr_margin["base"],
-         "csr_margin_balanced": calibration.csr_margin["balanced"],
-         "rows_margin": calibration.rows_margin, "rows_order_gain": ROWS_ORDER_GAIN},
-        {"sm_count": model.sm_count, "l2_bytes": model.l2_bytes, "chunk": BALANCE_CHUNK,
-         "exact_jobs_per_slot": EXACT_JOBS_PER_SLOT, "rest_piece_nnz": csr_rows.PIECE_NNZ,
-         "grouped_column_step": GROUPED_COLUMNS_PER_WARP},
-    )
+def choose(features: MatrixFeatures, prices: Prices, n: int, value_bytes: int, launch, piece_nnz: int,
+           candidates: int, all_costs: bool = False):
+    """(path, predicted us by path: the paths priced, or None unless ``all_costs``)."""
+    if not all_costs:
+        return CHOICES[library().tcs_choose(features.handle, prices.handle, n, value_bytes, launch, piece_nnz,
+                                            candidates, 0, None)], None
+    costs = (ctypes.c_double * len(CHOICES))()
+    code = library().tcs_choose(features.handle, prices.handle, n, value_bytes, launch, piece_nnz, candidates, 1,
+                                costs)
+    return CHOICES[code], {path: cost for path, cost in zip(CHOICES, costs) if not math.isnan(cost)}
+
+
+def explain(features: MatrixFeatures, prices: Prices, n: int, value_bytes: int, launch, piece_nnz: int,
+            candidates: int) -> RawExplanation:
+    out = RawExplanation()
+    library().tcs_explain(features.handle, prices.handle, n, value_bytes, launch, piece_nnz, candidates,
+                          ctypes.byref(out))
+    return out
+
+
+def grouped_split(features: MatrixFeatures, prices: Prices, n: int, value_bytes: int, splits) -> int:
+    """The index of the (blocks, rest nonzeros) split of ``splits`` with the least predicted time."""
+    blocks = np.ascontiguousarray([b for b, _ in splits], dtype=np.int64)
+    rests = np.ascontiguousarray([r for _, r in splits], dtype=np.int64)
+    return library().tcs_grouped_split(features.handle, prices.handle, n, value_bytes, len(splits),
+                                       _int64_pointer(blocks), _int64_pointer(rests))
+
+
+def default_column_slices(n: int, value_bytes: int) -> int:
+    """Warps per window along N without a CUDA device to ask (the dispatch rule of the kernels)."""
+    if n < 1:
+        raise ValueError(f"n must be positive, got {n}")
+    return int(library().tcs_default_column_slices(n, value_bytes))
