@@ -134,7 +134,7 @@ def test_transpose_of_a_symmetric_pattern_shares_the_index_arrays(reorder):
     torch.testing.assert_close(at.t().matmul(x.detach(), path="reference"), dense @ x.detach())
     # A copy to a device (here the same one) keeps one set of index arrays for both.
     moved = a._structure.to("cpu")
-    assert moved._transpose.layout.block_cols is moved.layout.block_cols
+    assert moved.transposed().layout.block_cols is moved.layout.block_cols
     torch.testing.assert_close(TCSparseTensor(moved, a._values).t().matmul(x.detach(), path="reference"), dense.t() @ x.detach())
 
 

@@ -39,12 +39,9 @@ class Structure:
         self.row_perm, self.col_perm = row_perm, col_perm
         self.method = method
         self.layout, _ = build_metcf(csr, window, row_perm)
-        self._transpose: Structure | None = None
-        self._row_pieces: dict[tuple[int, bool], csr_rows.RowPieces] = {}
-        self._rows_csr: RowsCsr | None = None
-        self._grouped: GroupedLayout | None = None
-        self._grouped_pieces: csr_rows.RowPieces | None = None
-        self._max_row_nnz: int | None = None
+        # What is built from the indices on first need (the transpose, the rows kernel's CSR and
+        # splits, the grouped layout): kept here, and built anew for a copy on another device.
+        self._derived: dict = {}
         if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
             rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
         self.selection = SelectionCache(rows_share_ratio, self.grouped_size)
@@ -65,6 +62,13 @@ class Structure:
     def device(self) -> torch.device:
         return self.col.device
 
+    def _kept(self, key, build):
+        """The derived item ``key``, built by ``build()`` on first need."""
+        item = self._derived.get(key)
+        if item is None:
+            item = self._derived[key] = build()
+        return item
+
     def to_block_order(self, csr_values: torch.Tensor) -> torch.Tensor:
         """CSR-order values in block order (the kernels'), scattered through ``csr_gather``:
         differentiable, and no inverse permutation kept (an index per nonzero, 0.25 GB on R-MAT
@@ -75,56 +79,57 @@ class Structure:
         """The "rows" kernel's split of the rows of ``rows_csr`` into pieces of ``piece_nnz``
         nonzeros, built on first need (a host sync) and kept. ``canonical``: of the canonical
         CSR instead (what ``tcsparse::spmm`` reads); the same for a matrix in its given order."""
-        key = (piece_nnz, canonical and self.row_perm is not None)
-        if key not in self._row_pieces:
-            rowptr = self.rowptr if key[1] else self.rows_csr().rowptr
-            self._row_pieces[key] = csr_rows.row_pieces(rowptr, piece_nnz)
-        return self._row_pieces[key]
+        of_canonical = canonical and self.row_perm is not None
+        key = ("row_pieces", piece_nnz, of_canonical)
+        pieces = self._derived.get(key)
+        if pieces is None:
+            rowptr = self.rowptr if of_canonical else self.rows_csr().rowptr
+            pieces = self._derived[key] = csr_rows.row_pieces(rowptr, piece_nnz)
+        return pieces
 
     def rows_piece_nnz(self, dtype: torch.dtype) -> int:
         """Nonzeros per piece of the "rows" path's products with X of ``dtype``
         (``csr_rows.product_piece_nnz``); the longest row comes from the conversion's host copies
         (read back once for a layout without them)."""
-        if self._max_row_nnz is None:
-            counts = self.layout.host_counts
-            if counts is not None:
-                self._max_row_nnz = counts.max_row_nnz
-            else:
-                self._max_row_nnz = int((self.rowptr[1:] - self.rowptr[:-1]).max()) if self.num_rows else 0
-        return csr_rows.product_piece_nnz(self.nnz, self._max_row_nnz, dtype)
+        return csr_rows.product_piece_nnz(self.nnz, self._kept("max_row_nnz", self._max_row_nnz), dtype)
+
+    def _max_row_nnz(self) -> int:
+        counts = self.layout.host_counts
+        if counts is not None:
+            return counts.max_row_nnz
+        return int((self.rowptr[1:] - self.rowptr[:-1]).max()) if self.num_rows else 0
 
     def rows_csr(self) -> RowsCsr:
         """The CSR the "rows" kernel reads: ours, or for a reordered matrix a copy with the rows
         in the reordering's order (built on first need and kept: a contiguous stream of indices
         in the order the warps take them, 5% faster on R-MAT than reading ours in that order)."""
-        if self._rows_csr is None:
-            if self.row_perm is None:
-                self._rows_csr = RowsCsr(self.rowptr, self.col, None, None)
-            else:
-                rowptr, col, gather = csr_rows.permuted_rows(self.rowptr, self.col, self.row_perm)
-                self._rows_csr = RowsCsr(rowptr, col, gather, self.layout.row_map[: self.num_rows])
-        return self._rows_csr
+        return self._kept("rows_csr", self._build_rows_csr)
+
+    def _build_rows_csr(self) -> RowsCsr:
+        if self.row_perm is None:
+            return RowsCsr(self.rowptr, self.col, None, None)
+        rowptr, col, gather = csr_rows.permuted_rows(self.rowptr, self.col, self.row_perm)
+        return RowsCsr(rowptr, col, gather, self.layout.row_map[: self.num_rows])
 
     def grouped(self) -> GroupedLayout:
         """The layout of the "grouped" path, in our row order, built on first need and kept: its
         split between the Tensor-Core layout and the rows kernel's rest is the one the selector
         prices fastest (``formats.grouped.SPLIT_THRESHOLDS``)."""
-        if self._grouped is None:
-            if self.col.dtype != torch.int32:
-                raise ValueError(f"path 'grouped' needs int32 indices (under 2^31 nonzeros), got {self.col.dtype}")
-            pairs = group_pairs(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm)
-            features = MatrixFeatures.of_layout(self.layout, rows_share_ratio=self.selection.rows_share_ratio)
-            threshold = grouped_split(split_sizes(pairs, grouped_format.SPLIT_THRESHOLDS), features,
-                                      device_model(self.device))
-            self._grouped = build_grouped(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm,
-                                          min_pair_nnz=threshold, pairs=pairs)
-        return self._grouped
+        return self._kept("grouped", self._build_grouped)
+
+    def _build_grouped(self) -> GroupedLayout:
+        if self.col.dtype != torch.int32:
+            raise ValueError(f"path 'grouped' needs int32 indices (under 2^31 nonzeros), got {self.col.dtype}")
+        pairs = group_pairs(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm)
+        features = MatrixFeatures.of_layout(self.layout, rows_share_ratio=self.selection.rows_share_ratio)
+        threshold = grouped_split(split_sizes(pairs, grouped_format.SPLIT_THRESHOLDS), features,
+                                  device_model(self.device))
+        return build_grouped(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm,
+                             min_pair_nnz=threshold, pairs=pairs)
 
     def grouped_pieces(self) -> csr_rows.RowPieces:
         """The rows kernel's split of the grouped layout's rest, built on first need and kept."""
-        if self._grouped_pieces is None:
-            self._grouped_pieces = csr_rows.row_pieces(self.grouped().rest.rowptr)
-        return self._grouped_pieces
+        return self._kept("grouped_pieces", lambda: csr_rows.row_pieces(self.grouped().rest.rowptr))
 
     def grouped_size(self) -> tuple[int, int, bool] | None:
         """(blocks of the grouped layout, nonzeros it leaves to the rows kernel, whether every
@@ -142,7 +147,7 @@ class Structure:
     def transposed(self) -> "Structure":
         """The transpose's structure, its block order linked to ours through the layouts'
         ``transpose_gather`` (what the kernels' backward and ``TCSparseTensor.t`` read)."""
-        if self._transpose is None:
+        if "transpose" not in self._derived:
             placeholder = torch.empty(self.nnz, device=self.device)
             csr_t, order = transpose(self.csr(placeholder))
             shared = self._pattern_is_symmetric(csr_t)
@@ -166,8 +171,8 @@ class Structure:
                 gather_t[theirs_in_blocks] = ours_in_blocks
             t.layout = t.layout.with_transpose_gather(gather_t)
             self.layout = self.layout.with_transpose_gather(gather)
-            t._transpose, self._transpose = self, t
-        return self._transpose
+            t._derived["transpose"], self._derived["transpose"] = self, t
+        return self._derived["transpose"]
 
     def _pattern_is_symmetric(self, csr_t: CSR) -> bool:
         """Whether the transpose has our sparsity pattern and our permutations, so that its
@@ -186,17 +191,17 @@ class Structure:
         the values' order differs, which ``transposed`` links as for any transpose."""
         shared = object.__new__(Structure)
         shared.__dict__.update(self.__dict__)  # the selection cache too: same blocks, same choices
-        shared._transpose = None
+        shared._derived = {key: item for key, item in self._derived.items() if key != "transpose"}
         return shared
 
     def to(self, device) -> "Structure":
         """A copy on ``device``; a transpose already built moves along, still linked."""
         moved = self._moved(device)
-        if self._transpose is not None:
-            t = self._transpose
+        t = self._derived.get("transpose")
+        if t is not None:
             # Shared index arrays stay shared (the moved layout carries the moved gather).
             moved_t = moved._sharing_indices() if t.layout.block_cols is self.layout.block_cols else t._moved(device)
-            moved._transpose, moved_t._transpose = moved_t, moved
+            moved._derived["transpose"], moved_t._derived["transpose"] = moved_t, moved
         moved.prepare_selection()
         return moved
 
@@ -207,11 +212,7 @@ class Structure:
         moved.layout = self.layout.to(device)
         moved.row_perm = None if self.row_perm is None else self.row_perm.to(device)
         moved.col_perm = None if self.col_perm is None else self.col_perm.to(device)
-        moved._transpose = None
-        moved._row_pieces = {}
-        moved._rows_csr = None
-        moved._grouped = None
-        moved._grouped_pieces = None
+        moved._derived = {}
         # Its own choices: its features come from the moved layout, and its grouped layout is
         # built on its device.
         moved.selection = SelectionCache(self.selection.rows_share_ratio, moved.grouped_size)
