@@ -13,12 +13,12 @@ from ..tensor import TCSparseTensor
 def applies(lin: torch.nn.Module, x: Tensor, adj: TCSparseTensor) -> bool:
     """Whether the narrower product gives the same gradients: features need no gradient, the
     matrix's values neither, in_channels < out_channels, no autocast, and ``lin`` is a plain
-    Linear."""
+    Linear whose weight needs a gradient."""
     return (
         torch.is_grad_enabled()
-        and _is_plain_linear(lin)
-        and lin.weight.requires_grad
         and not x.requires_grad
+        and _is_plain_linear(lin)
+        and lin._parameters["weight"].requires_grad
         and not adj._values.requires_grad
         and lin.in_features < lin.out_features
         and not torch.is_autocast_enabled(x.device.type)
@@ -28,12 +28,15 @@ def applies(lin: torch.nn.Module, x: Tensor, adj: TCSparseTensor) -> bool:
 def _is_plain_linear(lin: torch.nn.Module) -> bool:
     """Calling ``lin`` computes ``x W^T`` with W its own Parameter and nothing else. Pruning,
     weight_norm, spectral_norm and parametrizations make W inside the call (a pre-hook or a
-    property), and hooks may change the result: those take autograd's path."""
+    property), and hooks may change the result: those take autograd's path. Read through
+    ``_parameters``, as ``lin.weight`` costs a module attribute lookup on every call."""
+    parameters = lin._parameters
     return (
         type(lin) is torch.nn.Linear
         and "forward" not in vars(lin)
-        and isinstance(lin._parameters.get("weight"), torch.nn.Parameter)
-        and lin.bias is None
+        and isinstance(parameters.get("weight"), torch.nn.Parameter)
+        and "bias" in parameters
+        and parameters["bias"] is None
         and not (lin._forward_pre_hooks or lin._forward_hooks or lin._backward_pre_hooks or lin._backward_hooks)
         and not (
             _module._global_forward_pre_hooks
