@@ -34,8 +34,8 @@ def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
 
 def normalized_edges(edge_index: Tensor, edge_weight: Tensor | None, num_nodes: int, improved: bool,
                      add_self_loops: bool, flow: str, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """PyG's ``gcn_norm`` of a checked edge_index, in ``compute_dtype``: the weights come back
-    in that dtype, for the caller to round once (unit weights when ``edge_weight`` is None)."""
+    """PyG's ``gcn_norm`` of a checked edge_index for results in ``dtype``: the weights come back
+    in ``compute_dtype`` (of ``dtype`` and the weights'), for the caller to round once."""
     compute = compute_dtype(dtype) if edge_weight is None else compute_dtype(dtype, edge_weight.dtype)
     if edge_weight is None:
         # Explicit unit weights: PyG creates its own only after adding the self-loops, which
@@ -68,7 +68,8 @@ def gcn_norm(
     flow: str = "source_to_target",
     dtype: torch.dtype | None = None,
 ):
-    """PyG's ``gcn_norm``, also for a ``TCSparseTensor``, normalized in float32:
+    """PyG's ``gcn_norm``, also for a ``TCSparseTensor``, normalized in float32 (float64 for
+    float64) and rounded once to the result's dtype:
 
     - ``edge_index`` ([2, E] tensor or PyG ``EdgeIndex``): returns ``(edge_index, edge_weight)``
       with the remaining self-loops appended (a node that already has a self-loop keeps its
