@@ -1,4 +1,6 @@
-"""Graph neural network layers on TCSparseTensor, drop-in for their PyG counterparts."""
-from .gcn_conv import GCNConv, gcn_norm
+"""Graph neural network layers on TCSparseTensor, drop-in for their PyG counterparts. PyG itself
+(the optional ``[pyg]`` extra) is imported only when a graph is normalized."""
+from .gcn_conv import GCNConv
+from .normalization import gcn_norm
 
 __all__ = ["GCNConv", "gcn_norm"]

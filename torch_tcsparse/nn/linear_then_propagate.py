@@ -1,0 +1,64 @@
+"""``adj @ (x W^T) + bias`` for a first GCN layer, where only W needs a gradient: W's gradient
+is taken as ``grad^T (adj @ x)``, equal to autograd's ``(adj^T grad)^T x`` but one SpMM of
+in_channels columns instead of out_channels."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn.modules import module as _module
+
+from ..tensor import TCSparseTensor
+
+
+def applies(lin: torch.nn.Module, x: Tensor, adj: TCSparseTensor) -> bool:
+    """Whether the narrower product gives the same gradients: features need no gradient, the
+    matrix's values neither, in_channels < out_channels, no autocast, and ``lin`` is a plain
+    Linear whose weight needs a gradient."""
+    return (
+        torch.is_grad_enabled()
+        and not x.requires_grad
+        and _is_plain_linear(lin)
+        and lin._parameters["weight"].requires_grad
+        and not adj._values.requires_grad
+        and lin.in_features < lin.out_features
+        and not torch.is_autocast_enabled(x.device.type)
+    )
+
+
+def _is_plain_linear(lin: torch.nn.Module) -> bool:
+    """Calling ``lin`` computes ``x W^T`` with W its own Parameter and nothing else. Pruning,
+    weight_norm, spectral_norm and parametrizations make W inside the call (a pre-hook or a
+    property), and hooks may change the result: those take autograd's path. Read through
+    ``_parameters``, as ``lin.weight`` costs a module attribute lookup on every call."""
+    parameters = lin._parameters
+    return (
+        type(lin) is torch.nn.Linear
+        and "forward" not in vars(lin)
+        and isinstance(parameters.get("weight"), torch.nn.Parameter)
+        and "bias" in parameters
+        and parameters["bias"] is None
+        and not (lin._forward_pre_hooks or lin._forward_hooks or lin._backward_pre_hooks or lin._backward_hooks)
+        and not (
+            _module._global_forward_pre_hooks
+            or _module._global_forward_hooks
+            or _module._global_backward_pre_hooks
+            or _module._global_backward_hooks
+        )
+    )
+
+
+class LinearThenPropagate(torch.autograd.Function):
+    """``adj @ (x W^T) + bias`` (PyG's order: linear, propagate, bias)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, adj: TCSparseTensor, bias: Tensor | None):
+        ctx.save_for_backward(x)
+        ctx.adj = adj
+        return adj.matmul(torch.nn.functional.linear(x, weight), bias=bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        grad_weight = grad_out.t() @ (ctx.adj @ x) if ctx.needs_input_grad[1] else None
+        grad_bias = grad_out.sum(0) if ctx.needs_input_grad[3] else None
+        return None, grad_weight, None, grad_bias
