@@ -34,9 +34,10 @@ from graph_data.folders import cache_dir, loader_mirror
 SPLITS = ("train", "valid", "test")
 RELEASE_VERSION = 1
 
-_reconstruct = np._core.multiarray._reconstruct
+# numpy's array unpickling function, wherever this numpy version keeps it.
+_reconstruct = np.zeros(0).__reduce__()[0]
 # What ogb's files pickle: PyG ``Data`` in its processed files, numpy arrays in its split files
-# (the older ones name numpy's pre-2.0 module path).
+# (files written by numpy 1 name its old module path).
 OGB_FILE_GLOBALS = (
     Data, DataEdgeAttr, DataTensorAttr, GlobalStorage,
     np.ndarray, np.dtype, _reconstruct, (_reconstruct, "numpy.core.multiarray._reconstruct"),
