@@ -33,7 +33,7 @@ def time_cuda(fn, args_list, warmup: int = 5, reps: int = 20, batch: int = 1, wa
     """Median milliseconds per call of fn(*args) over reps samples, cycling through args_list.
     A sample times ``batch`` back-to-back calls between two events (see ``batch_for``). Warm-up:
     at least ``warmup`` calls and ``warmup_ms`` of calls, each waited for (a few calls of a small
-    graph leave the GPU idle between graphs, and the first samples then ran up to 1.5x slow)."""
+    graph leave the GPU idle between graphs, and the first samples then ran slow)."""
     start, i = time.perf_counter(), 0
     while i < warmup or (time.perf_counter() - start) * 1e3 < warmup_ms:
         fn(*args_list[i % len(args_list)])

@@ -1,8 +1,8 @@
 """GCN end to end: our GCNConv against PyG's, for speed (epoch time, peak memory) and accuracy.
 
-    python benchmarks/gcn.py                 # GPU: R-MAT scale 21 + every real graph, 10 accuracy seeds
-    python benchmarks/gcn.py --quick         # CPU smoke test: tiny sizes, 2 seeds, few epochs
-    python benchmarks/gcn.py --parts timing --graphs rmat,ogbl_ddi --tf32 off
+    python -m benchmarks.gcn                 # GPU: R-MAT scale 21 + every real graph, 10 accuracy seeds
+    python -m benchmarks.gcn --quick         # CPU smoke test: tiny sizes, 2 seeds, few epochs
+    python -m benchmarks.gcn --parts timing --graphs rmat,ogbl_ddi --tf32 off
 
 Timing: a 2-layer GCN with ogbn-products shapes (100 -> 256 -> 47, ReLU, dropout 0.5), an epoch
 being forward, cross-entropy over all nodes, backward and an Adam step; median over epochs after
@@ -19,7 +19,7 @@ preprocessing, graph, model and training (features and labels, shared by all mod
 the training peak leaves out the preprocessing's temporaries (what the graph holds stays in). The TF32
 flag sets torch's dense matmuls alike for all modes; our CUDA SpMM kernel is TF32 by design.
 
-Accuracy: examples/gcn/train.py with each backend over ``--seeds`` seeds: Cora and CiteSeer
+Accuracy: ``examples.gcn.train`` with each backend over ``--seeds`` seeds: Cora and CiteSeer
 (test accuracy at the last epoch, Kipf & Welling's setup), ogbl-ddi (Hits@20, OGB's setup), read
 from ``--data-root``. ``--parallel P`` trains each dataset, backend and seed in a process of its
 own, P at once (a run of ogbl-ddi is host-bound: 20 in a row take over an hour); epoch times then
@@ -43,19 +43,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(REPO / "examples" / "gcn"))
-from common import out_dir  # noqa: E402
-from gcn_models import GCN, prepare_graph  # noqa: E402
-
-from torch_tcsparse import kernels  # noqa: E402
-from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
+from benchmarks.common import out_dir
+from examples.gcn.models import GCN, prepare_graph
+from graph_data import npz, synthetic
+from graph_data.folders import data_root
+from torch_tcsparse import kernels
 
 MODES = ("tcsparse", "pyg_edge_index", "pyg_csr")
 IN_CHANNELS, HIDDEN, CLASSES = 100, 256, 47  # ogbn-products
-SHARED_DATA = REPO.parent / "shared" / "data"
-TRAIN = REPO / "examples" / "gcn" / "train.py"
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_MODULE = "examples.gcn.train"
 
 
 def parse_args(argv=None):
@@ -78,8 +75,9 @@ def parse_args(argv=None):
                         help="seeds run are first-seed .. first-seed + seeds - 1 (split long runs over commands)")
     parser.add_argument("--backends", default="tcsparse,pyg", help="backends of the accuracy runs")
     parser.add_argument("--accuracy-datasets", default="Cora,CiteSeer,ogbl-ddi")
-    parser.add_argument("--data-root", default=str(SHARED_DATA),
-                        help="folder holding ogb/ogbl_ddi and planetoid/<name> (the device copy: .devdata)")
+    parser.add_argument("--data-root", default=None,
+                        help="folder holding ogb/ogbl_ddi and planetoid/<name>, only read "
+                             "(default: $TCSPARSE_DATA, else data/ in the repository)")
     parser.add_argument("--parallel", type=int, default=1,
                         help="accuracy runs at once, one process per dataset, backend and seed (1: in this process)")
     args = parser.parse_args(argv)
@@ -280,13 +278,15 @@ def speedups(rows):
 def accuracy_options(args):
     """(dataset, train.py options short of backend and seeds) for every dataset found under
     --data-root; a dataset not found is skipped with a line saying so."""
-    root = Path(args.data_root).resolve()
+    from examples.gcn import data as gcn_data
+
+    root = Path(data_root() if args.data_root is None else args.data_root).resolve()
     for dataset in args.accuracy_datasets.split(","):
         options = ["--dataset", dataset, "--device", args.device, "--quiet"]
-        family = "ogb" if dataset == "ogbl-ddi" else "planetoid"
-        folder = root / family / ("ogbl_ddi" if dataset == "ogbl-ddi" else dataset)
-        if not folder.is_dir():
-            print(f"skipping {dataset}: not found under {root / family}")
+        family = "planetoid" if dataset in gcn_data.PLANETOID else "ogb"
+        missing = gcn_data.missing_files(dataset, root / family)
+        if missing:
+            print(f"skipping {dataset}: no {missing[0]}")
             continue
         options += ["--root", str(root / family)]
         if args.quick and family == "ogb":
@@ -299,7 +299,7 @@ def accuracy_options(args):
 def run_accuracy(args):
     """Summary rows (mean and std per dataset and backend) and one row per run, to merge runs
     split over several commands with --first-seed."""
-    import train
+    from examples.gcn import train
 
     datasets = dict(accuracy_options(args))
     backends = args.backends.split(",")
@@ -336,7 +336,7 @@ def runs_in_subprocesses(datasets, backends, seeds, parallel: int, folder: Path)
     at most ``parallel`` at once: a run of ogbl-ddi is bound by its host thread, so runs alone
     leave the device idle. Every failed run is reported with the end of its stderr. Each result
     is also left in ``folder`` as it finishes, so runs cut short by a time limit keep theirs."""
-    import train
+    from examples.gcn import train
 
     for options in datasets.values():
         # ogb and PyG write a dataset's processed/ folder on first load: once here, not racing.
@@ -357,9 +357,10 @@ def runs_in_subprocesses(datasets, backends, seeds, parallel: int, folder: Path)
 
 def run_one(options, backend: str, seed: int, path: Path, env) -> dict:
     """One seed of train.py in a subprocess: its result; a failure raises with its stderr's end."""
-    command = [sys.executable, str(TRAIN), *options, "--backend", backend, "--seed", str(seed), "--runs", "1",
+    path = path.resolve()  # the run's working directory is the repository root
+    command = [sys.executable, "-m", TRAIN_MODULE, *options, "--backend", backend, "--seed", str(seed), "--runs", "1",
                "--json", str(path)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.splitlines()[-20:])
         raise RuntimeError(f"exit status {done.returncode}\n{tail}")

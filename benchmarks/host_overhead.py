@@ -8,7 +8,7 @@ first (uncached) selector choice against one SpMM; then one training step (forwa
 Adam) of a 2-layer GCN (in 100 -> 256 -> 47 out, our GCNConv, cached graph). cProfile listings of
 ``A @ X`` and of the training step go to ``$OUT/host_overhead_profile_*.txt``.
 
-    python benchmarks/host_overhead.py --graphs planetoid_cora,planetoid_citeseer --n 128
+    python -m benchmarks.host_overhead --graphs planetoid_cora,planetoid_citeseer --n 128
 """
 from __future__ import annotations
 
@@ -16,20 +16,18 @@ import argparse
 import cProfile
 import io
 import pstats
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import out_dir, settle, time_cuda, time_per_call_us  # noqa: E402
+from benchmarks.common import out_dir, settle, time_cuda, time_per_call_us
 
-import torch_tcsparse  # noqa: E402
-from torch_tcsparse import _ext, kernels, product, selector  # noqa: E402
-from torch_tcsparse.engines import ENGINES  # noqa: E402
-from torch_tcsparse.product import operands_of  # noqa: E402
-from torch_tcsparse.datasets import npz  # noqa: E402
+import torch_tcsparse
+from torch_tcsparse import _ext, kernels, product, selector
+from torch_tcsparse.engines import ENGINES
+from torch_tcsparse.product import operands_of
+from graph_data import npz
 
 
 def load(name: str) -> torch_tcsparse.TCSparseTensor:

@@ -6,25 +6,23 @@ avoid). Every Tensor-Core and CUDA-core path is forced in turn, the three produc
 interleaved rounds; both matrices have the same blocks per window. Writes permutation.csv into
 --out (default $OUT, else ./out) and prints the table last.
 
-    python benchmarks/permutation.py                               # the default graphs, tca order
-    python benchmarks/permutation.py --graphs rmat18 --method degree --dtype float16
+    python -m benchmarks.permutation                               # the default graphs, tca order
+    python -m benchmarks.permutation --graphs rmat18 --method degree --dtype float16
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-from common import batch_for, out_dir, rotation_count, time_cuda  # noqa: E402
-
-from torch_tcsparse import TCSparseTensor, kernels  # noqa: E402
-from torch_tcsparse.formats.csr import from_coo  # noqa: E402
-from torch_tcsparse.reorder import reorder  # noqa: E402
+from benchmarks.common import batch_for, out_dir, rotation_count, time_cuda
+from benchmarks.reorder import graph_table
+from torch_tcsparse import TCSparseTensor, kernels
+from torch_tcsparse.formats.csr import from_coo
+from torch_tcsparse.reorder import reorder
 
 PATHS = ("base", "balanced", "rows", "grouped")
 ROUNDS = 5
@@ -87,10 +85,6 @@ def main() -> None:
     torch.set_float32_matmul_precision("high")  # TF32, as benchmarks/spmm.py measures the kernels
     folder = out_dir() if args.out is None else Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
-
-    # benchmarks/reorder.py's graphs. Imported here, not with this module: a module named
-    # "reorder" in sys.modules would hide the tests' reorder package from the tests that import us.
-    from reorder import graph_table
 
     rows = []
     for name, load in graph_table(args.graphs).items():

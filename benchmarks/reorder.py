@@ -5,30 +5,26 @@ reordered matrix timed in interleaved rounds). The "auto" row is
 ``choose``: what ``reorder="auto"`` keeps. Writes reorder.csv into --out (default $OUT, else
 ./out) and prints the table last.
 
-    python benchmarks/reorder.py                                  # every graph, every method
-    python benchmarks/reorder.py --graphs real --methods tca,auto # the shared real graphs only
-    python benchmarks/reorder.py --graphs rmat21,uniform_10M --methods tca,shuffle --n 0
+    python -m benchmarks.reorder                                  # every graph, every method
+    python -m benchmarks.reorder --graphs real --methods tca,auto # the real graphs only
+    python -m benchmarks.reorder --graphs rmat21,uniform_10M --methods tca,shuffle --n 0
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-# Runs from a plain checkout too (the package need not be installed).
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-from common import batch_for, out_dir, rotation_count, settle, time_cuda  # noqa: E402
-
-from torch_tcsparse import kernels  # noqa: E402
-from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
-from torch_tcsparse.formats.csr import from_coo  # noqa: E402
-from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
-from torch_tcsparse.reorder import METHODS, choose, reorder  # noqa: E402
+from benchmarks.common import batch_for, out_dir, rotation_count, settle, time_cuda
+from graph_data import npz, synthetic
+from torch_tcsparse import kernels
+from torch_tcsparse.formats.csr import from_coo
+from torch_tcsparse.formats.metcf import build_metcf
+from torch_tcsparse.reorder import METHODS, choose, reorder
 
 SYNTHETIC = {
     "sbm_132k_shuffled": lambda d: synthetic.sbm(132_000, 600, 1000, shuffled=True, seed=1, device=d),
@@ -83,9 +79,8 @@ def timed(fn, device, repeats: int):
 
 
 # Interleaved timing rounds per graph: the original and every reordered matrix are timed in turn,
-# so that a drift of the machine (clocks, host load) falls on all of them alike. Timed one after
-# the other, two products of the same matrix (auto keeping the original order) ran 16 and 24 us
-# on an H200 (2026-11-24).
+# so that a drift of the machine (clocks, host load) falls on all of them alike: timed one after
+# the other, two products of the very same matrix drift further apart than reorderings differ.
 ROUNDS = 4
 
 

@@ -10,8 +10,8 @@ choice against one SpMM.
 
 On the GPU (writes the run under $OUT, prints a table last)::
 
-    python benchmarks/selector.py                        # all graphs
-    python benchmarks/selector.py --graphs rmat18,gg_ --n 128 --repeat 10 --dtypes float32,float16
+    python -m benchmarks.selector                        # all graphs
+    python -m benchmarks.selector --graphs rmat18,gg_ --n 128 --repeat 10 --dtypes float32,float16
 
 The run is what the calibration is fitted on, offline::
 
@@ -19,7 +19,7 @@ The run is what the calibration is fitted on, offline::
 
 Score the calibration in the package on runs already made (no GPU)::
 
-    python benchmarks/selector.py --score RUN
+    python -m benchmarks.selector --score RUN
 
 Outputs: ``measurements.json`` (times, device, launch shapes), ``shapes.npz`` (TC blocks per
 window of each graph, all the model reads) and ``summary.txt``.
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import spmm as spmm_suite
-from common import batch_for, rotation_count, settle, time_cuda
+from benchmarks import spmm as spmm_suite
+from benchmarks.common import batch_for, rotation_count, settle, time_cuda
 from torch_tcsparse import TCSparseTensor, selector, trials
 from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, MatrixFeatures, SelectionCache, calibrate
 

@@ -8,30 +8,28 @@ calls per sample (``common.batch_for``), so small graphs compare throughput, not
 kernel on the same graph and N. Prints one table, writes spmm.csv and spmm_speedup.png into
 --out (default $OUT, else ./out).
 
-    python benchmarks/spmm.py --n 32,64,128,256
-    python benchmarks/spmm.py --graphs rmat18,cora --n 128 --skip-pyg --dtypes float32,float16,bfloat16
-    python benchmarks/spmm.py --n 128 --reorder auto   # what reorder="auto" gives
+    python -m benchmarks.spmm --n 32,64,128,256
+    python -m benchmarks.spmm --graphs rmat18,cora --n 128 --skip-pyg --dtypes float32,float16,bfloat16
+    python -m benchmarks.spmm --n 128 --reorder auto   # what reorder="auto" gives
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import batch_for, copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us  # noqa: E402
+from benchmarks.common import batch_for, copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us
 
-from torch_tcsparse import TCSparseTensor, kernels  # noqa: E402
-from torch_tcsparse.engines import ENGINES  # noqa: E402
-from torch_tcsparse.product import operands_of  # noqa: E402
-from torch_tcsparse.datasets import npz, synthetic  # noqa: E402
-from torch_tcsparse.formats.csr import from_coo  # noqa: E402
-from torch_tcsparse.formats.metcf import build_metcf  # noqa: E402
+from torch_tcsparse import TCSparseTensor, kernels
+from torch_tcsparse.engines import ENGINES
+from torch_tcsparse.product import operands_of
+from graph_data import npz, synthetic
+from torch_tcsparse.formats.csr import from_coo
+from torch_tcsparse.formats.metcf import build_metcf
 
 LARGE_NNZ = 1_000_000
 

@@ -9,18 +9,19 @@
 #                                   through bench).
 #                                   BENCH_ARGS, REORDER_ARGS, PERMUTATION_ARGS, SELECTOR_ARGS, GCN_ARGS,
 #                                   HOST_OVERHEAD_ARGS, ACCURACY_ARGS pass options;
-#                                   STAGE_LIMIT caps each test or benchmark stage (seconds; memcheck
-#                                   and racecheck take 210-410 s on an H100: give them 450);
+#                                   STAGE_LIMIT caps each test or benchmark stage (seconds; the
+#                                   sanitizer stages are the slowest: give them the most);
 #                                   MEMCHECK_FILTER, RACECHECK_FILTER, SYNCCHECK_FILTER replace the sanitizers'
 #                                   pytest -k subsets.
 #                                   BASELINE: a directory holding another checkout (its torch_tcsparse and
 #                                   benchmarks/): the bench and host_overhead stages then run its benchmark
 #                                   first, on the same machine, with its own build, for a before/after table.
 #
-# Real graphs travel git-ignored: copy ../shared/data/graphs to .devdata/graphs and carry it; the
-# ogb wheels (and its needs) in .devdata/whl and .devdata/whl-extra make the whole suite runnable.
-# The accuracy stage (ogbl-ddi Hits@20, 10 seeds x both backends, 20 runs at once) reads
-# .devdata/ogb/ogbl_ddi (a copy of ../shared/data/ogb/ogbl_ddi) and needs the ogb wheels.
+# The device machine reaches no network: the data travels in the git-ignored .devdata/, laid out as
+# TCSPARSE_DATA expects (graphs/ for the real graphs, ogb/ogbl_ddi for the accuracy stage);
+# the ogb wheels (and their needs) in .devdata/whl and .devdata/whl-extra make the whole suite
+# runnable. The accuracy stage (ogbl-ddi Hits@20, 10 seeds x both backends, 20 runs at once)
+# needs the ogb wheels.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL_OUT=${OUT:-out}
@@ -28,7 +29,8 @@ export OUT=$(mktemp -d)
 mkdir -p "$FINAL_OUT"
 trap 'tar czf "$FINAL_OUT/results.tgz" -C "$OUT" . 2>/dev/null' EXIT
 export PYTHONUNBUFFERED=1
-export TCSPARSE_GRAPHS=${TCSPARSE_GRAPHS:-.devdata/graphs}
+export TCSPARSE_DATA=${TCSPARSE_DATA:-$PWD/.devdata}
+export TCSPARSE_GRAPHS=${TCSPARSE_GRAPHS:-$TCSPARSE_DATA/graphs}
 export TCSPARSE_BUILD_DIR=${TCSPARSE_BUILD_DIR:-$PWD/.devdata/build}
 PY=${PYTHON:-python3}
 STAGES=",${1:-build,test,memcheck,racecheck,suite,bench},"
@@ -37,7 +39,7 @@ STAGE_LIMIT=${STAGE_LIMIT:-240}
 declare -a summary
 # racecheck watches every shared-memory access and is the slowest: a narrower subset, without
 # the rows tests (the rows kernel uses no shared memory: its split rows meet in global atomics,
-# which memcheck and synccheck watch; with them the subset ran past 420 s on an H100).
+# which memcheck and synccheck watch; with them the subset outlasts a device call).
 # synccheck checks the warp barriers with partial masks: the rows kernel's split rows (the last
 # piece of a row, counted by lanes of one group) and the kernels with many column tiles.
 declare -A SANITIZER_FILTER=([memcheck]="${MEMCHECK_FILTER:-}"
@@ -99,7 +101,7 @@ if stage bench; then
     baseline timeout "$STAGE_LIMIT" $PY "$BASELINE/benchmarks/spmm.py" --out "$OUT/bench-baseline" ${BENCH_ARGS:-} \
       >"$OUT/bench-baseline.log" 2>&1
   fi
-  timeout "$STAGE_LIMIT" $PY benchmarks/spmm.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -E "^  |WRONG" || true
+  timeout "$STAGE_LIMIT" $PY -m benchmarks.spmm ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -E "^  |WRONG" || true
 fi
 
 # Each further benchmark writes into its own folder and leaves its table at the end of its log.
@@ -113,7 +115,7 @@ for name in reorder permutation selector gcn host_overhead; do
       OUT="$OUT/$name-baseline" baseline timeout "$STAGE_LIMIT" $PY "$BASELINE/benchmarks/$name.py" ${!args_var:-} \
         >"$OUT/$name-baseline.log" 2>&1
     fi
-    OUT="$OUT/$name" timeout "$STAGE_LIMIT" $PY benchmarks/$name.py ${!args_var:-} >"$OUT/$name.log" 2>&1
+    OUT="$OUT/$name" timeout "$STAGE_LIMIT" $PY -m benchmarks.$name ${!args_var:-} >"$OUT/$name.log" 2>&1
     record $name "rc=$? ($((SECONDS - start)) s)"
   fi
 done
@@ -122,7 +124,7 @@ done
 if stage accuracy; then
   start=$SECONDS
   mkdir -p "$OUT/accuracy"
-  OUT="$OUT/accuracy" timeout "$STAGE_LIMIT" $PY benchmarks/gcn.py --parts accuracy --data-root .devdata \
+  OUT="$OUT/accuracy" timeout "$STAGE_LIMIT" $PY -m benchmarks.gcn --parts accuracy --data-root .devdata \
     --accuracy-datasets ogbl-ddi --parallel 20 ${ACCURACY_ARGS:-} >"$OUT/accuracy.log" 2>&1
   record accuracy "rc=$? ($((SECONDS - start)) s)"
 fi

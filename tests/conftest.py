@@ -29,6 +29,15 @@ def pytest_report_header(config):
     return f"torch seed: {SEED} (set TCSPARSE_SEED={SEED} to replay this run)"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_cache(tmp_path_factory):
+    """Datasets generated, downloaded or processed during the run go to a folder of the run's own:
+    no test reads what an example or an earlier run left in the user's cache, nor writes there."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TCSPARSE_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def seeded_torch():
     torch.manual_seed(SEED)

@@ -1,11 +1,11 @@
-"""CPU A @ X from ME-TCF equals scipy's product on every real graph of ../shared/data/graphs
-(skipped with a reason where that folder is absent, as on a user's machine)."""
+"""CPU A @ X from ME-TCF equals scipy's product on every real graph (``*.npz`` in
+``graph_data.npz.graph_dir()``; skipped with a reason where there is none, as on a user's machine)."""
 import numpy as np
 import pytest
 import torch
 
+from graph_data.npz import graph_dir, list_graphs, load_adjacency
 from torch_tcsparse import TCSparseTensor
-from torch_tcsparse.datasets.npz import graph_dir, list_graphs, load_adjacency
 
 GRAPHS = list_graphs()
 FEATURES = 32

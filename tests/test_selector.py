@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from torch_tcsparse import TCSparseTensor, csr_rows, selector
-from torch_tcsparse.datasets import synthetic
+from graph_data import synthetic
 from torch_tcsparse.formats.inputs import from_coo
 from torch_tcsparse.formats.metcf import BALANCE_CHUNK, build_metcf
 from torch_tcsparse.selector import Calibration, DeviceModel, MatrixFeatures, SelectionCache, choice, rank

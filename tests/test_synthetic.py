@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from torch_tcsparse.datasets import synthetic
+from graph_data import synthetic
 
 
 def assert_canonical(row, col, n):

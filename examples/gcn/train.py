@@ -1,18 +1,21 @@
 """Full-batch GCN training with torch_tcsparse's GCNConv or PyG's, on OGB and Planetoid graphs.
 
-    python examples/gcn/train.py                                   # offline default, about 20 s on 2 CPU cores
-    python examples/gcn/train.py --backend pyg                     # the same model on PyG's GCNConv (CSR adj_t)
-    python examples/gcn/train.py --dataset ogbn-arxiv --root data/ogb
-    python examples/gcn/train.py --dataset ogbl-ddi --root ../shared/data/ogb
-    python examples/gcn/train.py --dataset Cora --root ../shared/data/planetoid
-    python examples/gcn/train.py --dataset path/to/folder          # written by ogb_format.write_node_dataset
-    python examples/gcn/train.py --seed 3 --json run.json          # the summary as JSON too (benchmarks/gcn.py)
+Run from the repository root:
+
+    python -m examples.gcn.train                                 # offline default
+    python -m examples.gcn.train --backend pyg                   # the same model on PyG's GCNConv (CSR adj_t)
+    python -m examples.gcn.train --dataset Cora                  # downloaded into the cache on first use
+    python -m examples.gcn.train --dataset ogbl-ddi --root DIR   # reads DIR/ogbl_ddi, never writes there
+    python -m examples.gcn.train --dataset path/to/folder        # written by graph_data.ogb_format.write_node_dataset
+    python -m examples.gcn.train --seed 3 --json run.json        # the summary as JSON too (benchmarks/gcn.py)
 
 The default dataset is a planted-partition graph (4,000 nodes, 8 classes) generated into the cache
-folder in OGB's on-disk format and read back through ogb's PygNodePropPredDataset and Evaluator,
-so it needs no network. Hyper-parameters follow OGB's reference examples (see PRESETS); flags
-override them. Preprocessing (normalizing the graph and, for our backend, building the
-TCSparseTensor) is timed apart from the epochs; an epoch is forward, backward and optimizer step.
+folder ($TCSPARSE_CACHE, default ~/.cache/torch_tcsparse) in OGB's on-disk format and read back
+through ogb's PygNodePropPredDataset and Evaluator, so it needs no network. Hyper-parameters
+follow OGB's reference examples (see PRESETS); flags override them. Preprocessing (normalizing
+the graph and, for our backend, building the TCSparseTensor) is timed apart from the epochs; an
+epoch is forward, backward and optimizer step. When the first epoch projects a run of more than
+half an hour, a warning says so (ogbl-ddi's 200 epochs on a CPU take hours).
 """
 from __future__ import annotations
 
@@ -27,11 +30,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gcn_data as datasets  # noqa: E402
-from gcn_models import BACKENDS, GCN, LinkPredictor, prepare_graph  # noqa: E402
+from examples.gcn import data as datasets
+from examples.gcn.models import BACKENDS, GCN, LinkPredictor, prepare_graph
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+# A run projected longer than this after its first epoch is announced with a warning.
+LONG_RUN_S = 30 * 60
 
 # OGB's reference setups (snap-stanford/ogb examples/*/gnn.py) and Kipf & Welling's for Planetoid.
 NODE_OGB = dict(task="node", layers=3, hidden=256, dropout=0.5, lr=0.01, weight_decay=0.0, eval_steps=1)
@@ -57,7 +60,8 @@ def parse_args(argv=None):
     parser.add_argument("--dataset", default="synthetic",
                         help=f"one of {sorted(PRESETS)} or a folder written by write_node_dataset")
     parser.add_argument("--root", default=None,
-                        help="dataset root (default: ../shared/data/{ogb,planetoid} if present, else ./data/...)")
+                        help="folder holding the dataset's folder (Cora/, ogbl_ddi/, ...), only read; "
+                             "default: downloaded into the cache folder")
     parser.add_argument("--backend", choices=BACKENDS, default="tcsparse")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto")
     parser.add_argument("--runs", type=int, default=1)
@@ -85,27 +89,23 @@ def resolve_config(args) -> dict:
             raise SystemExit(f"--{key.replace('_', '-')} must be at least 1, got {config[key]}")
     if args.runs < 1:
         raise SystemExit(f"--runs must be at least 1, got {args.runs}")
+    if args.root is not None and preset_name == "synthetic":
+        raise SystemExit("--root names where a downloaded dataset lies; the synthetic default is generated "
+                         "into the cache folder ($TCSPARSE_CACHE)")
     return config
-
-
-def default_root(dataset: str) -> Path:
-    family = "planetoid" if dataset in datasets.PLANETOID else "ogb"
-    shared = SHARED_DATA / family
-    return shared if shared.is_dir() else Path("data") / family
 
 
 def load_task(args):
     folder = Path(args.dataset)
     if (folder / "meta_dict.json").is_file():
         return datasets.load_folder(folder)
-    root = args.root or default_root(args.dataset)
     if args.dataset == "synthetic":
-        return datasets.load_default(args.root)
+        return datasets.load_default()
     if args.dataset in datasets.PLANETOID:
-        return datasets.load_planetoid(args.dataset, root)
+        return datasets.load_planetoid(args.dataset, args.root)
     if args.dataset == "ogbl-ddi":
-        return datasets.load_ogbl_ddi(root)
-    return datasets.load_ogbn(args.dataset, root)
+        return datasets.load_ogbl_ddi(args.root)
+    return datasets.load_ogbn(args.dataset, args.root)
 
 
 def synchronize(device: torch.device) -> None:
@@ -129,6 +129,8 @@ def run_epochs(config, device, seed, progress, train_epoch, evaluate) -> dict:
     for epoch in bar:
         loss, seconds = timed(device, train_epoch)
         epoch_times.append(seconds)
+        if epoch == 1 and seconds * config["epochs"] > LONG_RUN_S:
+            bar.write(long_run_warning(seconds, config["epochs"], device), file=sys.stderr)
         losses.append(loss)
         if epoch % config["eval_steps"] == 0 or epoch == config["epochs"]:
             last = evaluate() | {"epoch": epoch}
@@ -136,6 +138,12 @@ def run_epochs(config, device, seed, progress, train_epoch, evaluate) -> dict:
                 best = last
             bar.set_postfix(loss=f"{loss:.3f}", valid=f"{last['valid']:.3f}", test=f"{last['test']:.3f}")
     return {"best": best, "last": last, "epoch_times": epoch_times, "losses": losses}
+
+
+def long_run_warning(epoch_s: float, epochs: int, device) -> str:
+    total_h = epoch_s * epochs / 3600
+    return (f"warning: the first epoch took {epoch_s:.1f} s on {device}: {epochs} epochs take about {total_h:.1f} h "
+            f"per run (--epochs shortens it)")
 
 
 # Node property prediction.
@@ -334,7 +342,10 @@ def report(summary: dict) -> str:
 
 
 def main(argv=None) -> None:
-    summary = run(argv)
+    try:
+        summary = run(argv)
+    except datasets.MissingData as error:
+        raise SystemExit(f"error: {error}") from None
     path = parse_args(argv).json
     if path:
         Path(path).write_text(json.dumps(summary))

@@ -1,16 +1,21 @@
 """benchmarks/gcn.py on CPU at tiny sizes: the three modes agree and every output file appears."""
 import csv
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import gcn as gcn_benchmark  # noqa: E402
+from benchmarks import gcn as gcn_benchmark
+from graph_data.folders import data_root
 
-SHARED_DATA = REPO.parent / "shared" / "data"
+DATA = data_root()
+
+
+def needs(name: str, family: str):
+    """Skips unless the data root holds every file the dataset's loader reads."""
+    from examples.gcn import data
+
+    missing = data.missing_files(name, DATA / family)
+    return pytest.mark.skipif(bool(missing), reason=f"{name}: no {missing[0] if missing else ''} (set TCSPARSE_DATA)")
 
 
 def test_quick_timing_on_rmat(tmp_path, monkeypatch, capsys):
@@ -28,8 +33,6 @@ def test_quick_timing_on_rmat(tmp_path, monkeypatch, capsys):
     assert all(math.isnan(float(r["peak_gb"])) for r in rows), "no GPU memory on CPU"
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "planetoid" / "Cora" / "raw").is_dir(),
-                    reason=f"Planetoid raw files not found under {SHARED_DATA / 'planetoid'}")
 def quick_accuracy(out, monkeypatch, *options, suffix=""):
     """The accuracy part with --quick on the CPU, results in ``out``: its per-run and summary rows
     (the CSV names carry ``suffix``, e.g. ``_seed5`` for --first-seed 5)."""
@@ -43,8 +46,7 @@ def quick_accuracy(out, monkeypatch, *options, suffix=""):
     return rows
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "planetoid" / "Cora" / "raw").is_dir(),
-                    reason=f"Planetoid raw files not found under {SHARED_DATA / 'planetoid'}")
+@needs("Cora", "planetoid")
 def test_quick_accuracy_rows_per_run(tmp_path, monkeypatch):
     runs, summary = quick_accuracy(tmp_path, monkeypatch, "--accuracy-datasets", "Cora", "--seeds", "2",
                                    "--first-seed", "5", suffix="_seed5")
@@ -54,14 +56,13 @@ def test_quick_accuracy_rows_per_run(tmp_path, monkeypatch):
     assert abs(summary["tcsparse"] - summary["pyg"]) < 0.02
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "planetoid" / "Cora" / "raw").is_dir(),
-                    reason=f"Planetoid raw files not found under {SHARED_DATA / 'planetoid'}")
+@needs("Cora", "planetoid")
 def test_quick_accuracy_parallel_matches_in_process(tmp_path, monkeypatch, capsys):
     """Runs in subprocesses, two at once, give the per-run rows of the same seeds in one process."""
     tests = {}
     for parallel in ("1", "2"):
         runs, summary = quick_accuracy(tmp_path / parallel, monkeypatch, "--accuracy-datasets", "Cora", "--seeds", "2",
-                                       "--parallel", parallel, "--data-root", str(SHARED_DATA))
+                                       "--parallel", parallel, "--data-root", str(DATA))
         tests[parallel] = {(r["backend"], r["seed"]): float(r["test"]) for r in runs}
         assert [r["concurrent_runs"] for r in summary] == [parallel, parallel]
     assert list(tests["2"]) == [("tcsparse", "0"), ("tcsparse", "1"), ("pyg", "0"), ("pyg", "1")]
@@ -70,12 +71,11 @@ def test_quick_accuracy_parallel_matches_in_process(tmp_path, monkeypatch, capsy
     assert "2 concurrent runs sharing the device and host" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "ogb" / "ogbl_ddi" / "raw").is_dir(),
-                    reason=f"ogbl-ddi not found under {SHARED_DATA / 'ogb'}")
+@needs("ogbl-ddi", "ogb")
 def test_quick_accuracy_in_parallel_subprocesses(tmp_path, monkeypatch):
     """ogbl-ddi, the dataset --parallel is for (read-only root, ogb's loader): one epoch per run."""
     runs, summary = quick_accuracy(tmp_path, monkeypatch, "--accuracy-datasets", "ogbl-ddi", "--seeds", "2",
-                                   "--first-seed", "3", "--parallel", "2", "--data-root", str(SHARED_DATA),
+                                   "--first-seed", "3", "--parallel", "2", "--data-root", str(DATA),
                                    suffix="_seed3")
     assert [(r["backend"], r["seed"]) for r in runs] == [("tcsparse", "3"), ("tcsparse", "4"), ("pyg", "3"), ("pyg", "4")]
     assert all(r["metric"] == "hits@20" and 0 <= float(r["test"]) <= 1 for r in runs)
@@ -86,7 +86,7 @@ def test_quick_accuracy_in_parallel_subprocesses(tmp_path, monkeypatch):
 def test_failed_parallel_run_fails_the_stage(tmp_path, monkeypatch):
     """A run that exits non-zero is reported with its stderr, never dropped from the means."""
     pytest.importorskip("ogb", reason="the example's train module reads OGB datasets")
-    monkeypatch.setattr("train.load_task", lambda args: None)  # no dataset: the runs themselves fail
-    monkeypatch.setattr(gcn_benchmark, "TRAIN", tmp_path / "missing_train.py")
-    with pytest.raises(RuntimeError, match="(?s)2 of 2 accuracy runs failed.*exit status 2.*missing_train.py"):
+    monkeypatch.setattr("examples.gcn.train.load_task", lambda args: None)  # no dataset: the runs themselves fail
+    monkeypatch.setattr(gcn_benchmark, "TRAIN_MODULE", "examples.gcn.missing_train")
+    with pytest.raises(RuntimeError, match="(?s)2 of 2 accuracy runs failed.*exit status 1.*missing_train"):
         gcn_benchmark.runs_in_subprocesses({"none": []}, ["tcsparse"], [0, 1], parallel=2, folder=tmp_path / "runs")

@@ -1,18 +1,12 @@
 """benchmarks/permutation.py's two matrices on the CPU: the one holding the permutation and the
 one permuted beforehand have the same blocks per window and the same product, up to the order."""
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import permutation as permutation_benchmark  # noqa: E402
-
-from torch_tcsparse.datasets import synthetic  # noqa: E402
-from torch_tcsparse.formats.csr import from_coo  # noqa: E402
-from torch_tcsparse.reorder import reorder  # noqa: E402
+from benchmarks import permutation as permutation_benchmark
+from graph_data import synthetic
+from torch_tcsparse.formats.csr import from_coo
+from torch_tcsparse.reorder import reorder
 
 
 @pytest.mark.parametrize("method", ["tca", "degree"])

@@ -1,5 +1,5 @@
 """Adjacency matrices stored as pickle-free CSR ``.npz`` files (``adj_indptr``, ``adj_indices``,
-``adj_shape``, optional ``adj_data``), the layout of ``../shared/data/graphs``."""
+``adj_shape``, optional ``adj_data``), the layout of the ``graphs/`` folder of the data root."""
 from __future__ import annotations
 
 import json
@@ -9,14 +9,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-# Where the shared real graphs live relative to the project root; tests and benchmarks skip
-# them with a reason when the folder is absent (it is, on a user's machine).
-SHARED_GRAPHS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "graphs"
+from graph_data.folders import data_root
 
 
 def graph_dir() -> Path:
-    """The folder of real graphs: ``$TCSPARSE_GRAPHS`` if set, else ``../shared/data/graphs``."""
-    return Path(os.environ.get("TCSPARSE_GRAPHS", SHARED_GRAPHS))
+    """The folder of real graphs: ``$TCSPARSE_GRAPHS`` if set, else ``graphs/`` in the data root.
+    Tests and benchmarks skip real graphs with a reason when it holds none."""
+    return Path(os.environ.get("TCSPARSE_GRAPHS", data_root() / "graphs"))
 
 
 def list_graphs(folder: Path | None = None) -> list[Path]:

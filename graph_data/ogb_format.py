@@ -12,20 +12,13 @@ and ``load_node_dataset`` passes that meta_dict to ``ogb.nodeproppred.PygNodePro
 which accepts one in place of a registered name, so nothing is downloaded. ``default_dataset`` is
 the offline default of the GCN example: a planted-partition graph whose node features carry a
 noisy copy of the class, generated once into the cache folder.
-
-ogb 1.3.6 calls ``torch.load(path)`` on its own processed files; torch >= 2.6 defaults to
-``weights_only=True``, which refuses the pickled PyG ``Data`` in them. ``trusted_torch_load``
-restores the old default for the duration of a ``with`` block, around ogb's loaders only.
 """
 from __future__ import annotations
 
-import contextlib
 import gzip
 import inspect
 import json
-import os
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,29 +26,32 @@ from pathlib import Path
 import numpy as np
 import torch
 from ogb.nodeproppred import Evaluator, PygNodePropPredDataset
+from torch_geometric.data.data import Data, DataEdgeAttr, DataTensorAttr
+from torch_geometric.data.storage import GlobalStorage
+
+from graph_data.folders import cache_dir, loader_mirror
 
 SPLITS = ("train", "valid", "test")
 RELEASE_VERSION = 1
 
+# numpy's array unpickling function, wherever this numpy version keeps it.
+_reconstruct = np.zeros(0).__reduce__()[0]
+# What ogb's files pickle: PyG ``Data`` in its processed files, numpy arrays in its split files
+# (files written by numpy 1 name its old module path).
+OGB_FILE_GLOBALS = (
+    Data, DataEdgeAttr, DataTensorAttr, GlobalStorage,
+    np.ndarray, np.dtype, _reconstruct, (_reconstruct, "numpy.core.multiarray._reconstruct"),
+    *(type(np.dtype(kind)) for kind in (np.bool_, np.int32, np.int64, np.float32, np.float64)),
+)
 
-@contextlib.contextmanager
-def trusted_torch_load():
-    """Within the block, ``torch.load`` defaults to ``weights_only=False``, as before torch 2.6.
 
-    Use it only around loaders reading files you trust (your own processed datasets, OGB's
-    releases): unpickling runs code. ``torch.load`` is patched module-wide for the block, so do
-    not load untrusted files from other threads meanwhile."""
-    original = torch.load
+def ogb_file_globals():
+    """A context in which ``torch.load`` accepts the types ogb's files hold.
 
-    def load(*args, **kwargs):
-        kwargs.setdefault("weights_only", False)
-        return original(*args, **kwargs)
-
-    torch.load = load
-    try:
-        yield
-    finally:
-        torch.load = original
+    ogb 1.3.6 calls ``torch.load(path)`` on its processed and split files; torch >= 2.6 loads with
+    ``weights_only=True`` by default and refuses them. Allowing exactly these types keeps the
+    weights-only unpickler (no code from a file runs), where ``weights_only=False`` would not."""
+    return torch.serialization.safe_globals(list(OGB_FILE_GLOBALS))
 
 
 @dataclass
@@ -90,9 +86,8 @@ def planted_partition(
 
     Each node gets a random class; a fraction ``homophily`` of its edges goes to nodes of its own
     class, the rest anywhere. Features are ``feature_signal * centroid[class] + N(0, 1)``. With
-    the defaults (8 classes, chance 12.5%), logistic regression on the features alone reaches
-    about 42% test accuracy, on features averaged over two hops of the normalized graph about
-    70%: the graph carries the signal a GCN has to find.
+    the defaults, a classifier of the features alone does far worse than one of the features
+    averaged over two hops of the normalized graph: the graph carries the signal a GCN has to find.
     Node ids are random, so classes are scattered over the id range as in real graphs."""
     for name, value in (("num_nodes", num_nodes), ("num_classes", num_classes), ("num_features", num_features)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 2:
@@ -235,7 +230,7 @@ def read_meta_dict(folder) -> dict:
     folder = Path(folder).resolve()
     path = folder / "meta_dict.json"
     if not path.is_file():
-        raise ValueError(f"{folder} holds no meta_dict.json: not a dataset written by write_node_dataset")
+        raise ValueError(f"folder {folder} holds no meta_dict.json: not a dataset written by write_node_dataset")
     meta = json.loads(path.read_text())
     meta["dir_path"] = str(folder)
     return meta
@@ -243,9 +238,15 @@ def read_meta_dict(folder) -> dict:
 
 def load_node_dataset(folder, transform=None):
     """``(dataset, evaluator)``: ogb's ``PygNodePropPredDataset`` and ``Evaluator`` for a folder
-    written by ``write_node_dataset`` (processed on first load, as ogb does)."""
+    written by ``write_node_dataset``. ``folder`` is only read: ogb's processed files go to a
+    mirror of it in the cache (``folders.loader_mirror``)."""
     meta = read_meta_dict(folder)
-    with trusted_torch_load():
+    return _open(loader_mirror(folder), meta, transform)
+
+
+def _open(folder: Path, meta: dict, transform):
+    meta = dict(meta, dir_path=str(folder))
+    with ogb_file_globals():
         dataset = PygNodePropPredDataset(meta["name"], transform=transform, meta_dict=meta)
     return dataset, MetaDictEvaluator(meta)
 
@@ -260,33 +261,25 @@ class MetaDictEvaluator(Evaluator):
         self.eval_metric = meta_dict["eval metric"]
 
 
-def cache_dir() -> Path:
-    """Where generated datasets live: ``$TCSPARSE_CACHE``, else ``$XDG_CACHE_HOME/torch_tcsparse``
-    (``~/.cache/torch_tcsparse``)."""
-    if "TCSPARSE_CACHE" in os.environ:
-        return Path(os.environ["TCSPARSE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torch_tcsparse"
-
-
 DEFAULT_NAME = "ogbn-synthetic-sbm"
 
 
-def default_dataset(root=None, transform=None, **generator_options):
+def default_dataset(transform=None, **generator_options):
     """``(dataset, evaluator)`` for the offline default: ``planted_partition(**generator_options)``
-    in OGB format under ``root`` (default: the cache folder), generated and processed on first use.
+    in OGB format under ``generated/`` in the cache folder, generated and processed on first use.
 
     The folder name encodes the generator options, so different graphs never collide; a new
     folder is built in a temporary sibling and renamed into place, so concurrent or interrupted
     runs never see half a dataset."""
     options = _generator_defaults() | generator_options
-    root = Path(cache_dir() if root is None else root) / "ogb"
+    root = cache_dir() / "generated"
     folder = root / ("synthetic_sbm_" + "_".join(f"{key}{options[key]}" for key in sorted(options)))
     if not (folder / "meta_dict.json").is_file():
         root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".staging_", dir=root))
         try:
-            write_node_dataset(planted_partition(**options), staging, name=DEFAULT_NAME)
-            load_node_dataset(staging)
+            meta = write_node_dataset(planted_partition(**options), staging, name=DEFAULT_NAME)
+            _open(staging, meta, None)
             try:
                 staging.rename(folder)
             except OSError:
@@ -294,7 +287,7 @@ def default_dataset(root=None, transform=None, **generator_options):
                     raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return load_node_dataset(folder, transform=transform)
+    return _open(folder, read_meta_dict(folder), transform)
 
 
 def _generator_defaults() -> dict:
@@ -302,28 +295,3 @@ def _generator_defaults() -> dict:
         name: parameter.default
         for name, parameter in inspect.signature(planted_partition).parameters.items()
     }
-
-
-def writable_root(root, dataset_dir: str, cache=None) -> Path:
-    """A root from which a loader can use ``root/dataset_dir`` and write its ``processed/`` folder.
-
-    ogb and PyG process raw files into ``<dataset_dir>/processed`` next to them; for a read-only
-    copy (such as ../shared/data) this returns a mirror in the cache whose entries are symbolic
-    links to the originals, except ``processed`` which is the mirror's own. A writable root is
-    returned unchanged; "read-only" means the folder's permission bits deny writing."""
-    root = Path(root).resolve()
-    source = root / dataset_dir
-    if not source.is_dir():
-        raise ValueError(f"no dataset folder {source}")
-    # The permission bits, not os.access: a root user may write anywhere, yet a folder marked
-    # read-only (shared data) must stay untouched.
-    if source.stat().st_mode & stat.S_IWUSR:
-        return root
-    mirror_root = Path(cache_dir() if cache is None else cache) / "mirrors" / str(root).strip("/").replace("/", "_")
-    mirror = mirror_root / dataset_dir
-    mirror.mkdir(parents=True, exist_ok=True)
-    for entry in source.iterdir():
-        link = mirror / entry.name
-        if entry.name != "processed" and not link.exists():
-            link.symlink_to(entry)
-    return mirror_root

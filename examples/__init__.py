@@ -1,0 +1,1 @@
+"""Examples, run from the repository root as modules: ``python -m examples.gcn.train``."""

@@ -1,0 +1,1 @@
+"""Full-batch GCN training on OGB and Planetoid graphs with our GCNConv or PyG's."""

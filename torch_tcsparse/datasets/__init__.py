@@ -1,1 +1,0 @@
-"""Graph loaders: the npz adjacency files of ../shared/data/graphs and synthetic generators."""
