@@ -49,7 +49,7 @@ def test_reproducer_after_an_optimizer_step():
         assert not torch.equal(a @ x, y0)
 
 
-@pytest.mark.parametrize("device, path, dtype", cases())
+@pytest.mark.parametrize("device, path, dtype", list(cases()))
 def test_product_and_gradient_follow_in_place_changes(device, path, dtype):
     base = graph(device, dtype)
     w = torch.rand(base.nnz, device=device).to(dtype)
