@@ -12,9 +12,8 @@ import torch
 
 from .formats.csr import INT32_MAX
 
-# Nonzeros per piece: rows longer than this are split and their pieces summed with atomics. On
-# an H200, 256 beat 1024 on R-MAT (hubs of 10^5 nonzeros) and matched it elsewhere. It is the
-# size on graphs of LARGE_NNZ nonzeros or more, and the one the op path (tcsparse::spmm) uses:
+# Nonzeros per piece: rows longer than this are split and their pieces summed with atomics
+# (longer pieces left R-MAT's hubs to few warps; see docs/DECISIONS.md). It is the size on graphs of LARGE_NNZ nonzeros or more, and the one the op path (tcsparse::spmm) uses:
 # its pieces travel without their size. Smaller graphs take smaller pieces (``split_piece_nnz``).
 PIECE_NNZ = 256
 MEDIUM_NNZ = 1 << 20
@@ -28,7 +27,7 @@ class RowPieces(NamedTuple):
     an index into ``split_rows`` (``piece_slots``) and its first nonzero (``piece_starts``), all
     int32. Shorter rows are one piece each and need no entry. The pieces are listed by rank
     (every split row's first piece, then every second piece, ...), so pieces of one row run apart
-    in time and their atomics rarely meet (H200, R-MAT 21 at N = 128: 8% faster than row by row)."""
+    in time and their atomics rarely meet."""
 
     piece_slots: torch.Tensor
     piece_starts: torch.Tensor
@@ -60,15 +59,10 @@ def split_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
     for X of ``dtype``.
 
     A warp walks its piece a few nonzeros per step, each step a round trip to L2, so on a graph
-    too small to fill the GPU many times over the longest piece sets the time. H200, N = 128, rows
-    path as given (pieces of 256 -> these): snap_email-Enron float32 113 -> 45 us, float16 61 ->
-    40 us; snap_wiki-Vote 47.5 -> 17 / 32 -> 21 us; planetoid_pubmed float32 38 -> 23 us;
-    ogbl-ddi 129 -> 114 / 84 -> 77 us; R-MAT 18 526 -> 500 / 375 -> 371 us. Smaller pieces cost
-    atomics: pieces of 16 ran slower everywhere, 32 slower than 64 in float16 (its steps take
-    twice the nonzeros). In 16-bit, graphs whose longest row is under PIECE_NNZ stay whole: pieces
-    of 32 or 64 were as often slower as faster there (H100, N = 128, one launch per split since
-    2026-11-24: planetoid_cora 11.6 -> 7.9 us, gg_amazon_photo 13.3 -> 20.7, planetoid_pubmed at
-    N = 32 12.3 -> 13.9)."""
+    too small to fill the GPU many times over the longest piece sets the time; smaller pieces
+    cost atomics, and a 16-bit step takes twice the nonzeros. In 16 bits, graphs whose longest
+    row is under PIECE_NNZ stay whole: smaller pieces were as often slower as faster there. The
+    measurements behind the sizes are in docs/DECISIONS.md."""
     if nnz >= LARGE_NNZ:
         return PIECE_NNZ
     if nnz >= MEDIUM_NNZ:

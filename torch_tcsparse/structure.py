@@ -71,8 +71,7 @@ class Structure:
 
     def to_block_order(self, csr_values: torch.Tensor) -> torch.Tensor:
         """CSR-order values in block order (the kernels'), scattered through ``csr_gather``:
-        differentiable, and no inverse permutation kept (an index per nonzero, 0.25 GB on R-MAT
-        scale 21)."""
+        differentiable, and no inverse permutation kept (it would be an index per nonzero)."""
         return csr_values.new_empty(csr_values.shape).index_put((self.layout.csr_gather,), csr_values)
 
     def row_pieces(self, piece_nnz: int, canonical: bool = False) -> csr_rows.RowPieces:
@@ -102,7 +101,7 @@ class Structure:
     def rows_csr(self) -> RowsCsr:
         """The CSR the "rows" kernel reads: ours, or for a reordered matrix a copy with the rows
         in the reordering's order (built on first need and kept: a contiguous stream of indices
-        in the order the warps take them, 5% faster on R-MAT than reading ours in that order)."""
+        in the order the warps take them, faster than reading ours through an order index)."""
         return self._kept("rows_csr", self._build_rows_csr)
 
     def _build_rows_csr(self) -> RowsCsr:
@@ -135,7 +134,7 @@ class Structure:
         """(blocks of the grouped layout, nonzeros it leaves to the rows kernel, whether every
         group is one chunk) for the selector, or None where the path cannot pay
         (``formats.grouped.may_pay``: the windows of a group share few columns) or the indices
-        need int64. Builds the layout where it may pay (ogbl-ddi: 3 ms)."""
+        need int64. Builds the layout where it may pay (milliseconds, once per matrix)."""
         if not may_pay(self.nnz, self.layout.num_blocks) or self.col.dtype != torch.int32:
             return None
         layout = self.grouped()
