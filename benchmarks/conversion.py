@@ -13,7 +13,9 @@ list, and for ``transpose`` the converted matrix, already resident), read from t
 high-water mark (``VmHWM``), reset through ``/proc/self/clear_refs`` before the case: torch's
 allocations escape ``tracemalloc``, and ``ru_maxrss`` cannot be reset.
 
-    python benchmarks/conversion.py --nodes 2000000 --edges 20000000
+    PYTHONPATH=. python benchmarks/conversion.py --nodes 2000000 --edges 20000000
+
+(``PYTHONPATH=.`` measures the package of this checkout rather than an installed one.)
 """
 from __future__ import annotations
 
