@@ -3,6 +3,7 @@
 with the tensors; on other devices through torch."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 INT32_MAX = 2**31 - 1
@@ -64,3 +65,12 @@ def floor_divide(values: torch.Tensor, divisor: int) -> torch.Tensor:
     if values.device.type == "cpu":
         return torch.from_numpy(values.numpy() // divisor)
     return torch.div(values, divisor, rounding_mode="floor")
+
+
+def remainder_(values: torch.Tensor, divisor: int) -> torch.Tensor:
+    """``values % divisor`` in place, for non-negative integers."""
+    if values.device.type == "cpu":
+        array = values.numpy()
+        np.remainder(array, divisor, out=array)
+        return values
+    return values.remainder_(divisor)

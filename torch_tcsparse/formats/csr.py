@@ -144,8 +144,12 @@ def from_coo(
         key, order = sort_keys(key), None
     else:
         key, order = sort_with_positions(key, num_rows * width)
-    key, values = _sum_duplicates(key, order, values, dtype)
+    is_first = first_of_runs(key)
+    values = _summed_values(is_first, order, values, dtype)
     del order
+    if values.numel() != key.numel():
+        key = compress(key, is_first)
+    del is_first
     index_dtype = index_dtype_for(num_rows, num_cols, key.numel())
     # Split each key into its row (counted) and its column, in place: no second int64 array.
     rows = floor_divide(key, width)
@@ -155,21 +159,25 @@ def from_coo(
     return CSR(rowptr, key.to(index_dtype), values, num_rows, num_cols)
 
 
-def _sum_duplicates(key: torch.Tensor, order: torch.Tensor | None, values: torch.Tensor | None, dtype: torch.dtype):
-    """Distinct sorted keys and their values in ``dtype``: the values taken in ``order`` (ones
-    without values), equal keys summed in ``accumulation_dtype``. Differentiable for the values."""
-    is_first = first_of_runs(key)
+def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: torch.Tensor | None, dtype: torch.dtype):
+    """Values in ``dtype`` of the distinct sorted keys, ``is_first`` marking where each starts: the
+    values taken in ``order`` (ones without values), those of equal keys summed in
+    ``accumulation_dtype``. Differentiable for the values."""
+    n, device = is_first.numel(), is_first.device
     if bool(is_first.all()):
-        if values is None:
-            return key, torch.ones(key.numel(), dtype=dtype, device=key.device)
-        return key, values[order].to(dtype)
-    run = torch.cumsum(is_first, 0).sub_(1)  # the distinct key of each entry
-    key = compress(key, is_first)
+        return torch.ones(n, dtype=dtype, device=device) if values is None else values[order].to(dtype)
+    run_dtype = torch.int32 if n <= INT32_MAX else torch.int64
+    run = torch.cumsum(is_first, 0, dtype=run_dtype).sub_(1)  # the distinct key of each entry
+    distinct = int(run[-1]) + 1
     if values is None:
-        return key, torch.bincount(run, minlength=key.numel()).to(dtype)
+        # Each distinct key counts one, plus one per repeat: only the repeats are scattered.
+        repeats = compress(run, ~is_first)
+        counts = torch.ones(distinct, dtype=run_dtype, device=device)
+        counts.index_add_(0, repeats, torch.ones_like(repeats))
+        return counts.to(dtype)
     accumulate = accumulation_dtype(values.dtype, dtype)
-    summed = torch.zeros(key.numel(), dtype=accumulate, device=key.device)
-    return key, summed.index_add(0, run, values.to(accumulate)[order]).to(dtype)
+    summed = torch.zeros(distinct, dtype=accumulate, device=device)
+    return summed.index_add(0, run, values.to(accumulate)[order]).to(dtype)
 
 
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:

@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from .. import _ext
-from .arrays import compress, first_of_runs, floor_divide, sort_keys, sort_with_positions
+from .arrays import INT32_MAX, compress, first_of_runs, remainder_, sort_keys, sort_with_positions
 from .csr import CSR, index_dtype_for
 
 # TC blocks handled by one thread block of the balanced kernel. 32 blocks of 16x8 are 4096
@@ -230,6 +230,7 @@ def occupancy_bitmap(key: torch.Tensor, num_blocks: int) -> torch.Tensor:
     word = key >> 5
     torch.bitwise_left_shift(torch.ones((), dtype=torch.int64, device=key.device), key.bitwise_and_(31), out=key)
     words.index_add_(0, word, key)
+    del word
     # Distinct bits, so the sum is their OR; fold into int32's range keeping the bit pattern.
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
@@ -312,7 +313,8 @@ class _TorchBuild:
 
     def _pair_keys(self) -> torch.Tensor:
         """window * width + column of every nonzero (int64, in CSR order)."""
-        keys = (self.slot >> _log2(self.window)).long()
+        keys = self.slot.long()
+        keys >>= _log2(self.window)
         keys *= max(self.csr.num_cols, 1)
         keys += self.csr.col
         return keys
@@ -324,6 +326,9 @@ class _TorchBuild:
         keys = self._pair_keys()
         if for_fill:
             keys, self.order = sort_with_positions(keys, self.num_windows * width)
+            # Row in its window of each nonzero in pair order: one byte, the slots can go.
+            self.row_in_window = self.slot[self.order].bitwise_and_(self.window - 1).to(torch.uint8)
+            self.slot = None
         else:
             keys = sort_keys(keys)
         is_first = first_of_runs(keys)
@@ -346,29 +351,31 @@ class _TorchBuild:
         return window_offsets.to(torch.int32), chunk_offsets.to(torch.int32), host_counts
 
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
-        csr, window, device = self.csr, self.window, self.csr.col.device
+        csr, device = self.csr, self.csr.col.device
         width = max(csr.num_cols, 1)
         # Condensed columns, ascending, ranked inside their window; a window's blocks are
         # consecutive, so a pair's entry in block_cols is its window's first entry plus its rank.
-        pairs_before = self.pairs_before
-        shift = window_offsets.long()[:-1] * BLOCK_WIDTH - pairs_before[:-1]
-        pair_entry = shift.repeat_interleave(pairs_before[1:] - pairs_before[:-1], output_size=self.pair_key.numel())
-        pair_entry += torch.arange(self.pair_key.numel(), device=device)
-        block_cols = torch.full((num_blocks * BLOCK_WIDTH,), -1, dtype=torch.int32, device=device)
-        pair_col = self.pair_key - floor_divide(self.pair_key, width).mul_(width)
-        block_cols[pair_entry] = pair_col.to(torch.int32)
-        del pair_col
+        num_pairs = self.pair_key.numel()
+        pair_col = remainder_(self.pair_key, width).to(torch.int32)
         self.pair_key = None
+        entry_dtype = torch.int32 if num_blocks * BITMAP_BITS <= INT32_MAX else torch.int64
+        pairs_before = self.pairs_before
+        shift = (window_offsets.long()[:-1] * BLOCK_WIDTH - pairs_before[:-1]).to(entry_dtype)
+        pair_entry = shift.repeat_interleave(pairs_before[1:] - pairs_before[:-1], output_size=num_pairs)
+        pair_entry += torch.arange(num_pairs, dtype=entry_dtype, device=device)
+        block_cols = torch.full((num_blocks * BLOCK_WIDTH,), -1, dtype=torch.int32, device=device)
+        block_cols[pair_entry] = pair_col
+        del pair_col
 
         # Block-order key of every nonzero: block * 128 + row_in_window * 8 + lane, distinct. The
         # stride of 128 for either window puts a nonzero's bitmap word at key // 32. Pairs give
         # block * 128 + lane; the nonzeros (taken in pair order) add their row.
         pair_entry += (pair_entry >> _log2(BLOCK_WIDTH)) * (BITMAP_BITS - BLOCK_WIDTH)
-        key = pair_entry[self.pair_of_sorted]
+        key = pair_entry[self.pair_of_sorted].long()
         del pair_entry
         self.pair_of_sorted = None
-        key += self.slot[self.order].bitwise_and_(window - 1).mul_(BLOCK_WIDTH)
-        self.slot = None
+        key.add_(self.row_in_window, alpha=BLOCK_WIDTH)
+        self.row_in_window = None
         key, source = sort_with_positions(key, num_blocks * BITMAP_BITS, self.order)
         self.order = None
 
