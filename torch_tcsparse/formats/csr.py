@@ -165,7 +165,7 @@ def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: t
     ``accumulation_dtype``. Differentiable for the values."""
     n, device = is_first.numel(), is_first.device
     if bool(is_first.all()):
-        return torch.ones(n, dtype=dtype, device=device) if values is None else values[order].to(dtype)
+        return torch.ones(n, dtype=dtype, device=device) if values is None else values.index_select(0, order).to(dtype)
     run_dtype = torch.int32 if n <= INT32_MAX else torch.int64
     run = torch.cumsum(is_first, 0, dtype=run_dtype).sub_(1)  # the distinct key of each entry
     distinct = int(run[-1]) + 1
@@ -177,7 +177,7 @@ def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: t
         return counts.to(dtype)
     accumulate = accumulation_dtype(values.dtype, dtype)
     summed = torch.zeros(distinct, dtype=accumulate, device=device)
-    return summed.index_add(0, run, values.to(accumulate)[order]).to(dtype)
+    return summed.index_add(0, run, values.to(accumulate).index_select(0, order)).to(dtype)
 
 
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
@@ -229,5 +229,5 @@ def transpose(csr: CSR) -> tuple[CSR, torch.Tensor]:
     rows are in ``csr``: one sort of the column ids, no row * width + col key."""
     _, order = sort_with_positions(csr.col.to(torch.long, copy=True), csr.num_cols)
     rowptr = _exclusive_cumsum(torch.bincount(csr.col, minlength=csr.num_cols)).to(csr.rowptr.dtype)
-    rows = csr.row_indices(csr.col.dtype)[order]
-    return CSR(rowptr, rows, csr.values[order], csr.num_cols, csr.num_rows), order
+    rows = csr.row_indices(csr.col.dtype).index_select(0, order)
+    return CSR(rowptr, rows, csr.values.index_select(0, order), csr.num_cols, csr.num_rows), order

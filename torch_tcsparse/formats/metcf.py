@@ -68,6 +68,8 @@ WINDOWS = (8, 16)
 BLOCK_WIDTH = 8
 # Bits of a block's occupancy bitmap (four int32 words): one per entry of the largest block.
 BITMAP_BITS = 128
+# Nonzeros per slice where a pass over all of them at once would need int64 temporaries.
+_SLICE = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -225,14 +227,15 @@ def count_blocks(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = Non
 def occupancy_bitmap(key: torch.Tensor, num_blocks: int) -> torch.Tensor:
     """Four int32 words per block with bit ``local % 32`` of word ``local // 32`` set for each
     nonzero, from its int64 key ``block * 128 + local`` (``local = row_in_window * 8 +
-    col_in_block`` is unique inside its block). ``key`` is consumed (it becomes the bits)."""
+    col_in_block`` is unique inside its block). Slices of the keys at a time: the word index and
+    bit of every nonzero at once would be two more int64 arrays per nonzero."""
     words = torch.zeros(num_blocks * 4, dtype=torch.int64, device=key.device)
-    word = key >> 5
-    torch.bitwise_left_shift(torch.ones((), dtype=torch.int64, device=key.device), key.bitwise_and_(31), out=key)
-    words.index_add_(0, word, key)
-    del word
+    for start in range(0, key.numel(), _SLICE):
+        part = key[start : start + _SLICE]
+        words.index_add_(0, part >> 5, torch.ones_like(part).bitwise_left_shift_(part & 31))
     # Distinct bits, so the sum is their OR; fold into int32's range keeping the bit pattern.
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    words[words >= 2**31] -= 2**32
+    return words.to(torch.int32)
 
 
 def build_metcf(
@@ -308,7 +311,7 @@ class _TorchBuild:
         if row_perm is None:
             self.slot = rows
         else:
-            self.slot = row_slots(csr.num_rows, row_perm, device).to(csr.col.dtype)[rows]
+            self.slot = row_slots(csr.num_rows, row_perm, device).to(csr.col.dtype).index_select(0, rows)
         self.num_windows = -(-csr.num_rows // window)
 
     def _pair_keys(self) -> torch.Tensor:
@@ -327,7 +330,7 @@ class _TorchBuild:
         if for_fill:
             keys, self.order = sort_with_positions(keys, self.num_windows * width)
             # Row in its window of each nonzero in pair order: one byte, the slots can go.
-            self.row_in_window = self.slot[self.order].bitwise_and_(self.window - 1).to(torch.uint8)
+            self.row_in_window = self.slot.index_select(0, self.order).bitwise_and_(self.window - 1).to(torch.uint8)
             self.slot = None
         else:
             keys = sort_keys(keys)
@@ -363,15 +366,18 @@ class _TorchBuild:
         shift = (window_offsets.long()[:-1] * BLOCK_WIDTH - pairs_before[:-1]).to(entry_dtype)
         pair_entry = shift.repeat_interleave(pairs_before[1:] - pairs_before[:-1], output_size=num_pairs)
         pair_entry += torch.arange(num_pairs, dtype=entry_dtype, device=device)
-        block_cols = torch.full((num_blocks * BLOCK_WIDTH,), -1, dtype=torch.int32, device=device)
-        block_cols[pair_entry] = pair_col
+        # Entries are distinct: adding column + 1 to zeros and 1 from all leaves -1 for padding.
+        # (index_add_ takes int32 indices as they are; assignment would copy them to int64.)
+        block_cols = torch.zeros(num_blocks * BLOCK_WIDTH, dtype=torch.int32, device=device)
+        block_cols.index_add_(0, pair_entry, pair_col.add_(1))
+        block_cols -= 1
         del pair_col
 
         # Block-order key of every nonzero: block * 128 + row_in_window * 8 + lane, distinct. The
         # stride of 128 for either window puts a nonzero's bitmap word at key // 32. Pairs give
         # block * 128 + lane; the nonzeros (taken in pair order) add their row.
         pair_entry += (pair_entry >> _log2(BLOCK_WIDTH)) * (BITMAP_BITS - BLOCK_WIDTH)
-        key = pair_entry[self.pair_of_sorted].long()
+        key = pair_entry.index_select(0, self.pair_of_sorted).long()
         del pair_entry
         self.pair_of_sorted = None
         key.add_(self.row_in_window, alpha=BLOCK_WIDTH)
@@ -380,8 +386,8 @@ class _TorchBuild:
         self.order = None
 
         gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
-        csr_gather = torch.empty(csr.nnz, dtype=gather_dtype, device=device)
-        csr_gather[source] = torch.arange(csr.nnz, dtype=gather_dtype, device=device)
+        csr_gather = torch.zeros(csr.nnz, dtype=gather_dtype, device=device)
+        csr_gather.index_add_(0, source, torch.arange(csr.nnz, dtype=gather_dtype, device=device))
         del source
         block_offsets = _exclusive_cumsum(torch.bincount(key >> _log2(BITMAP_BITS), minlength=num_blocks))
         local_ids = key.to(torch.uint8).bitwise_and_(BITMAP_BITS - 1)  # the cast keeps the low byte
