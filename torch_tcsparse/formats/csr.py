@@ -74,7 +74,7 @@ def check_range(name: str, index: torch.Tensor, bound: int) -> None:
     """Every entry of ``index`` must lie in [0, bound)."""
     if index.numel() == 0:
         return
-    low, high = int(index.min()), int(index.max())
+    low, high = (int(bound) for bound in torch.aminmax(index))
     if low < 0:
         raise ValueError(f"{name} holds a negative index ({low})")
     if high >= bound:
