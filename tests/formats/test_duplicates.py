@@ -91,3 +91,12 @@ def test_duplicate_sum_is_differentiable(dtype):
     (csr.values.float() * torch.tensor([2.0, 3.0])).sum().backward()
     expected = torch.cat([torch.full((400,), 3.0), torch.full((100,), 2.0)]).to(dtype)
     assert torch.equal(weights.grad, expected)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT)
+def test_uncoalesced_torch_coo_sums_in_float32(dtype):
+    indices = torch.zeros(2, 600, dtype=torch.long)
+    coo = torch.sparse_coo_tensor(indices, torch.ones(600, dtype=dtype), (1, 1))
+    csr = inputs.from_torch(coo)
+    assert csr.values.dtype == dtype and csr.values.tolist() == [600]
+    assert inputs.from_torch(coo, dtype=torch.float32).values.tolist() == [600]

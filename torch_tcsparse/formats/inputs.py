@@ -109,9 +109,12 @@ def from_torch(tensor: torch.Tensor, dtype=None) -> CSR:
     if tensor.dim() != 2:
         raise ValueError(f"from_torch expects a 2-D sparse tensor, got {tensor.dim()} dimensions")
     if tensor.layout == torch.sparse_coo:
-        coalesced = tensor.coalesce()
+        # coalesce() sums duplicates in the tensor's dtype: 16-bit values are widened first.
+        widened = tensor.to(csr_mod.accumulation_dtype(tensor.dtype)) if tensor.dtype.is_floating_point else tensor
+        coalesced = widened.coalesce()
         row, col = coalesced.indices()
-        return csr_mod.from_coo(row, col, _as_values(coalesced.values(), dtype), *tensor.shape, dtype)
+        out_dtype = tensor.dtype if dtype is None and tensor.dtype.is_floating_point else dtype
+        return csr_mod.from_coo(row, col, _as_values(coalesced.values(), dtype), *tensor.shape, out_dtype)
     if tensor.layout == torch.sparse_csr:
         values = _as_values(tensor.values(), dtype)
         return csr_mod.from_csr_arrays(
