@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torch_tcsparse.formats import csr as csr_mod
+from torch_tcsparse.formats.arrays import sort_with_positions
 from torch_tcsparse.testing import coo_to_dense, index_dtypes, random_coo, tensor
 
 
@@ -181,3 +182,42 @@ def test_from_csr_arrays_with_unsorted_duplicated_rows(num_rows, num_cols, densi
     csr = csr_mod.from_csr_arrays(rowptr, col[order], values[order], num_rows, num_cols)
     assert_canonical(csr)
     assert torch.equal(dense_of(csr), coo_to_dense(row, col, values, (num_rows, num_cols)))
+
+
+# The sorting primitives of the conversion: numpy's in-place sort of packed keys on the CPU,
+# torch's stable sort where key and position do not fit 63 bits together.
+
+
+@pytest.mark.parametrize("key_bound", [50, 2**40, 2**62])
+def test_sort_with_positions_is_a_stable_sort(key_bound):
+    generator = torch.Generator().manual_seed(7)
+    key = torch.randint(0, 50, (1000,), generator=generator) * (key_bound // 50)
+    expected_key, expected_order = torch.sort(key, stable=True)
+    got_key, got_order = sort_with_positions(key.clone(), key_bound)
+    assert torch.equal(got_key, expected_key)
+    assert got_order.dtype == torch.int32 and torch.equal(got_order.long(), expected_order)
+    distinct_bound = max(key_bound, 1000)
+    distinct = torch.randperm(1000, generator=generator) * (distinct_bound // 1000)
+    payload = torch.randperm(1000, generator=generator).int()
+    _, got_payload = sort_with_positions(distinct.clone(), distinct_bound, payload)
+    assert torch.equal(got_payload, payload[torch.argsort(distinct)])
+
+
+def test_row_indices_with_empty_rows_everywhere():
+    csr = csr_mod.from_coo(tensor([1, 1, 4, 4, 4]), tensor([0, 2, 1, 1, 3]), None, 7, 4)
+    assert csr.row_indices().tolist() == [1, 1, 4, 4]
+    assert csr.row_indices(torch.int32).dtype == torch.int32
+    nothing = torch.zeros(0, dtype=torch.long)
+    empty = csr_mod.from_coo(nothing, nothing, None, 3, 3)
+    assert empty.row_indices().tolist() == []
+
+
+@pytest.mark.parametrize("num_rows,num_cols", [(1, 1), (40, 3), (3, 40), (200, 200)])
+def test_transpose_order_and_values_with_duplicates(num_rows, num_cols):
+    row, col, values = random_coo(num_rows, num_cols, 0.3, seed=11, dtype=torch.float32, duplicates=True)
+    csr = csr_mod.from_coo(row, col, values, num_rows, num_cols)
+    t, order = csr_mod.transpose(csr)
+    assert_canonical(t)
+    assert order.dtype == csr.col.dtype
+    assert torch.equal(t.values, csr.values[order])
+    assert torch.equal(dense_of(t), dense_of(csr).t())

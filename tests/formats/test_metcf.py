@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torch_tcsparse.formats import csr as csr_mod
-from torch_tcsparse.formats.metcf import BALANCE_CHUNK, BLOCK_WIDTH, build_metcf, count_blocks
+from torch_tcsparse.formats import metcf
+from torch_tcsparse.formats.metcf import BALANCE_CHUNK, BLOCK_WIDTH, build_layout, build_metcf, count_blocks
 from torch_tcsparse.testing import coo_to_dense, random_coo, random_permutation, tensor
 
 
@@ -207,3 +208,21 @@ def test_cpu_and_cuda_builds_are_identical(case):
         assert torch.equal(actual.cpu(), expected), name
     assert torch.equal(cuda_values.cpu(), cpu_values)
     assert torch.equal(count_blocks(csr.to("cuda"), window, cuda_perm).cpu(), count_blocks(csr, window, perm))
+
+
+def test_build_layout_is_the_layout_of_build_metcf():
+    row, col, values = random_coo(300, 200, 0.05, seed=4, dtype=torch.float32, duplicates=True)
+    csr = csr_mod.from_coo(row, col, values, 300, 200)
+    for window, perm in [(16, None), (8, random_permutation(300, 5))]:
+        expected, _ = build_metcf(csr, window, perm)
+        layout = build_layout(csr, window, perm)
+        for name in expected.TENSOR_FIELDS:
+            assert torch.equal(getattr(layout, name), getattr(expected, name)), name
+
+
+def test_bitmap_built_in_slices_is_the_bitmap_built_at_once(monkeypatch):
+    row, col, values = random_coo(100, 100, 0.3, seed=6, dtype=torch.float32)
+    csr = csr_mod.from_coo(row, col, values, 100, 100)
+    expected = build_layout(csr).block_bitmap
+    monkeypatch.setattr(metcf, "_SLICE", 7)
+    assert torch.equal(build_layout(csr).block_bitmap, expected)

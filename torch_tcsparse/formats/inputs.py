@@ -9,20 +9,18 @@ from .csr import CSR, check_index_tensor, check_size
 
 
 def _as_values(values, dtype: torch.dtype | None, name: str = "values"):
-    """Cast values to ``dtype`` when given; otherwise they must already be floating point."""
+    """Values ready for ``csr_mod``, which casts them to ``dtype`` once their duplicates are summed
+    (in float32 or float64: a cast first would sum 16-bit values in 16 bits). Non-float values
+    need ``dtype`` and become floats of the accumulation dtype here."""
     if values is None:
         return None
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(values).__name__}")
-    if dtype is not None:
-        return values.to(dtype)
+    if dtype is not None and not values.dtype.is_floating_point:
+        return values.to(csr_mod.accumulation_dtype(dtype))
     if not values.dtype.is_floating_point:
         raise TypeError(f"{name} has dtype {values.dtype}; pass dtype=torch.float32 (or another float dtype) to convert")
     return values
-
-
-def _default_dtype(dtype: torch.dtype | None) -> torch.dtype:
-    return torch.float32 if dtype is None else dtype
 
 
 def _edge_index_parts(edge_index):
@@ -61,7 +59,7 @@ def from_edge_index(edge_index, edge_weight=None, num_nodes=None, dtype=None) ->
         raise ValueError(f"edge_weight must be 1-D with one weight per edge, got shape {tuple(values.shape)}")
     num_src, num_dst = check_size("num_nodes", num_src), check_size("num_nodes", num_dst)
     return csr_mod.from_coo(
-        edge_index[1], edge_index[0], values, num_dst, num_src, _default_dtype(dtype),
+        edge_index[1], edge_index[0], values, num_dst, num_src, dtype,
         names=("edge_index[1] (targets)", "edge_index[0] (sources)"),
     )
 
@@ -78,7 +76,7 @@ def from_coo(row, col, values=None, shape=None, dtype=None) -> CSR:
     if shape is None:
         shape = (int(row.max()) + 1 if row.numel() else 0, int(col.max()) + 1 if col.numel() else 0)
     num_rows, num_cols = _shape(shape)
-    return csr_mod.from_coo(row, col, _as_values(values, dtype), num_rows, num_cols, _default_dtype(dtype))
+    return csr_mod.from_coo(row, col, _as_values(values, dtype), num_rows, num_cols, dtype)
 
 
 def from_csr(rowptr, col, values=None, shape=None, dtype=None) -> CSR:
@@ -87,7 +85,7 @@ def from_csr(rowptr, col, values=None, shape=None, dtype=None) -> CSR:
     if shape is None:
         shape = (rowptr.numel() - 1, int(col.max()) + 1 if col.numel() else 0)
     num_rows, num_cols = _shape(shape)
-    return csr_mod.from_csr_arrays(rowptr, col, _as_values(values, dtype), num_rows, num_cols, _default_dtype(dtype))
+    return csr_mod.from_csr_arrays(rowptr, col, _as_values(values, dtype), num_rows, num_cols, dtype)
 
 
 def from_scipy(matrix, dtype=None) -> CSR:
@@ -102,7 +100,7 @@ def from_scipy(matrix, dtype=None) -> CSR:
     values = torch.from_numpy(np.ascontiguousarray(data))
     row = torch.from_numpy(coo.row.astype(np.int64))
     col = torch.from_numpy(coo.col.astype(np.int64))
-    return csr_mod.from_coo(row, col, _as_values(values, dtype), coo.shape[0], coo.shape[1], _default_dtype(dtype))
+    return csr_mod.from_coo(row, col, _as_values(values, dtype), coo.shape[0], coo.shape[1], dtype)
 
 
 def from_torch(tensor: torch.Tensor, dtype=None) -> CSR:
@@ -111,13 +109,16 @@ def from_torch(tensor: torch.Tensor, dtype=None) -> CSR:
     if tensor.dim() != 2:
         raise ValueError(f"from_torch expects a 2-D sparse tensor, got {tensor.dim()} dimensions")
     if tensor.layout == torch.sparse_coo:
-        coalesced = tensor.coalesce()
+        # coalesce() sums duplicates in the tensor's dtype: 16-bit values are widened first.
+        widened = tensor.to(csr_mod.accumulation_dtype(tensor.dtype)) if tensor.dtype.is_floating_point else tensor
+        coalesced = widened.coalesce()
         row, col = coalesced.indices()
-        return csr_mod.from_coo(row, col, _as_values(coalesced.values(), dtype), *tensor.shape, _default_dtype(dtype))
+        out_dtype = tensor.dtype if dtype is None and tensor.dtype.is_floating_point else dtype
+        return csr_mod.from_coo(row, col, _as_values(coalesced.values(), dtype), *tensor.shape, out_dtype)
     if tensor.layout == torch.sparse_csr:
         values = _as_values(tensor.values(), dtype)
         return csr_mod.from_csr_arrays(
-            tensor.crow_indices(), tensor.col_indices(), values, tensor.shape[0], tensor.shape[1], _default_dtype(dtype)
+            tensor.crow_indices(), tensor.col_indices(), values, tensor.shape[0], tensor.shape[1], dtype
         )
     raise TypeError(f"from_torch supports sparse COO and CSR tensors, got layout {tensor.layout}")
 
@@ -128,4 +129,4 @@ def from_dense(dense: torch.Tensor, dtype=None) -> CSR:
     if dense.dim() != 2:
         raise ValueError(f"from_dense expects a 2-D tensor, got shape {tuple(dense.shape)}")
     row, col = torch.nonzero(dense, as_tuple=True)
-    return csr_mod.from_coo(row, col, _as_values(dense[row, col], dtype), *dense.shape, _default_dtype(dtype))
+    return csr_mod.from_coo(row, col, _as_values(dense[row, col], dtype), *dense.shape, dtype)

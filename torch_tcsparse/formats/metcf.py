@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from .. import _ext
+from .arrays import INT32_MAX, compress, first_of_runs, remainder_, sort_keys, sort_with_positions
 from .csr import CSR, index_dtype_for
 
 # TC blocks handled by one thread block of the balanced kernel. 32 blocks of 16x8 are 4096
@@ -65,6 +66,10 @@ BALANCE_CHUNK = 32
 
 WINDOWS = (8, 16)
 BLOCK_WIDTH = 8
+# Bits of a block's occupancy bitmap (four int32 words): one per entry of the largest block.
+BITMAP_BITS = 128
+# Nonzeros per slice where a pass over all of them at once would need int64 temporaries.
+_SLICE = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,12 @@ def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
     return ids.repeat_interleave(counts, output_size=total)
 
 
+def _log2(power_of_two: int) -> int:
+    """Shift for a division by a power of two (windows, block width): shifts are several times
+    cheaper than integer divisions over every nonzero."""
+    return power_of_two.bit_length() - 1
+
+
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(counts.numel() + 1, dtype=torch.long, device=counts.device)
     torch.cumsum(counts, 0, out=out[1:])
@@ -213,19 +224,35 @@ def count_blocks(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = Non
     return _builder(csr, window, row_perm).blocks_per_window()
 
 
-def occupancy_bitmap(nnz_block: torch.Tensor, local: torch.Tensor, num_blocks: int) -> torch.Tensor:
+def occupancy_bitmap(key: torch.Tensor, num_blocks: int) -> torch.Tensor:
     """Four int32 words per block with bit ``local % 32`` of word ``local // 32`` set for each
-    nonzero (``local = row_in_window * 8 + col_in_block`` is unique inside its block)."""
-    words = torch.zeros(num_blocks * 4, dtype=torch.int64, device=local.device)
-    words.scatter_add_(0, nnz_block * 4 + (local >> 5), torch.ones_like(local) << (local & 31))
+    nonzero, from its int64 key ``block * 128 + local`` (``local = row_in_window * 8 +
+    col_in_block`` is unique inside its block). Slices of the keys at a time: the word index and
+    bit of every nonzero at once would be two more int64 arrays per nonzero."""
+    words = torch.zeros(num_blocks * 4, dtype=torch.int64, device=key.device)
+    for start in range(0, key.numel(), _SLICE):
+        part = key[start : start + _SLICE]
+        words.index_add_(0, part >> 5, torch.ones_like(part).bitwise_left_shift_(part & 31))
     # Distinct bits, so the sum is their OR; fold into int32's range keeping the bit pattern.
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    words[words >= 2**31] -= 2**32
+    return words.to(torch.int32)
 
 
 def build_metcf(
     csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None, use_kernels: bool | None = None
 ) -> tuple[MetcfLayout, torch.Tensor]:
     """ME-TCF layout and block-order values of ``csr``; ``row_perm[i]`` is the row placed at slot i.
+    See ``build_layout``."""
+    layout = build_layout(csr, window, row_perm, use_kernels)
+    block_values = csr.values.new_empty(csr.values.shape).index_put_((layout.csr_gather,), csr.values)
+    return layout, block_values
+
+
+def build_layout(
+    csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None, use_kernels: bool | None = None
+) -> MetcfLayout:
+    """ME-TCF layout of ``csr`` without its values (what a structure shared by several value
+    tensors keeps: the block-order copy of the values costs a scatter and a value array).
     On a GPU with the extension built, the conversion kernels (``csrc/metcf_convert.cu``) build
     it; elsewhere torch ops do, with the same result entry for entry. ``use_kernels=False``
     forces the torch ops (the kernels' reference in tests and benchmarks)."""
@@ -233,7 +260,7 @@ def build_metcf(
     window_offsets, chunk_offsets, host_counts = build.count()
     num_blocks = int(host_counts.window_offsets[-1])
     block_cols, block_bitmap, block_offsets, local_ids, csr_gather = build.fill(window_offsets, num_blocks)
-    layout = MetcfLayout(
+    return MetcfLayout(
         window=window,
         num_rows=csr.num_rows,
         num_cols=csr.num_cols,
@@ -250,8 +277,6 @@ def build_metcf(
         csr_gather=csr_gather,
         host_counts=host_counts,
     )
-    block_values = csr.values.new_empty(csr.values.shape).index_put_((csr_gather,), csr.values)
-    return layout, block_values
 
 
 def _builder(csr: CSR, window: int, row_perm: torch.Tensor | None, use_kernels: bool | None = None):
@@ -273,26 +298,52 @@ def _row_map(num_rows: int, window: int, row_perm: torch.Tensor | None, device) 
 
 
 class _TorchBuild:
-    """The layout with torch ops, on any device: the distinct (window, column) pairs come from
-    ``torch.unique``, the block order from a sort."""
+    """The layout with torch ops, on any device, from two sorts: the nonzeros by (window, column)
+    give the distinct pairs, their ranks, blocks and lanes; then by (block, local id), the block
+    order. Per-nonzero arrays are int32 where the index dtype is (an int64 array per nonzero
+    costs 160 MB at 20M nonzeros) and each is released once used."""
 
     def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None):
+        device = csr.col.device
         self.csr, self.window = csr, window
-        self.row_map = _row_map(csr.num_rows, window, row_perm, csr.col.device)
-        self.slot = row_slots(csr.num_rows, row_perm, csr.col.device)[csr.row_indices()]
+        self.row_map = _row_map(csr.num_rows, window, row_perm, device)
+        rows = csr.row_indices(csr.col.dtype)
+        if row_perm is None:
+            self.slot = rows
+        else:
+            self.slot = row_slots(csr.num_rows, row_perm, device).to(csr.col.dtype).index_select(0, rows)
         self.num_windows = -(-csr.num_rows // window)
 
+    def _pair_keys(self) -> torch.Tensor:
+        """window * width + column of every nonzero (int64, in CSR order)."""
+        keys = self.slot.long()
+        keys >>= _log2(self.window)
+        keys *= max(self.csr.num_cols, 1)
+        keys += self.csr.col
+        return keys
+
     def blocks_per_window(self, for_fill: bool = False) -> torch.Tensor:
-        """``for_fill`` also keeps each nonzero's pair (the unique's inverse), which only ``fill``
-        needs: counting alone (reordering) skips it."""
+        """``for_fill`` also keeps the order of the nonzeros by pair and each one's pair, which
+        only ``fill`` needs: counting alone (reordering) skips them."""
         width = max(self.csr.num_cols, 1)
-        keys = (self.slot // self.window) * width + self.csr.col.long()
+        keys = self._pair_keys()
         if for_fill:
-            self.pair_key, self.pair_of_nnz = torch.unique(keys, return_inverse=True)
+            keys, self.order = sort_with_positions(keys, self.num_windows * width)
+            # Row in its window of each nonzero in pair order: one byte, the slots can go.
+            self.row_in_window = self.slot.index_select(0, self.order).bitwise_and_(self.window - 1).to(torch.uint8)
+            self.slot = None
         else:
-            self.pair_key = torch.unique(keys)
-        self.pairs_per_window = torch.bincount(self.pair_key // width, minlength=self.num_windows)
-        return (self.pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
+            keys = sort_keys(keys)
+        is_first = first_of_runs(keys)
+        if for_fill:
+            self.pair_of_sorted = torch.cumsum(is_first, 0, dtype=self.csr.col.dtype).sub_(1)
+        self.pair_key = compress(keys, is_first)
+        del keys, is_first
+        # Pairs are sorted by window: a binary search per window counts them, no division per pair.
+        window_starts = torch.arange(self.num_windows + 1, device=self.pair_key.device) * width
+        self.pairs_before = torch.searchsorted(self.pair_key, window_starts)
+        pairs_per_window = self.pairs_before[1:] - self.pairs_before[:-1]
+        return (pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
 
     def count(self) -> tuple[torch.Tensor, torch.Tensor, HostCounts]:
         """int32 window and chunk offsets on the device, and the host copies."""
@@ -303,26 +354,45 @@ class _TorchBuild:
         return window_offsets.to(torch.int32), chunk_offsets.to(torch.int32), host_counts
 
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
-        csr, window, device = self.csr, self.window, self.csr.col.device
+        csr, device = self.csr, self.csr.col.device
         width = max(csr.num_cols, 1)
-        # Condensed columns, ascending, ranked inside their window.
-        pair_window = self.pair_key // width
-        pair_rank = torch.arange(self.pair_key.numel(), device=device) - _exclusive_cumsum(self.pairs_per_window)[pair_window]
-        pair_block = window_offsets.long()[pair_window] + pair_rank // BLOCK_WIDTH
-        pair_lane = pair_rank % BLOCK_WIDTH
+        # Condensed columns, ascending, ranked inside their window; a window's blocks are
+        # consecutive, so a pair's entry in block_cols is its window's first entry plus its rank.
+        num_pairs = self.pair_key.numel()
+        pair_col = remainder_(self.pair_key, width).to(torch.int32)
+        self.pair_key = None
+        entry_dtype = torch.int32 if num_blocks * BITMAP_BITS <= INT32_MAX else torch.int64
+        pairs_before = self.pairs_before
+        shift = (window_offsets.long()[:-1] * BLOCK_WIDTH - pairs_before[:-1]).to(entry_dtype)
+        pair_entry = shift.repeat_interleave(pairs_before[1:] - pairs_before[:-1], output_size=num_pairs)
+        pair_entry += torch.arange(num_pairs, dtype=entry_dtype, device=device)
+        # Entries are distinct: adding column + 1 to zeros and 1 from all leaves -1 for padding.
+        # (index_add_ takes int32 indices as they are; assignment would copy them to int64.)
+        block_cols = torch.zeros(num_blocks * BLOCK_WIDTH, dtype=torch.int32, device=device)
+        block_cols.index_add_(0, pair_entry, pair_col.add_(1))
+        block_cols -= 1
+        del pair_col
 
-        block_cols = torch.full((num_blocks * BLOCK_WIDTH,), -1, dtype=torch.int32, device=device)
-        block_cols[pair_block * BLOCK_WIDTH + pair_lane] = (self.pair_key % width).to(torch.int32)
+        # Block-order key of every nonzero: block * 128 + row_in_window * 8 + lane, distinct. The
+        # stride of 128 for either window puts a nonzero's bitmap word at key // 32. Pairs give
+        # block * 128 + lane; the nonzeros (taken in pair order) add their row.
+        pair_entry += (pair_entry >> _log2(BLOCK_WIDTH)) * (BITMAP_BITS - BLOCK_WIDTH)
+        key = pair_entry.index_select(0, self.pair_of_sorted).long()
+        del pair_entry
+        self.pair_of_sorted = None
+        key.add_(self.row_in_window, alpha=BLOCK_WIDTH)
+        self.row_in_window = None
+        key, source = sort_with_positions(key, num_blocks * BITMAP_BITS, self.order)
+        self.order = None
 
-        nnz_block = pair_block[self.pair_of_nnz]
-        local = (self.slot % window) * BLOCK_WIDTH + pair_lane[self.pair_of_nnz]
-        order = torch.sort(nnz_block * (window * BLOCK_WIDTH) + local).indices  # keys are distinct
-        block_offsets = _exclusive_cumsum(torch.bincount(nnz_block, minlength=num_blocks))
         gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
-        csr_gather = torch.empty(csr.nnz, dtype=gather_dtype, device=device)
-        csr_gather[order] = torch.arange(csr.nnz, dtype=gather_dtype, device=device)
-        bitmap = occupancy_bitmap(nnz_block, local, num_blocks)
-        return block_cols, bitmap, block_offsets.to(torch.int32), local[order].to(torch.uint8), csr_gather
+        csr_gather = torch.zeros(csr.nnz, dtype=gather_dtype, device=device)
+        csr_gather.index_add_(0, source, torch.arange(csr.nnz, dtype=gather_dtype, device=device))
+        del source
+        block_offsets = _exclusive_cumsum(torch.bincount(key >> _log2(BITMAP_BITS), minlength=num_blocks))
+        local_ids = key.to(torch.uint8).bitwise_and_(BITMAP_BITS - 1)  # the cast keeps the low byte
+        bitmap = occupancy_bitmap(key, num_blocks)
+        return block_cols, bitmap, block_offsets.to(torch.int32), local_ids, csr_gather
 
 
 class _KernelBuild:
