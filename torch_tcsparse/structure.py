@@ -11,7 +11,7 @@ from . import csr_rows
 from .formats.csr import CSR, transpose
 from .formats import grouped as grouped_format
 from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay, split_sizes
-from .formats.metcf import build_metcf
+from .formats.metcf import build_layout
 from .reorder.locality import share_ratio
 from .selector import MatrixFeatures, SelectionCache, device_model, grouped_split
 
@@ -38,7 +38,7 @@ class Structure:
         self.window = window
         self.row_perm, self.col_perm = row_perm, col_perm
         self.method = method
-        self.layout, _ = build_metcf(csr, window, row_perm)
+        self.layout = build_layout(csr, window, row_perm)
         # What is built from the indices on first need (the transpose, the rows kernel's CSR and
         # splits, the grouped layout): kept here, and built anew for a copy on another device.
         self._derived: dict = {}
@@ -156,18 +156,19 @@ class Structure:
                 t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
             del csr_t
             # Entry p of the transpose's CSR is our CSR entry order[p]: link the block orders.
-            ours_in_blocks = self.layout.csr_gather[order]
+            # index_select and index_add_ take the int32 indices as they are (indexing with them
+            # would copy each to int64 first); the indices are permutations, so adding onto zeros
+            # is the assignment.
+            ours_in_blocks = self.layout.csr_gather.index_select(0, order)
             del order
             theirs_in_blocks = t.layout.csr_gather
-            gather = torch.empty_like(theirs_in_blocks)
-            gather[ours_in_blocks] = theirs_in_blocks
+            gather = torch.zeros_like(theirs_in_blocks).index_add_(0, ours_in_blocks, theirs_in_blocks)
             if shared:
                 # Entry (i, j) <-> (j, i) is an involution, and so is the gather: its own
                 # inverse, one copy serves both directions.
                 gather_t = gather
             else:
-                gather_t = torch.empty_like(ours_in_blocks)
-                gather_t[theirs_in_blocks] = ours_in_blocks
+                gather_t = torch.zeros_like(ours_in_blocks).index_add_(0, theirs_in_blocks, ours_in_blocks)
             t.layout = t.layout.with_transpose_gather(gather_t)
             self.layout = self.layout.with_transpose_gather(gather)
             t._derived["transpose"], self._derived["transpose"] = self, t
