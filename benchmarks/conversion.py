@@ -13,9 +13,9 @@ list, and for ``transpose`` the converted matrix, already resident), read from t
 high-water mark (``VmHWM``), reset through ``/proc/self/clear_refs`` before the case: torch's
 allocations escape ``tracemalloc``, and ``ru_maxrss`` cannot be reset.
 
-    PYTHONPATH=. python benchmarks/conversion.py --nodes 2000000 --edges 20000000
+    python -m benchmarks.conversion --nodes 2000000 --edges 20000000
 
-(``PYTHONPATH=.`` measures the package of this checkout rather than an installed one.)
+(run from the repository root, it measures the package of this checkout.)
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def measure(case: str, nodes: int, edges: int, seed: int) -> dict:
 
 
 def run_case(case: str, args) -> dict:
-    command = [sys.executable, __file__, "--case", case, "--nodes", str(args.nodes), "--edges", str(args.edges),
+    command = [sys.executable, "-m", "benchmarks.conversion", "--case", case, "--nodes", str(args.nodes), "--edges", str(args.edges),
                "--seed", str(args.seed), "--threads", str(args.threads)]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
