@@ -48,7 +48,7 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
     path = settle(a, torch.randn(a.shape[1], n, device="cuda", dtype=dtype))
     engine = ENGINES[path]
     kernel = path if path in kernels.KERNELS else "base"
-    fp32_values, _ = operands_of(a, ENGINES[kernel])
+    fp32_values = operands_of(a, ENGINES[kernel]).values
     prepared = kernels.layout_arguments(s.layout)
     module = _ext.load()
     return {

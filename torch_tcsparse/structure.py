@@ -86,13 +86,12 @@ class Structure:
             pieces = self._derived[key] = csr_rows.row_pieces(rowptr, piece_nnz)
         return pieces
 
-    def rows_piece_nnz(self, dtype: torch.dtype) -> int:
-        """Nonzeros per piece of the "rows" path's products with X of ``dtype``
-        (``csr_rows.product_piece_nnz``); the longest row comes from the conversion's host copies
-        (read back once for a layout without them)."""
-        return csr_rows.product_piece_nnz(self.nnz, self._kept("max_row_nnz", self._max_row_nnz), dtype)
+    def max_row_nnz(self) -> int:
+        """Nonzeros of the longest row, from the conversion's host copies (read back once for a
+        layout without them)."""
+        return self._kept("max_row_nnz", self._longest_row)
 
-    def _max_row_nnz(self) -> int:
+    def _longest_row(self) -> int:
         counts = self.layout.host_counts
         if counts is not None:
             return counts.max_row_nnz

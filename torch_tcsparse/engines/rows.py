@@ -34,9 +34,10 @@ class RowsOperands(NamedTuple):
     values: torch.Tensor
     num_cols: int
     row_map: torch.Tensor | None
-    # X's dtype -> the split of long rows for a product now (it depends on the dtype and on
-    # torch's deterministic mode, so it is looked up per call; the structure keeps each split).
-    pieces_for: Callable[[torch.dtype], csr_rows.RowPieces]
+    # The split of long rows for products in the values' dtype, and the one without split rows
+    # that deterministic mode runs (built on first need, asked per call: the mode may change).
+    split: csr_rows.RowPieces
+    unsplit: Callable[[], csr_rows.RowPieces]
 
 
 class RowsEngine(Engine):
@@ -46,11 +47,9 @@ class RowsEngine(Engine):
         csr_rows.check_indices(structure.rowptr)
         rows = structure.rows_csr()
         ordered = values if rows.gather is None else values[rows.gather]
-
-        def pieces_for(dtype):
-            return structure.row_pieces(structure.rows_piece_nnz(dtype))
-
-        return RowsOperands(rows.rowptr, rows.col, ordered, structure.num_cols, rows.row_map, pieces_for)
+        split = structure.row_pieces(csr_rows.split_piece_nnz(structure.nnz, structure.max_row_nnz(), values.dtype))
+        return RowsOperands(rows.rowptr, rows.col, ordered, structure.num_cols, rows.row_map, split,
+                            lambda: structure.row_pieces(csr_rows.UNSPLIT))
 
     def from_layout(self, layout, block_values, row_pieces):
         csr_rows.check_indices(layout.csr_rowptr)
@@ -60,12 +59,13 @@ class RowsEngine(Engine):
         else:
             pieces = csr_rows.row_pieces(layout.csr_rowptr, size)
         return RowsOperands(layout.csr_rowptr, layout.csr_col, block_values[layout.csr_gather], layout.num_cols, None,
-                            lambda dtype: pieces)
+                            pieces, lambda: pieces)
 
     def run(self, x, operands, bias):
         o = operands
         values = o.values if o.values.dtype == x.dtype else o.values.to(x.dtype)
-        return launch(x, o.rowptr, o.col, values, o.pieces_for(x.dtype), o.num_cols, bias, o.row_map)
+        pieces = o.unsplit() if torch.are_deterministic_algorithms_enabled() else o.split
+        return launch(x, o.rowptr, o.col, values, pieces, o.num_cols, bias, o.row_map)
 
 
 ROWS = RowsEngine()

@@ -4,6 +4,8 @@ TC blocks per warp, cut windows summed with atomics). The values reach the kerne
 in block order; products are summed in fp32 (see ``kernels.py`` for the precision)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .. import _ext
@@ -12,17 +14,21 @@ from ..kernels import layout_arguments, tf32_allowed
 from .base import Engine
 
 
-def launch(x: torch.Tensor, values: torch.Tensor, layout: MetcfLayout, balanced: bool) -> torch.Tensor:
-    """Y = A @ x for A given by ``layout`` and its float32 block-order ``values``; the binding
-    checks every argument (RuntimeError naming it)."""
-    return _ext.load().spmm(
-        x,
-        values,
-        *layout_arguments(layout),
-        balanced,
-        torch.are_deterministic_algorithms_enabled(),
-        not tf32_allowed(),
-    )
+def _launch(x: torch.Tensor, values: torch.Tensor, arguments: tuple, balanced: bool) -> torch.Tensor:
+    """Y = A @ x for A given by the layout's binding ``arguments`` and its float32 block-order
+    ``values``; the binding checks every argument (RuntimeError naming it)."""
+    return _ext.load().spmm(x, values, *arguments, balanced, torch.are_deterministic_algorithms_enabled(),
+                            not tf32_allowed())
+
+
+class TensorCoreOperands(NamedTuple):
+    values: torch.Tensor  # float32, block order
+    layout: MetcfLayout
+    arguments: tuple  # the layout as the binding takes it, built once
+
+
+def _operands(block_values: torch.Tensor, layout: MetcfLayout) -> TensorCoreOperands:
+    return TensorCoreOperands(block_values.float(), layout, tuple(layout_arguments(layout)))
 
 
 class TensorCoreEngine(Engine):
@@ -32,17 +38,17 @@ class TensorCoreEngine(Engine):
         self.name, self.balanced = name, balanced
 
     def prepare(self, structure, values):
-        return structure.to_block_order(values).float(), structure.layout
+        return _operands(structure.to_block_order(values), structure.layout)
 
     def from_layout(self, layout, block_values, row_pieces):
-        return block_values.float(), layout
+        return _operands(block_values, layout)
 
     def run(self, x, operands, bias):
-        values, layout = operands
-        if layout.nnz == 0 or x.shape[1] == 0:
-            y = x.new_zeros(layout.num_rows, x.shape[1])
+        o = operands
+        if o.values.numel() == 0 or x.shape[1] == 0:
+            y = x.new_zeros(o.layout.num_rows, x.shape[1])
         else:
-            y = launch(x, values, layout, self.balanced)
+            y = _launch(x, o.values, o.arguments, self.balanced)
         return y if bias is None else y + bias
 
 
