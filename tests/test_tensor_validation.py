@@ -147,6 +147,10 @@ INVALID_CONSTRUCTIONS = {
     "float numpy permutation": (
         lambda: TCSparseTensor.from_edge_index(EDGES, reorder=np.array([2.0, 0.0, 1.0])), TypeError, r"reorder.*float64"
     ),
+    "complex permutation": (
+        lambda: TCSparseTensor.from_edge_index(EDGES, reorder=torch.tensor([2, 0, 1], dtype=torch.complex64)),
+        ValueError, r"permutation.*integer.*complex64",
+    ),
     "list permutation": (lambda: TCSparseTensor.from_edge_index(EDGES, reorder=[2, 0, 1]), TypeError, r"reorder.*list"),
     "complex weights": (
         lambda: TCSparseTensor.from_edge_index(EDGES, torch.ones(3, dtype=torch.complex64)), TypeError, r"edge_weight.*complex64"

@@ -73,7 +73,7 @@ def choose_order(csr: CSR, reorder, symmetric: bool, window: int, seed: int):
 
 
 def checked_permutation(perm: torch.Tensor, size: int, device) -> torch.Tensor:
-    if perm.dtype.is_floating_point or perm.dtype == torch.bool or perm.dim() != 1 or perm.numel() != size:
+    if perm.is_floating_point() or perm.is_complex() or perm.dtype == torch.bool or perm.dim() != 1 or perm.numel() != size:
         raise ValueError(f"a row permutation must be an integer tensor of {size} entries, got {perm.dtype} {tuple(perm.shape)}")
     perm = perm.to(device=device, dtype=torch.long)
     seen = torch.zeros(size, dtype=torch.bool, device=device)

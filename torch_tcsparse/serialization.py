@@ -8,8 +8,6 @@ array's layout and length are therefore checked against its storage and the save
 any operation reads it, so loading costs memory in proportion to what the file stores."""
 from __future__ import annotations
 
-import pickle
-
 import torch
 
 from .conversion import build_structure
@@ -36,13 +34,19 @@ def state_of(structure, values: torch.Tensor) -> dict:
 
 
 def load(f, map_location=None):
-    """``torch.load(f, weights_only=True)`` whose failures on a damaged file are ``ValueError``:
-    torch itself reads the archive (its zip directory, the size of every record, every tensor's
-    view of its storage) before any saved matrix is rebuilt, and raises its own errors there."""
+    """``torch.load(f, weights_only=True)`` whose failures on a damaged file are ``ValueError``.
+
+    torch itself reads the archive (its zip directory, the size of every record, the pickle,
+    every tensor's view of its storage) before any saved matrix is rebuilt, and on damaged bytes
+    its reader and restricted unpickler raise whatever they meet (RuntimeError, UnpicklingError,
+    KeyError, EOFError...). An ``OSError`` is not about the file's content (a missing file, a
+    failing disk) and passes through."""
     try:
         return torch.load(f, map_location=map_location, weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, EOFError, UnicodeDecodeError) as error:
-        raise ValueError(f"not a readable torch file: {error}") from error
+    except (ValueError, OSError):
+        raise
+    except Exception as error:
+        raise ValueError(f"not a readable torch file: {type(error).__name__}: {error}") from error
 
 
 def rebuild(state: dict):
