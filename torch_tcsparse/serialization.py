@@ -93,13 +93,18 @@ def _array(name: str, array) -> torch.Tensor:
         raise ValueError(f"{name} must be a 1-D dense tensor, got layout {array.layout} and shape {tuple(array.shape)}")
     if array.numel() > 1 and array.stride(0) < 1:
         raise ValueError(f"{name} must store each of its {array.numel()} entries once, got an expanded tensor (stride 0)")
-    end = (array.storage_offset() + array.numel()) * array.element_size()
-    if array.storage_offset() < 0 or end > array.untyped_storage().nbytes():
+    if array.storage_offset() < 0 or _end(array) > array.untyped_storage().nbytes():
         raise ValueError(
             f"{name} claims {array.numel()} entries from offset {array.storage_offset()} of a storage of "
             f"{array.untyped_storage().nbytes()} bytes"
         )
     return array
+
+
+def _end(array: torch.Tensor) -> int:
+    """Where ``array``'s last entry ends in its storage, in bytes."""
+    extent = (array.numel() - 1) * array.stride(0) + 1 if array.numel() else 0
+    return (array.storage_offset() + extent) * array.element_size()
 
 
 def _check_lengths(rowptr, col, values, row_perm, num_rows: int) -> None:
@@ -117,8 +122,8 @@ def _check_disjoint(arrays: dict) -> None:
     for name, array in arrays.items():
         if array is None or array.numel() == 0:
             continue
-        start = array.untyped_storage().data_ptr() + array.storage_offset() * array.element_size()
-        spans.append((start, start + array.numel() * array.element_size(), name))
+        base = array.untyped_storage().data_ptr()
+        spans.append((base + array.storage_offset() * array.element_size(), base + _end(array), name))
     spans.sort()
     for (_, end, name), (start, _, other) in zip(spans, spans[1:]):
         if start < end:
