@@ -81,6 +81,23 @@ def expand(rng, state):
     return state | {name: entry.expand(_claim(rng))}
 
 
+def claim_rows(rng, state):
+    """A shape of LARGEST_CLAIM empty rows, its rowptr one expanded zero: consistent lengths, so
+    only the stride shows that the file does not hold what it claims."""
+    num_cols = int(rng.integers(0, 9))
+    rowptr = torch.zeros(1, dtype=torch.int32).expand(LARGEST_CLAIM + 1)
+    empty = dict(col=torch.zeros(0, dtype=torch.int32), values=torch.zeros(0), row_perm=None)
+    return state | dict(shape=(LARGEST_CLAIM, num_cols), rowptr=rowptr) | empty
+
+
+def claim_entries(rng, state):
+    """One row of LARGEST_CLAIM entries, its columns and values expanded from one entry each."""
+    columns = torch.zeros(1, dtype=torch.int32).expand(LARGEST_CLAIM)
+    values = torch.ones(1, dtype=torch.float32).expand(LARGEST_CLAIM)
+    rowptr = torch.tensor([0, LARGEST_CLAIM], dtype=torch.int32)
+    return state | dict(shape=(1, int(rng.integers(1, 9))), rowptr=rowptr, col=columns, values=values, row_perm=None)
+
+
 def stride(rng, state):
     name = _some_array(rng, state)
     step = int(rng.integers(2, 4))
@@ -178,7 +195,7 @@ def drop_key(rng, state):
     return state
 
 
-STATE_EDITS = (expand, stride, offset_view, resize, two_dimensional, retype, poke, swap, share, reshape,
+STATE_EDITS = (expand, claim_rows, claim_entries, stride, offset_view, resize, two_dimensional, retype, poke, swap, share, reshape,
                option, drop_key)
 
 
