@@ -15,7 +15,7 @@ from torch_tcsparse.testing import random_coo, random_permutation
 ARRAYS = ("rowptr", "col", "values", "row_perm")
 # The largest length an expanded or regrown array claims: materialised, it would cost far more
 # than the memory bound the fuzzer checks, yet not enough to endanger the machine running it.
-LARGEST_CLAIM = 2**24
+LARGEST_CLAIM = 2**22
 
 
 class Crafted:
@@ -131,7 +131,8 @@ def retype(rng, state):
     name = _some_array(rng, state)
     dtypes = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
               torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64]
-    return state | {name: state[name].to(dtypes[rng.integers(len(dtypes))])}
+    array = state[name].real if state[name].is_complex() else state[name]
+    return state | {name: array.to(dtypes[rng.integers(len(dtypes))])}
 
 
 def poke(rng, state):

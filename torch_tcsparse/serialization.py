@@ -15,6 +15,7 @@ from .formats.csr import from_csr_arrays
 from .formats.inputs import check_shape
 
 SAVE_FORMAT_VERSION = 1
+INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def state_of(structure, values: torch.Tensor) -> dict:
@@ -59,6 +60,7 @@ def rebuild(state: dict):
         num_rows, num_cols = _shape(state["shape"])
         rowptr, col, values = (_array(name, state[name]) for name in ("rowptr", "col", "values"))
         row_perm = None if state["row_perm"] is None else _array("row_perm", state["row_perm"])
+        _check_index_dtypes(rowptr=rowptr, col=col, row_perm=row_perm)
         _check_lengths(rowptr, col, values, row_perm, num_rows)
         _check_disjoint({"rowptr": rowptr, "col": col, "values": values, "row_perm": row_perm})
         window, symmetric, method = state["window"], state["symmetric"], state["method"]
@@ -105,6 +107,14 @@ def _end(array: torch.Tensor) -> int:
     """Where ``array``'s last entry ends in its storage, in bytes."""
     extent = (array.numel() - 1) * array.stride(0) + 1 if array.numel() else 0
     return (array.storage_offset() + extent) * array.element_size()
+
+
+def _check_index_dtypes(**arrays) -> None:
+    """Index arrays are saved as int32 or int64; a narrower type would let a small file claim
+    rows whose rebuild (in int64) costs many times its bytes."""
+    for name, array in arrays.items():
+        if array is not None and array.dtype not in INDEX_DTYPES:
+            raise ValueError(f"{name} must be int32 or int64 as saved, got {array.dtype}")
 
 
 def _check_lengths(rowptr, col, values, row_perm, num_rows: int) -> None:
