@@ -1,11 +1,14 @@
 """torch.save / torch.load of a TCSparseTensor, with and without weights_only, and crafted files
 that must give a ValueError on load rather than a layout that reads out of bounds later."""
 import io
+import zipfile
 
 import pytest
 import torch
+from memory import PeakGrowth
 
 from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.serialization import load
 from torch_tcsparse.testing import random_dense, random_permutation
 
 
@@ -91,7 +94,9 @@ CRAFTED = {
     "negative col": (dict(col=torch.tensor([0, -2, 1, 0], dtype=torch.int32)), r"negative.*-2"),
     "decreasing rowptr": (dict(rowptr=torch.tensor([0, 3, 2, 4], dtype=torch.int32)), r"non-decreasing"),
     "rowptr past col": (dict(rowptr=torch.tensor([0, 2, 3, 9], dtype=torch.int32)), r"ends at 9"),
-    "float rowptr": (dict(rowptr=torch.tensor([0.0, 2.0, 3.0, 4.0])), r"rowptr.*integers"),
+    "float rowptr": (dict(rowptr=torch.tensor([0.0, 2.0, 3.0, 4.0])), r"rowptr.*int32 or int64.*float32"),
+    "byte rowptr": (dict(rowptr=torch.tensor([0, 2, 3, 4], dtype=torch.uint8)), r"rowptr.*int32 or int64.*uint8"),
+    "int16 col": (dict(col=torch.tensor([0, 2, 1, 0], dtype=torch.int16)), r"col.*int32 or int64.*int16"),
     "wrong version": (dict(version=99), r"version"),
     "repeated row_perm": (dict(row_perm=torch.tensor([0, 0, 1])), r"permutation"),
     "row_perm out of range": (dict(row_perm=torch.tensor([0, 1, 3])), r"outside \[0, 3\)"),
@@ -105,6 +110,13 @@ CRAFTED = {
     "negative shape": (dict(shape=(3, -1)), r"-1"),
     "bad window": (dict(window=5), r"window.*5"),
     "missing col": (dict(col=None), r"col"),
+    "shape of floats": (dict(shape=(3.0, 3.0)), r"num_rows must be an int"),
+    "shape of three": (dict(shape=(3, 3, 1)), r"shape.*pair.*\(3, 3, 1\)"),
+    "shape overflowing int64": (dict(shape=(3, 2**62)), r"too large"),
+    "2-D values": (dict(values=torch.ones(4, 1)), r"values.*1-D.*\(4, 1\)"),
+    "window as a float": (dict(window=16.0), r"window.*16\.0"),
+    "symmetric as a string": (dict(symmetric="yes"), r"symmetric.*'yes'"),
+    "method as a number": (dict(method=3), r"method.*3"),
 }
 
 
@@ -137,3 +149,95 @@ def test_deepcopy_goes_through_the_same_rebuild():
     copied = copy.deepcopy(original)
     assert_same(copied, original)
     assert copied._structure is not original._structure
+
+
+def save_state(state) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(Crafted(state), buffer)
+    return buffer.getvalue()
+
+
+def expanded(value, size: int, dtype) -> torch.Tensor:
+    """A tensor of ``size`` entries that stores one: what a stride of 0 makes of a saved array."""
+    return torch.full((1,), value, dtype=dtype).expand(size)
+
+
+def overlapping_rowptr_and_col():
+    storage = torch.tensor([0, 0, 0, 1], dtype=torch.int32)
+    return dict(rowptr=storage, col=storage[3:], values=torch.ones(1), row_perm=None)
+
+
+HUGE = 2**26
+BOMBS = {
+    "expanded rowptr": dict(shape=(HUGE, 3), rowptr=expanded(0, HUGE + 1, torch.int32),
+                            col=torch.zeros(0, dtype=torch.int32), values=torch.ones(0), row_perm=None),
+    "expanded col and values": dict(shape=(1, 3), rowptr=torch.tensor([0, HUGE], dtype=torch.int32),
+                                    col=expanded(0, HUGE, torch.int32), values=expanded(1.0, HUGE, torch.float32),
+                                    row_perm=None),
+    "expanded row_perm": dict(row_perm=expanded(0, 3, torch.int64)),
+    "rowptr and col in one storage": overlapping_rowptr_and_col(),
+}
+
+
+@pytest.mark.parametrize("name", list(BOMBS))
+def test_expanded_or_overlapping_arrays_are_refused_before_they_are_read(name):
+    data = save_state(saved_state() | BOMBS[name])
+    assert len(data) < 4096
+    with PeakGrowth() as peak:
+        with pytest.raises(ValueError, match=r"expanded tensor \(stride 0\)|overlap"):
+            torch.load(io.BytesIO(data), weights_only=True)
+    assert peak.bytes < 64 * 2**20, f"loading a {len(data)}-byte file raised the peak by {peak.bytes / 2**20:.0f} MiB"
+
+
+def test_strided_values_of_a_matrix_round_trip():
+    strided = VALID.csr.values.repeat_interleave(2)[::2]
+    loaded = save_and_load(VALID.with_values(strided), weights_only=True)
+    assert torch.equal(loaded.to_dense(), VALID.to_dense())
+
+
+def zip_records(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def zipped(records: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, record in records.items():
+            archive.writestr(name, record)
+    return buffer.getvalue()
+
+
+def truncated_record(data: bytes) -> bytes:
+    records = zip_records(data)
+    name = next(name for name in records if "/data/" in name and not name.endswith(".pkl"))
+    return zipped(records | {name: records[name][: len(records[name]) // 2]})
+
+
+def truncated_pickle(data: bytes) -> bytes:
+    records = zip_records(data)
+    name = next(name for name in records if name.endswith("data.pkl"))
+    return zipped(records | {name: records[name][: len(records[name]) // 2]})
+
+
+DAMAGED = {
+    "truncated file": lambda data: data[: len(data) // 2],
+    "truncated storage record": truncated_record,
+    "truncated pickle": truncated_pickle,
+    "not a torch file": lambda data: b"TCSparseTensor" * 10,
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED))
+def test_load_gives_value_error_for_a_damaged_archive(name):
+    buffer = io.BytesIO()
+    torch.save(VALID, buffer)
+    with pytest.raises(ValueError, match=r"not a readable torch file"):
+        load(io.BytesIO(DAMAGED[name](buffer.getvalue())))
+
+
+def test_load_reads_what_torch_save_wrote():
+    buffer = io.BytesIO()
+    torch.save({"adjacency": VALID}, buffer)
+    buffer.seek(0)
+    assert_same(load(buffer)["adjacency"], VALID)

@@ -1,5 +1,6 @@
 """What TCSparseTensor refuses: unsupported torch operations (TypeError with guidance, never a
 silent result) and invalid operands of A @ X (errors naming the values)."""
+import numpy as np
 import pytest
 import torch
 
@@ -132,3 +133,72 @@ def test_extra_arguments_are_refused(a):
 def test_spmm_needs_a_tcsparse_tensor():
     with pytest.raises(TypeError, match=r"TCSparseTensor.*Tensor"):
         torch_tcsparse.spmm(torch.ones(2, 2), torch.ones(2, 2))
+
+
+EDGES = torch.tensor([[0, 1, 2], [1, 2, 0]])
+
+INVALID_CONSTRUCTIONS = {
+    "float window": (lambda: TCSparseTensor.from_edge_index(EDGES, window=16.0), TypeError, r"window.*16\.0.*float"),
+    "bool window": (lambda: TCSparseTensor.from_edge_index(EDGES, window=True), TypeError, r"window.*True.*bool"),
+    "string symmetric": (lambda: TCSparseTensor.from_edge_index(EDGES, symmetric="yes"), TypeError, r"symmetric.*'yes'.*str"),
+    "integer symmetric": (lambda: TCSparseTensor.from_edge_index(EDGES, symmetric=1), TypeError, r"symmetric.*1.*int"),
+    "float seed": (lambda: TCSparseTensor.from_edge_index(EDGES, seed=1.5), TypeError, r"seed.*1\.5"),
+    "negative seed": (lambda: TCSparseTensor.from_edge_index(EDGES, seed=-1), ValueError, r"seed.*-1"),
+    "float numpy permutation": (
+        lambda: TCSparseTensor.from_edge_index(EDGES, reorder=np.array([2.0, 0.0, 1.0])), TypeError, r"reorder.*float64"
+    ),
+    "complex permutation": (
+        lambda: TCSparseTensor.from_edge_index(EDGES, reorder=torch.tensor([2, 0, 1], dtype=torch.complex64)),
+        ValueError, r"permutation.*integer.*complex64",
+    ),
+    "list permutation": (lambda: TCSparseTensor.from_edge_index(EDGES, reorder=[2, 0, 1]), TypeError, r"reorder.*list"),
+    "complex weights": (
+        lambda: TCSparseTensor.from_edge_index(EDGES, torch.ones(3, dtype=torch.complex64)), TypeError, r"edge_weight.*complex64"
+    ),
+    "complex weights with a dtype": (
+        lambda: TCSparseTensor.from_edge_index(EDGES, torch.ones(3, dtype=torch.complex64), dtype=torch.float32),
+        TypeError, r"edge_weight.*complex64",
+    ),
+    "string dtype": (lambda: TCSparseTensor.from_edge_index(EDGES, dtype="float32"), TypeError, r"dtype.*'float32'"),
+    "empty rowptr": (
+        lambda: TCSparseTensor.from_csr(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)),
+        ValueError, r"rowptr.*at least one.*\(0,\)",
+    ),
+    "shape overflowing int64 indexing": (
+        lambda: TCSparseTensor.from_coo(torch.tensor([0]), torch.tensor([0]), shape=(1, 2**62)),
+        ValueError, r"shape \(1, 4611686018427387904\) is too large",
+    ),
+    "element count overflowing int64": (
+        lambda: TCSparseTensor.from_coo(torch.tensor([3]), torch.tensor([0]), shape=(2**32, 2**32)),
+        ValueError, r"shape \(4294967296, 4294967296\) is too large",
+    ),
+    "num_nodes overflowing int64": (
+        lambda: TCSparseTensor.from_edge_index(EDGES, num_nodes=2**40), ValueError, r"num_nodes.*1099511627776.*too large"
+    ),
+    "COO tensor with a dense dimension": (
+        lambda: TCSparseTensor.from_torch(torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.ones(2, 3), (2, 3))),
+        ValueError, r"without dense dimensions.*sparse_dim=1, dense_dim=1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID_CONSTRUCTIONS))
+def test_invalid_constructions_name_the_argument_and_value(case):
+    build, error, message = INVALID_CONSTRUCTIONS[case]
+    with pytest.raises(error, match=message):
+        build()
+
+
+def test_numpy_integer_permutation_reorders_as_a_tensor_does():
+    perm = np.array([2, 0, 1], dtype=np.int32)
+    from_numpy = TCSparseTensor.from_edge_index(EDGES, reorder=perm, window=np.int64(8), symmetric=np.bool_(True))
+    from_tensor = TCSparseTensor.from_edge_index(EDGES, reorder=torch.from_numpy(perm), window=8)
+    assert from_numpy.reorder_method == "user"
+    assert torch.equal(from_numpy._structure.row_perm, from_tensor._structure.row_perm)
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(from_numpy.matmul(x, path="reference"), from_tensor.to_dense() @ x)
+
+
+def test_a_wide_matrix_within_int64_indexing_builds():
+    a = TCSparseTensor.from_coo(torch.tensor([0]), torch.tensor([2**40 - 1]), shape=(2, 2**40))
+    assert a.shape == (2, 2**40) and a.nnz == 1

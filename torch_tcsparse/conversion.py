@@ -2,6 +2,7 @@
 the options are checked here, once, for every constructor and for a loaded file."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .formats.csr import CSR
@@ -10,8 +11,7 @@ from .structure import Structure
 
 
 def build_structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed: int) -> Structure:
-    if window not in WINDOWS:
-        raise ValueError(f"window must be one of {WINDOWS}, got {window}")
+    window, symmetric, seed = check_options(window, symmetric, seed)
     if symmetric is None:
         symmetric = csr.num_rows == csr.num_cols
     if symmetric and csr.num_rows != csr.num_cols:
@@ -23,15 +23,44 @@ def build_structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed
     return structure
 
 
+def check_options(window, symmetric, seed) -> tuple[int, bool | None, int]:
+    """The options as plain Python values; numpy integers and bools are taken as theirs, anything
+    else that merely compares equal (``16.0``, ``"yes"``) is refused."""
+    if isinstance(window, np.integer):
+        window = int(window)
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"window must be an int, one of {WINDOWS}, got {window!r} ({type(window).__name__})")
+    if window not in WINDOWS:
+        raise ValueError(f"window must be one of {WINDOWS}, got {window}")
+    if isinstance(symmetric, np.bool_):
+        symmetric = bool(symmetric)
+    if symmetric is not None and not isinstance(symmetric, bool):
+        raise TypeError(f"symmetric must be a bool or None, got {symmetric!r} ({type(symmetric).__name__})")
+    if isinstance(seed, np.integer):
+        seed = int(seed)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    return window, symmetric, seed
+
+
 def choose_order(csr: CSR, reorder, symmetric: bool, window: int, seed: int):
     """The method actually used, its row permutation (None for the identity) and the
-    permutation's ``rows_share_ratio`` where "auto" already computed it (else None)."""
+    permutation's ``rows_share_ratio`` where "auto" already computed it (else None). A numpy
+    integer array is a permutation as a tensor is."""
+    if isinstance(reorder, np.ndarray):
+        if not np.issubdtype(reorder.dtype, np.integer):
+            raise TypeError(f"a reorder permutation must hold integers, got a numpy array of dtype {reorder.dtype}")
+        reorder = torch.from_numpy(np.ascontiguousarray(reorder, dtype=np.int64))
     if isinstance(reorder, torch.Tensor):
         return "user", checked_permutation(reorder, csr.num_rows, csr.col.device), None
     if reorder in (None, "none"):
         return "none", None, None
     if not isinstance(reorder, str):
-        raise TypeError(f"reorder must be a method name or a permutation tensor, got {type(reorder).__name__}")
+        raise TypeError(
+            f"reorder must be a method name or a permutation (tensor or numpy integer array), got {type(reorder).__name__}"
+        )
     from . import reorder as reordering
 
     if reorder != "auto":
@@ -44,7 +73,7 @@ def choose_order(csr: CSR, reorder, symmetric: bool, window: int, seed: int):
 
 
 def checked_permutation(perm: torch.Tensor, size: int, device) -> torch.Tensor:
-    if perm.dtype.is_floating_point or perm.dtype == torch.bool or perm.dim() != 1 or perm.numel() != size:
+    if perm.is_floating_point() or perm.is_complex() or perm.dtype == torch.bool or perm.dim() != 1 or perm.numel() != size:
         raise ValueError(f"a row permutation must be an integer tensor of {size} entries, got {perm.dtype} {tuple(perm.shape)}")
     perm = perm.to(device=device, dtype=torch.long)
     seen = torch.zeros(size, dtype=torch.bool, device=device)

@@ -153,3 +153,42 @@ def test_dense_rejects():
         inputs.from_dense(torch.ones(3))
     with pytest.raises(TypeError, match=r"int64.*dtype="):
         inputs.from_dense(torch.eye(3, dtype=torch.int64))
+
+
+def test_complex_values_are_refused_not_cast():
+    with pytest.raises(TypeError, match=r"complex.*complex128"):
+        inputs.from_scipy(sp.eye(3, dtype=np.complex128, format="csr"), dtype=torch.float32)
+    with pytest.raises(TypeError, match=r"values.*complex64"):
+        inputs.from_coo(tensor([0]), tensor([0]), torch.ones(1, dtype=torch.complex64), dtype=torch.float32)
+    with pytest.raises(TypeError, match=r"values.*complex64"):
+        inputs.from_dense(torch.eye(2, dtype=torch.complex64), dtype=torch.float64)
+
+
+def test_torch_hybrid_tensors_are_refused():
+    hybrid_csr = torch.sparse_csr_tensor(tensor([0, 1, 1]), tensor([0]), torch.ones(1, 2), (2, 2, 2))
+    with pytest.raises(ValueError, match=r"2-D.*3 dimensions"):
+        inputs.from_torch(hybrid_csr)
+    hybrid_coo = torch.sparse_coo_tensor(tensor([[0, 1]]), torch.ones(2, 3), (2, 3))
+    with pytest.raises(ValueError, match=r"dense_dim=1"):
+        inputs.from_torch(hybrid_coo)
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [((1, 2**62), r"\(1, 4611686018427387904\)"), ((2**31, 2**33), r"\(2147483648, 8589934592\)"), ((2, -1), r"-1")],
+)
+def test_shapes_beyond_int64_indexing_are_refused(shape, message):
+    with pytest.raises(ValueError, match=message):
+        inputs.from_coo(tensor([0]), tensor([0]), shape=shape)
+    with pytest.raises(ValueError, match=message):
+        inputs.from_csr(tensor([0, 1]), tensor([0]), shape=shape)
+
+
+def test_csr_needs_a_rowptr_entry():
+    with pytest.raises(ValueError, match=r"rowptr.*at least one.*\(0,\)"):
+        inputs.from_csr(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+
+
+def test_dtype_must_be_a_value_dtype():
+    with pytest.raises(TypeError, match=r"dtype.*torch.int64"):
+        inputs.from_edge_index(EDGE_INDEX, dtype=torch.int64)
