@@ -1,5 +1,6 @@
 """torch_tcsparse: Tensor-Core SpMM for graphs, as a torch.Tensor subclass."""
 from . import nn, ops
+from .serialization import load
 from .tensor import TCSparseTensor
 
 __version__ = "0.1.0"
@@ -15,4 +16,4 @@ def spmm(a: TCSparseTensor, x, path: str = "auto"):
     return a.matmul(x, path=path)
 
 
-__all__ = ["TCSparseTensor", "spmm", "nn", "ops"]
+__all__ = ["TCSparseTensor", "load", "spmm", "nn", "ops"]

@@ -44,7 +44,8 @@ class TCSparseTensor(torch.Tensor):
         return cls(build_structure(csr, window, reorder, symmetric, seed), csr.values)
 
     # Constructors. Keywords shared by all: dtype (cast the values), window (16 or 8 rows),
-    # reorder ("none", "auto", a method of torch_tcsparse.reorder, or a row permutation),
+    # reorder ("none", "auto", a method of torch_tcsparse.reorder, or a row permutation as an
+    # integer tensor or numpy array),
     # symmetric (one permutation for rows and columns; default: for square matrices), seed (for
     # randomized reorderings).
 
