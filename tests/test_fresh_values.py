@@ -116,3 +116,13 @@ def test_nested_x_is_refused():
     x = torch.nested.nested_tensor([torch.randn(30, 2), torch.randn(30, 3)])
     with pytest.raises(TypeError, match="nested tensor"):
         a @ x
+
+
+@pytest.mark.parametrize("device", devices, ids=str)
+def test_empty_matrix_on_every_path(device):
+    paths = CUDA_PATHS if device.type == "cuda" else CPU_PATHS
+    a = TCSparseTensor.from_coo(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), shape=(0, 0))
+    a = a.to(device)
+    x = torch.randn(0, 3, device=device)
+    for path in paths:
+        assert a.matmul(x, path=path).shape == (0, 3), path
