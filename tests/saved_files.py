@@ -203,12 +203,12 @@ STATE_EDITS = (expand, claim_rows, claim_entries, stride, offset_view, resize, t
 # Edits of the archive's bytes.
 
 
-def _records(data: bytes) -> dict[str, bytes]:
+def records_of(data: bytes) -> dict[str, bytes]:
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return {name: archive.read(name) for name in archive.namelist()}
 
 
-def _zipped(records: dict[str, bytes]) -> bytes:
+def zipped(records: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         for name, record in records.items():
@@ -228,9 +228,9 @@ def flip_file_bytes(rng, data):
 
 
 def flip_record_bytes(rng, data):
-    records = _records(data)
+    records = records_of(data)
     name = str(rng.choice(list(records)))
-    return _zipped(records | {name: _flipped(rng, records[name], int(rng.integers(1, 4)))})
+    return zipped(records | {name: _flipped(rng, records[name], int(rng.integers(1, 4)))})
 
 
 def truncate_file(rng, data):
@@ -238,24 +238,24 @@ def truncate_file(rng, data):
 
 
 def truncate_record(rng, data):
-    records = _records(data)
+    records = records_of(data)
     name = str(rng.choice(list(records)))
-    return _zipped(records | {name: records[name][: int(rng.integers(len(records[name]) + 1))]})
+    return zipped(records | {name: records[name][: int(rng.integers(len(records[name]) + 1))]})
 
 
 def drop_record(rng, data):
-    records = _records(data)
+    records = records_of(data)
     del records[str(rng.choice(list(records)))]
-    return _zipped(records)
+    return zipped(records)
 
 
 def swap_records(rng, data):
-    records = _records(data)
+    records = records_of(data)
     storages = [name for name in records if "/data/" in name and not name.endswith(".pkl")]
     if len(storages) < 2:
         return data
     first, second = (str(name) for name in rng.choice(storages, size=2, replace=False))
-    return _zipped(records | {first: records[second], second: records[first]})
+    return zipped(records | {first: records[second], second: records[first]})
 
 
 BYTE_EDITS = (flip_file_bytes, flip_record_bytes, truncate_file, truncate_record, drop_record, swap_records)

@@ -1,11 +1,11 @@
 """torch.save / torch.load of a TCSparseTensor, with and without weights_only, and crafted files
 that must give a ValueError on load rather than a layout that reads out of bounds later."""
 import io
-import zipfile
 
 import pytest
 import torch
 from memory import PeakGrowth
+from saved_files import records_of, zipped
 
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.serialization import load
@@ -195,27 +195,14 @@ def test_strided_values_of_a_matrix_round_trip():
     assert torch.equal(loaded.to_dense(), VALID.to_dense())
 
 
-def zip_records(data: bytes) -> dict[str, bytes]:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        return {name: archive.read(name) for name in archive.namelist()}
-
-
-def zipped(records: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, record in records.items():
-            archive.writestr(name, record)
-    return buffer.getvalue()
-
-
 def truncated_record(data: bytes) -> bytes:
-    records = zip_records(data)
+    records = records_of(data)
     name = next(name for name in records if "/data/" in name and not name.endswith(".pkl"))
     return zipped(records | {name: records[name][: len(records[name]) // 2]})
 
 
 def truncated_pickle(data: bytes) -> bytes:
-    records = zip_records(data)
+    records = records_of(data)
     name = next(name for name in records if name.endswith("data.pkl"))
     return zipped(records | {name: records[name][: len(records[name]) // 2]})
 
