@@ -631,13 +631,9 @@ def test_explain_refuses_what_is_not_a_layout():
         selector.explain("a matrix", 64)
 
 
-def test_lazy_imports_of_the_kernels_resolve():
-    """The selector reaches the kernels module only when asked about a CUDA device; those
-    imports must resolve from inside the package on a machine without one too."""
-    from torch_tcsparse.selector import device
-
-    assert isinstance(device._tf32_allowed(), bool)
+def test_kernels_usable_answers_without_a_gpu():
     assert isinstance(choice.kernels_usable(torch.float32, torch.device("cuda")), bool)
+    assert choice.kernels_usable(torch.float64, torch.device("cuda")) is False
 
 
 # The grouped path.

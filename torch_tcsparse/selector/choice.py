@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import csr_rows
+from .. import csr_rows, kernels
 from ..formats.csr import index_dtype_for
 from ..formats.metcf import MetcfLayout
 from ..paths import KERNEL_DTYPES
@@ -16,11 +16,7 @@ from .paths import CHOICES, KERNEL_CHOICES, n_bucket
 
 
 def kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:
-    if device.type != "cuda" or dtype not in KERNEL_DTYPES:
-        return False
-    from .. import kernels
-
-    return kernels.available()
+    return device.type == "cuda" and dtype in KERNEL_DTYPES and kernels.available()
 
 
 def runnable_paths(dtype: torch.dtype, device: torch.device, features, deterministic: bool | None = None) -> tuple:
@@ -43,9 +39,9 @@ def runnable_paths(dtype: torch.dtype, device: torch.device, features, determini
 
 def query_of(features: MatrixFeatures, n: int, dtype: torch.dtype, model: DeviceModel) -> tuple:
     """(prices, N, value bytes, launch shapes, rows piece): a question to the model at N = ``n``."""
-    launches = [model.launch(path, n, dtype, features.num_windows) for path in KERNEL_CHOICES]
+    launches = tuple(model.launch(path, n, dtype, features.num_windows) for path in KERNEL_CHOICES)
     piece = csr_rows.split_piece_nnz(features.nnz, features.max_row_nnz, kernel_dtype(dtype))
-    return model.prices(n, dtype), n, torch.finfo(dtype).bits // 8, native.launch_array(*launches), piece
+    return model.prices(n, dtype), n, dtype.itemsize, native.launch_array(*launches), piece
 
 
 def predicted_choice(features: MatrixFeatures, n: int, model: DeviceModel, candidates=CHOICES,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import kernels
 from ..paths import KERNEL_DTYPES
 from . import native
 from .calibration import DEFAULT_L2_BYTES, Calibration
@@ -44,16 +45,10 @@ class DeviceModel:
         dtype = kernel_dtype(dtype)
         if self.cuda_index is None:
             return int(self.calibration.occupancy[path]), native.default_column_slices(n, dtype.itemsize)
-        return _launch_shape(self.cuda_index, path, n, dtype, windows, _tf32_allowed())
+        return _launch_shape(self.cuda_index, path, n, dtype, windows, kernels.tf32_allowed())
 
     def prices(self, n: int, dtype: torch.dtype) -> native.Prices:
         return self.calibration.prices(n, dtype, self.sm_count, self.l2_bytes)
-
-
-def _tf32_allowed() -> bool:
-    from .. import kernels
-
-    return kernels.tf32_allowed()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -61,8 +56,6 @@ def _launch_shape(cuda_index: int, path: str, n: int, dtype: torch.dtype, window
     """(resident warps per SM, column slices) of the compiled kernel, asked once per shape: the
     query is an op call under a device guard, too slow to repeat for every choice. ``tf32`` is
     part of the key because the exact fp32 variant has its own shape."""
-    from .. import kernels
-
     windows = windows or kernels.MANY_WINDOWS
     with torch.cuda.device(cuda_index):
         return (int(kernels.occupancy(path, n, dtype, windows)), int(kernels.column_slices(path, n, dtype, windows)))

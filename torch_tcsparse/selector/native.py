@@ -7,6 +7,7 @@ a choice is one call. Nothing here models anything: the numbers all come from C+
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import threading
 import weakref
@@ -205,8 +206,10 @@ class Prices:
         weakref.finalize(self, lib.tcs_prices_free, self.handle)
 
 
+@functools.lru_cache(maxsize=1024)
 def launch_array(base: tuple[int, int], balanced: tuple[int, int]):
-    """The launch shapes a query hands over: (resident warps per SM, column slices) of each kernel."""
+    """The launch shapes a query hands over: (resident warps per SM, column slices) of each kernel
+    (made once per pair of shapes; the model only reads it)."""
     return (ctypes.c_int64 * 4)(base[0], base[1], balanced[0], balanced[1])
 
 
