@@ -79,12 +79,12 @@ class Structure:
         nonzeros, built on first need (a host sync) and kept. ``canonical``: of the canonical
         CSR instead (what ``tcsparse::spmm`` reads); the same for a matrix in its given order."""
         of_canonical = canonical and self.row_perm is not None
-        key = ("row_pieces", piece_nnz, of_canonical)
-        pieces = self._derived.get(key)
-        if pieces is None:
+
+        def build() -> csr_rows.RowPieces:
             rowptr = self.rowptr if of_canonical else self.rows_csr().rowptr
-            pieces = self._derived[key] = csr_rows.row_pieces(rowptr, piece_nnz)
-        return pieces
+            return csr_rows.row_pieces(rowptr, piece_nnz)
+
+        return self._kept(("row_pieces", piece_nnz, of_canonical), build)
 
     def max_row_nnz(self) -> int:
         """Nonzeros of the longest row, from the conversion's host copies (read back once for a

@@ -90,6 +90,8 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
         check_launch(cudaMemsetAsync(sums.data_ptr(), 0, sums.numel() * sizeof(float), stream), "grouped_spmm");
     }
     at::Tensor y = rounded ? at::empty({num_rows, n}, xc.options()) : sums;
+    // No group (an empty matrix) or no column: nothing to launch, Y is empty.
+    if (num_chunks == 0 || n == 0) return y;
     with_element_type(dtype, [&](auto element) {
         using T = decltype(element);
         check_launch(tcsparse::grouped_spmm<T>(

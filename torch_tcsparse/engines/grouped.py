@@ -48,9 +48,6 @@ class GroupedEngine(Engine):
 
     def run(self, x, operands, bias):
         layout, fragments, rest_values, rest_pieces = operands
-        if layout.num_rows == 0 or x.shape[0] == 0 or x.shape[1] == 0:  # no group to launch
-            y = x.new_zeros(layout.num_rows, x.shape[1])
-            return y if bias is None else y + bias
         return launch(x, layout, fragments, bias, rest_values, rest_pieces)
 
 
