@@ -14,8 +14,10 @@
 #                                   MEMCHECK_FILTER, RACECHECK_FILTER, SYNCCHECK_FILTER replace the sanitizers'
 #                                   pytest -k subsets.
 #                                   BASELINE: a directory holding another checkout (its torch_tcsparse and
-#                                   benchmarks/): the bench and host_overhead stages then run its benchmark
-#                                   first, on the same machine, with its own build, for a before/after table.
+#                                   benchmarks/): the benchmark stages then run its benchmark too, on the
+#                                   same machine, with its own build, for a before/after table;
+#                                   ROUNDS (default 1) alternates the two sides that many times and
+#                                   prints the medians' ratios (benchmarks/compare.py).
 #
 # The device machine reaches no network: the data travels in the git-ignored .devdata/, laid out as
 # TCSPARSE_DATA expects (graphs/ for the real graphs, ogb/ogbl_ddi for the accuracy stage);
@@ -95,13 +97,27 @@ if [ -n "${BASELINE:-}" ]; then
   record baseline "build rc=$? ($((SECONDS - start)) s)"
 fi
 
+# With BASELINE, the two sides' benchmark processes alternate ROUNDS times, each going first in turn (host-bound cells move
+# between processes by more than a change is allowed to cost) and benchmarks/compare.py takes the
+# medians per cell.
+ROUNDS=${ROUNDS:-1}
 if stage bench; then
   if [ -n "${BASELINE:-}" ]; then
-    mkdir -p "$OUT/bench-baseline"
-    baseline timeout "$STAGE_LIMIT" $PY "$BASELINE/benchmarks/spmm.py" --out "$OUT/bench-baseline" ${BENCH_ARGS:-} \
-      >"$OUT/bench-baseline.log" 2>&1
+    start=$SECONDS
+    before() { baseline timeout "$STAGE_LIMIT" $PY "$BASELINE/benchmarks/spmm.py" --out "$OUT/bench-baseline-$1" \
+      ${BENCH_ARGS:-} >"$OUT/bench-baseline-$1.log" 2>&1; }
+    after() { timeout "$STAGE_LIMIT" $PY -m benchmarks.spmm --out "$OUT/bench-after-$1" ${BENCH_ARGS:-} \
+      >"$OUT/bench-after-$1.log" 2>&1; }
+    for i in $(seq "$ROUNDS"); do
+      mkdir -p "$OUT/bench-baseline-$i" "$OUT/bench-after-$i"
+      if (( i % 2 )); then before $i; after $i; else after $i; before $i; fi
+    done
+    $PY -m benchmarks.compare spmm "$OUT"/bench-baseline-*/ --after "$OUT"/bench-after-*/ >"$OUT/bench-compare.log" 2>&1
+    record bench "$ROUNDS rounds each side ($((SECONDS - start)) s)"
+    cp "$OUT/bench-after-$ROUNDS.log" "$OUT/bench.log"
+  else
+    timeout "$STAGE_LIMIT" $PY -m benchmarks.spmm ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -E "^  |WRONG" || true
   fi
-  timeout "$STAGE_LIMIT" $PY -m benchmarks.spmm ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -E "^  |WRONG" || true
 fi
 
 # Each further benchmark writes into its own folder and leaves its table at the end of its log.
@@ -111,11 +127,21 @@ for name in reorder permutation selector gcn host_overhead; do
     args_var="${name^^}_ARGS"
     mkdir -p "$OUT/$name"
     if [ -n "${BASELINE:-}" ] && [ -f "$BASELINE/benchmarks/$name.py" ]; then
-      mkdir -p "$OUT/$name-baseline"
-      OUT="$OUT/$name-baseline" baseline timeout "$STAGE_LIMIT" $PY "$BASELINE/benchmarks/$name.py" ${!args_var:-} \
-        >"$OUT/$name-baseline.log" 2>&1
+      before() { OUT="$OUT/$name-baseline-$1" baseline timeout "$STAGE_LIMIT" $PY "$BASELINE/benchmarks/$name.py" \
+        ${!args_var:-} >"$OUT/$name-baseline-$1.log" 2>&1; }
+      after() { OUT="$OUT/$name-after-$1" timeout "$STAGE_LIMIT" $PY -m benchmarks.$name ${!args_var:-} \
+        >"$OUT/$name-after-$1.log" 2>&1; }
+      for i in $(seq "$ROUNDS"); do
+        mkdir -p "$OUT/$name-baseline-$i" "$OUT/$name-after-$i"
+        if (( i % 2 )); then before $i; after $i; else after $i; before $i; fi
+      done
+      cp "$OUT/$name-after-$ROUNDS.log" "$OUT/$name.log"
+      cp "$OUT/$name-baseline-$ROUNDS.log" "$OUT/$name-baseline.log"
+      [ "$name" = host_overhead ] && $PY -m benchmarks.compare host "$OUT"/$name-baseline-*.log --after "$OUT"/$name-after-*.log \
+        >"$OUT/$name-compare.log" 2>&1
+    else
+      OUT="$OUT/$name" timeout "$STAGE_LIMIT" $PY -m benchmarks.$name ${!args_var:-} >"$OUT/$name.log" 2>&1
     fi
-    OUT="$OUT/$name" timeout "$STAGE_LIMIT" $PY -m benchmarks.$name ${!args_var:-} >"$OUT/$name.log" 2>&1
     record $name "rc=$? ($((SECONDS - start)) s)"
   fi
 done
@@ -140,3 +166,6 @@ for name in reorder permutation selector gcn host_overhead accuracy; do
   fi
 done
 if stage bench; then sed -n '/^CSR -> ME-TCF/,$p' "$OUT/bench.log"; fi
+for log in "$OUT/bench-compare.log" "$OUT/host_overhead-compare.log"; do
+  [ -f "$log" ] && { echo "== $(basename "$log" .log)"; cat "$log"; }
+done
