@@ -4,7 +4,7 @@
 # the whole test suite on the GPU, then the benchmarks. A short table comes last; logs, CSV and
 # charts go into $OUT/results.tgz (the device returns at most 8 files).
 #
-#   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,synccheck,suite,
+#   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,synccheck,properties,suite,
 #                                   bench,reorder,permutation,selector,gcn,host_overhead,accuracy (default: build
 #                                   through bench).
 #                                   BENCH_ARGS, REORDER_ARGS, PERMUTATION_ARGS, SELECTOR_ARGS, GCN_ARGS,
@@ -83,6 +83,16 @@ for tool in memcheck racecheck synccheck; do
     record $tool "rc=$rc ($((SECONDS - start)) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|passed|failed' "$OUT/$tool.log" | tail -2 | tr '\n' ' ')"
   fi
 done
+
+# The property suite's GPU cases under memcheck: fewer hypothesis examples than the plain run, since
+# every example launches each path under the sanitizer.
+if stage properties; then
+  start=$SECONDS
+  TCSPARSE_HYPOTHESIS_EXAMPLES=${PROPERTY_EXAMPLES:-6} timeout "$STAGE_LIMIT" compute-sanitizer --tool memcheck \
+    --error-exitcode 99 $PY -m pytest -q -p no:cacheprovider tests/test_properties.py -k cuda >"$OUT/properties.log" 2>&1
+  rc=$?
+  record properties "rc=$rc ($((SECONDS - start)) s): $(grep -E 'ERROR SUMMARY|passed|failed' "$OUT/properties.log" | tail -2 | tr '\n' ' ')"
+fi
 
 if stage suite; then
   start=$SECONDS
