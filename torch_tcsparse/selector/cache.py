@@ -125,7 +125,8 @@ class SelectionCache:
         if not trials.allowed(device):
             return native.choose(features, query, candidates)
         choice, costs = native.choose_with_costs(features, query, candidates)
-        paths = trials.shortlist(choice, costs, [p for i, p in enumerate(CHOICES) if candidates >> i & 1 and p in costs])
+        priced = [p for i, p in enumerate(CHOICES) if candidates >> i & 1 and p in costs]
+        paths = trials.shortlist(choice, costs, priced)
         if len(paths) > 1:
             calls = tuple(trials.sample_calls(costs[path]) for path in paths)
             return trials.Trial(paths, calls, key=(n, dtype, device))

@@ -26,6 +26,7 @@ from .paths import CHOICES, candidate_bits, matrix_paths
 
 _I64, _F64, _PTR = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
 _I64P, _F64P = ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double)
+_PIECES = ctypes.c_int64 * 2
 
 
 class RawExplanation(ctypes.Structure):
@@ -135,17 +136,17 @@ class MatrixFeatures:
         self.grouped_blocks = None if grouped_blocks is None else int(grouped_blocks)
         self.grouped_rest_nnz, self.grouped_one_chunk = int(grouped_rest_nnz), bool(grouped_one_chunk)
         self.prefixes = arrays
-        self.piece_nnz = tuple(csr_rows.split_piece_nnz(self.nnz, self.max_row_nnz, dtype)
-                               for dtype in (torch.float32, torch.float16))
-        self.candidates = tuple(
-            candidate_bits(matrix_paths(self.rows, self.num_cols, self.nnz, self.grouped_blocks is not None, deterministic))
-            for deterministic in (False, True))
+        self.piece_nnz = (csr_rows.split_piece_nnz(self.nnz, self.max_row_nnz, torch.float32),
+                          csr_rows.split_piece_nnz(self.nnz, self.max_row_nnz, torch.float16))
+        grouped = self.grouped_blocks is not None
+        self.candidates = (candidate_bits(matrix_paths(self.rows, self.num_cols, self.nnz, grouped, False)),
+                           candidate_bits(matrix_paths(self.rows, self.num_cols, self.nnz, grouped, True)))
         lib = library()
         self.handle = _checked(lib.tcs_matrix_new(
             self.window, self.num_windows, self.rows, self.num_cols, self.nnz, self.max_row_nnz,
             *(_int64_pointer(a) for a in arrays), self.rows_share_ratio,
             -1 if grouped_blocks is None else self.grouped_blocks, self.grouped_rest_nnz, int(self.grouped_one_chunk),
-            BALANCE_CHUNK, (ctypes.c_int64 * 2)(*self.piece_nnz)), "matrix features")
+            BALANCE_CHUNK, _PIECES(*self.piece_nnz)), "matrix features")
         weakref.finalize(self, lib.tcs_matrix_free, self.handle)
         summary = (ctypes.c_int64 * 7)()
         lib.tcs_matrix_summary(self.handle, summary)
