@@ -2,6 +2,8 @@
 path's predicted time, its explanation, and the grouped layout's split."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import kernels
@@ -14,7 +16,11 @@ from .native import MatrixFeatures
 from .paths import CHOICES, KERNEL_CHOICES, candidate_bits, matrix_paths, n_bucket
 
 
+@functools.lru_cache(maxsize=None)
 def kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether the kernels run for X of ``dtype`` on ``device``: a fact of the process (whether the
+    extension is built does not change), kept because reading a device's type is a call into
+    torch's C++ that a first choice would otherwise pay cold."""
     return device.type == "cuda" and dtype in KERNEL_DTYPES and kernels.available()
 
 
