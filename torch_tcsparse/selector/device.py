@@ -1,5 +1,6 @@
 """The device the model prices: SM count, L2, the compiled kernels' launch shapes, and its
-family's calibration; and what a choice asks of it at an N bucket (``device_query``), kept per process."""
+family's calibration; and what a choice asks of it at an N bucket (``device_query``), kept per
+process."""
 from __future__ import annotations
 
 import functools

@@ -16,7 +16,6 @@ import threading
 import weakref
 
 import numpy as np
-
 import torch
 
 from .. import csr_rows
@@ -60,7 +59,7 @@ class Query(ctypes.Structure):
 
     def __init__(self, prices: "Prices", n: int, value_bytes: int, base: tuple[int, int], balanced: tuple[int, int]):
         super().__init__(prices.handle, n, value_bytes, (_I64 * 4)(*base, *balanced))
-        self.kept_prices = prices
+        self._prices = prices
         self.address = ctypes.addressof(self)
 
 
