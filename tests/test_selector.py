@@ -902,3 +902,23 @@ def test_calibration_cli_refuses_what_is_not_a_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         calibrate.main([str(tmp_path), "-o", str(tmp_path / "out.json")])
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_first_choice_benchmark_runs_without_a_gpu(tmp_path, capsys):
+    """``python -m benchmarks.selector --first-choice`` times the first choice at each N bucket on
+    a machine without a GPU too (the choice asked as for a CUDA device with the kernels built),
+    and leaves the process's answer to whether the kernels run as it found it."""
+    from benchmarks import selector as selector_benchmark
+
+    usable = choice.kernels_usable(torch.float32, CUDA)
+    selector_benchmark.main(["--first-choice", "--graphs", "sbm_2708_d4", "--n", "32,128", "--dtypes",
+                             "float32,float16", "--out", str(tmp_path)])
+    lines = (tmp_path / "first_choice.csv").read_text().splitlines()
+    assert lines[0] == "graph,nnz,dtype,n,choice_us,features_us,path"
+    rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+    assert [(r["dtype"], r["n"]) for r in rows] == [(d, n) for d in ("float32", "float16") for n in ("32", "128")]
+    for row in rows:
+        assert row["graph"] == "sbm_2708_d4" and float(row["choice_us"]) > 0 and float(row["features_us"]) > 0
+        assert row["path"] in selector.CHOICES
+    assert "float32: median" in capsys.readouterr().out
+    assert choice.kernels_usable(torch.float32, CUDA) == usable
