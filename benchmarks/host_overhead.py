@@ -4,7 +4,9 @@ On graphs of a few thousand rows the kernel runs for a few microseconds and a ca
 costs what Python and the launch cost. This times back-to-back calls (no synchronisation in
 between) of each layer, from the user's ``A @ X`` down to the kernel's binding with prepared
 arguments, so the difference between two rows is the cost of one layer; then the
-first (uncached) selector choice against one SpMM; then one training step (forward, backward,
+first (uncached) selector choice at N against one SpMM (the matrix's features built, as
+``benchmarks.selector`` times it; ``python -m benchmarks.selector --first-choice`` times it alone,
+on a machine without a GPU too); then one training step (forward, backward,
 Adam) of a 2-layer GCN (in 100 -> 256 -> 47 out, our GCNConv, cached graph). cProfile listings of
 ``A @ X`` and of the training step go to ``$OUT/host_overhead_profile_*.txt``.
 
@@ -22,9 +24,10 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import out_dir, settle, time_cuda, time_per_call_us
+from benchmarks.selector import first_choice_rounds, first_choice_sample
 
 import torch_tcsparse
-from torch_tcsparse import _ext, kernels, product, selector
+from torch_tcsparse import _ext, kernels, product
 from torch_tcsparse.engines import ENGINES
 from torch_tcsparse.product import operands_of
 from graph_data import npz
@@ -103,25 +106,18 @@ def gcn_step(a: torch_tcsparse.TCSparseTensor, out: Path, name: str) -> float:
     return (time.perf_counter() - start) / 50 * 1e3
 
 
-def choice_cost(a: torch_tcsparse.TCSparseTensor, n: int, out: Path, name: str) -> tuple[float, float]:
-    """(ms of a first choice on a fresh cache, ms of one SpMM with the chosen path); the first
-    choices profiled into ``out``."""
+def choice_cost(a: torch_tcsparse.TCSparseTensor, n: int, out: Path, name: str) -> tuple[float, float, float]:
+    """(us of a first choice at N = ``n`` on a fresh cache with the matrix's features built, us of
+    those features, us of one SpMM with the chosen path), the first choice timed as
+    ``benchmarks.selector`` times it; the first choices profiled into ``out``."""
     s = a._structure
-
-    def first_choice(_):
-        s.selection = selector.SelectionCache()
-        s.selection.choose(s.layout, n, a.dtype, a.device)
-
-    times = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        first_choice(None)
-        times.append((time.perf_counter() - start) * 1e3)
-    profile(first_choice, None, out / f"host_overhead_profile_{name}_first_choice.txt", calls=200)
+    subject = (s.layout, n, a.dtype, s.selection.rows_share_ratio, s.grouped_size)
+    features_us, choice_us = first_choice_rounds({name: subject})[name]
+    profile(lambda _: first_choice_sample(*subject), None, out / f"host_overhead_profile_{name}_first_choice.txt",
+            calls=200)
     x = torch.randn(a.shape[1], n, device="cuda")
-    spmm_ms = time_cuda(lambda: a @ x, [()], warmup=5, reps=30)
-    return sorted(times)[len(times) // 2], spmm_ms
+    spmm_us = 1e3 * time_cuda(lambda: a @ x, [()], warmup=5, reps=30)
+    return choice_us, features_us, spmm_us
 
 
 def main(argv=None):
@@ -142,8 +138,9 @@ def main(argv=None):
                 print(f"  {label:<36}{time_per_call_us(fn, xs, calls=2000):8.1f}")
             typed = a.to(dtype)
             profile(lambda x: typed @ x, xs[0][0], out / f"host_overhead_profile_{name}_{dtype_name}.txt")
-        choice_ms, spmm_ms = choice_cost(a, args.n, out, name)
-        print(f"  first choice {choice_ms:.3f} ms, one SpMM {spmm_ms:.3f} ms: {choice_ms / spmm_ms:.2f}x")
+        choice_us, features_us, spmm_us = choice_cost(a, args.n, out, name)
+        print(f"  first choice {choice_us:.1f} us (features, once per matrix: {features_us:.1f} us), one SpMM "
+              f"{spmm_us:.1f} us: {choice_us / spmm_us:.2f}x")
         print(f"  GCN training step (2 layers, 100 -> 256 -> 47): {gcn_step(a, out, name):.3f} ms")
 
 

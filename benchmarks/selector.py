@@ -21,28 +21,48 @@ Score the calibration in the package on runs already made (no GPU)::
 
     python -m benchmarks.selector --score RUN
 
+Time only the first choice at each N bucket (the host cost a product pays the first time it meets
+an N bucket and dtype), as the full run times it; with a GPU on the GPU, without one on the CPU,
+the choice asked as for a CUDA device whose kernels are built (the launch shapes then are the
+documented defaults), on Cora-sized and larger synthetic graphs and the suite's real graphs
+present (``--graphs`` picks among both)::
+
+    python -m benchmarks.selector --first-choice --dtypes float32,float16
+
 Outputs: ``measurements.json`` (times, device, launch shapes), ``shapes.npz`` (TC blocks per
 window of each graph, all the model reads) and ``summary.txt``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
 
 from benchmarks import spmm as spmm_suite
 from benchmarks.common import batch_for, rotation_count, settle, time_cuda
-from torch_tcsparse import TCSparseTensor, selector, trials
+from graph_data import synthetic
+from torch_tcsparse import TCSparseTensor, kernels, selector, trials
 from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, MatrixFeatures, SelectionCache, calibrate
 
 N_VALUES = (32, 64, 128, 256)
 LARGE_NNZ = 1_000_000
 ROUNDS = 4  # interleaved timing rounds per (graph, N, dtype)
+
+# Graphs --first-choice adds to the suite: Cora's size and larger, small enough to convert on a CPU.
+FIRST_CHOICE_GRAPHS = {
+    "sbm_2708_d4": lambda device: synthetic.sbm(2708, 4, 64, seed=1, device=device),
+    "uniform_19717_d5": lambda device: synthetic.uniform(19717, 5, seed=1, device=device),
+    "rmat16": lambda device: synthetic.rmat(16, seed=1, device=device),
+    "uniform_200k_d10": lambda device: synthetic.uniform(200_000, 10, seed=1, device=device),
+}
+FIRST_CHOICE_DEFAULT = "sbm_2708_d4,uniform_19717_d5,rmat16,uniform_200k_d10,planetoid"
 
 
 # Graphs: the SpMM suite (benchmarks/spmm.py).
@@ -120,17 +140,17 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
     return records, shapes
 
 
-def first_choice_sample(layout, n: int, dtype: torch.dtype, rows_share_ratio: float, grouped_size):
+def first_choice_sample(layout, n: int, dtype: torch.dtype, rows_share_ratio: float, grouped_size, device=None):
     """One first choice at an N bucket on a fresh cache (trials are opt-in and off here): the
     microseconds of the matrix's features (built once per matrix, with its conversion on a GPU,
     from the conversion's host copies; the grouped layout's size from ``grouped_size``, built once
     and then kept), of the choice itself (what a first product at each N bucket and dtype pays),
-    and the path chosen."""
+    and the path chosen. ``device``: X's (None: the layout's)."""
     cache = SelectionCache(rows_share_ratio, grouped_size)
     start = time.perf_counter()
     cache.prepare(layout)
     prepared = time.perf_counter()
-    path, _ = cache.choose(layout, n, dtype, layout.device)
+    path, _ = cache.choose(layout, n, dtype, layout.device if device is None else device)
     return (prepared - start) * 1e6, (time.perf_counter() - prepared) * 1e6, path
 
 
@@ -144,6 +164,50 @@ def first_choice_rounds(subjects: dict, rounds: int = 9) -> dict:
         for key, subject in subjects.items():
             samples[key].append(first_choice_sample(*subject)[:2])
     return {key: tuple(statistics.median(part) for part in zip(*values)) for key, values in samples.items()}
+
+
+def first_choices(patterns: str, n_values, dtypes, out: Path) -> str:
+    """``--first-choice``: median microseconds of ``first_choice_sample`` (interleaved rounds, as
+    the full run) per graph, dtype and N bucket, into ``first_choice.csv``; the table as text.
+    Without a GPU the matrices stay on the CPU and the choice is asked for ``cuda:0`` with the
+    kernels counted as built, so that the model is asked as on a GPU."""
+    on_gpu = kernels.available()
+    loaders = {**{name: (lambda device, load=load: load(device=device)) for name, load in spmm_suite.suite().items()},
+               **FIRST_CHOICE_GRAPHS}
+    wanted = patterns.split(",")
+    names = [name for name in loaders if any(p in name for p in wanted)]
+    if not names:
+        raise SystemExit(f"no graph matches {wanted}; known: {sorted(loaders)}")
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cuda", 0)
+    built = contextlib.nullcontext() if on_gpu else mock.patch.object(kernels, "available", lambda: True)
+    records, subjects = [], {}
+    with built:
+        selector.choice.kernels_usable.cache_clear()  # kept per process: the patch changes its answer
+        for name in names:
+            row, col, size = loaders[name]("cuda" if on_gpu else "cpu")
+            a = TCSparseTensor.from_coo(row, col, None, size if isinstance(size, tuple) else (size, size))
+            s = a._structure
+            for dtype in dtypes:
+                for n in n_values:
+                    subjects[len(records)] = (s.layout, n, dtype, s.selection.rows_share_ratio, s.grouped_size, device)
+                    records.append({"graph": name, "nnz": s.nnz, "dtype": selector.dtype_name(dtype), "n": n})
+        for index, (features_us, choice_us) in first_choice_rounds(subjects).items():
+            records[index].update(choice_us=choice_us, features_us=features_us,
+                                  path=first_choice_sample(*subjects[index])[2])
+        selector.choice.kernels_usable.cache_clear()
+    where = torch.cuda.get_device_name() if on_gpu else "CPU (no GPU: launch shapes are the documented defaults)"
+    lines = [f"first choice at an N bucket on a fresh cache, features built (median us), {where}",
+             f"{'graph':<22} {'nnz':>9} {'dtype':<9} {'N':>4} {'choice':>8} {'features':>9}  path"]
+    lines += [f"{r['graph']:<22} {r['nnz']:>9} {r['dtype']:<9} {r['n']:>4} {r['choice_us']:>8.1f} "
+              f"{r['features_us']:>9.1f}  {r['path']}" for r in records]
+    for dtype in dict.fromkeys(r["dtype"] for r in records):
+        choices = [r["choice_us"] for r in records if r["dtype"] == dtype]
+        lines.append(f"{dtype}: median {statistics.median(choices):.1f} us, max {max(choices):.1f} us")
+    out.mkdir(parents=True, exist_ok=True)
+    columns = ("graph", "nnz", "dtype", "n", "choice_us", "features_us", "path")
+    (out / "first_choice.csv").write_text("\n".join([",".join(columns)] + [
+        ",".join(f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c]) for c in columns) for r in records]) + "\n")
+    return "\n".join(lines)
 
 
 def measured_choice(a: TCSparseTensor, x: torch.Tensor) -> tuple[str, dict, dict]:
@@ -277,14 +341,20 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=os.environ.get("OUT", "selector_out"), help="output folder (default $OUT)")
     parser.add_argument("--score", help="run folder(s), comma-separated: score the package's calibration on them "
                         "without a GPU (several runs of one device are merged)")
+    parser.add_argument("--first-choice", action="store_true",
+                        help="time only the first choice at each N bucket (with or without a GPU); --graphs picks "
+                        f"among the suite and {', '.join(FIRST_CHOICE_GRAPHS)} (default {FIRST_CHOICE_DEFAULT})")
     args = parser.parse_args(argv)
     out = Path(args.out)
 
+    if args.first_choice:
+        n_values = [int(v) for v in args.n.split(",")]
+        dtypes = [getattr(torch, name) for name in args.dtypes.split(",")]
+        print(first_choices(args.graphs or FIRST_CHOICE_DEFAULT, n_values, dtypes, out))
+        return
     if args.score:
         records, shapes, info = calibrate.load_runs([Path(folder) for folder in args.score.split(",")])
     else:
-        from torch_tcsparse import kernels
-
         if not kernels.available():
             raise SystemExit("benchmarks/selector.py measures on a CUDA device with the kernels built; "
                              "use --score to score saved runs offline")

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from torch_tcsparse import TCSparseTensor, csr_rows, selector
+from torch_tcsparse import TCSparseTensor, csr_rows, kernels, selector, trials
 from graph_data import synthetic
 from torch_tcsparse.formats.inputs import from_coo
 from torch_tcsparse.formats.metcf import BALANCE_CHUNK, build_metcf
 from torch_tcsparse.selector import Calibration, DeviceModel, MatrixFeatures, SelectionCache, choice, rank
 from torch_tcsparse.selector import build as selector_build
+from torch_tcsparse.selector import cache as selection_cache
+from torch_tcsparse.selector import device as selector_device
 
 
 # Terms of the shipped calibration that the simulation tests leave out (set them per test).
@@ -414,6 +416,21 @@ def test_rows_pays_the_split_launch_only_when_a_row_is_split(dtype):
     assert rank(split, 32, m, dtype=dtype).features["rows_piece_nnz"] == piece
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("nnz", [10**5, csr_rows.MEDIUM_NNZ, csr_rows.LARGE_NNZ])
+def test_the_model_prices_the_rows_piece_of_the_dtype(dtype, nnz):
+    """The longest piece the rows path is priced at is ``csr_rows.split_piece_nnz``'s for X of
+    ``dtype`` (handed to C++ with the matrix's features, one per element size)."""
+    only_longest = {"launch_us": 0.0, "nnz_us": 0.0, "row_us": 0.0, "max_row_us": 1.0, "miss_nnz_us": 0.0,
+                    "split_launch_us": 0.0, "floor_us": 0.0}
+    for longest in (40, 100, 10**6):
+        s = shape([4] * 12, nnz=nnz, max_row=longest)
+        piece = csr_rows.split_piece_nnz(nnz, longest, selector_device.kernel_dtype(dtype))
+        explanation = rank(s, 32, model(rows=only_longest), ("rows",), dtype)
+        assert explanation.costs_us["rows"] == pytest.approx(min(longest, piece))
+        assert explanation.features["rows_piece_nnz"] == piece
+
+
 def test_small_graphs_take_small_pieces():
     # float16 splits only where a row is longer than PIECE_NNZ anyway (its split costs launches)
     assert csr_rows.split_piece_nnz(10**5, 10**3, torch.float32) == 32
@@ -605,6 +622,102 @@ def test_cache_computes_once_per_bucket_dtype_device(monkeypatch):
     assert cache.choose(layout, 128, torch.float32) == (first.choice, None)  # no trial off CUDA
 
 
+CUDA = torch.device("cuda", 0)
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@pytest.fixture
+def kernels_everywhere(monkeypatch):
+    """Products' choices as on a GPU with the kernels built (the launch shapes are the documented
+    defaults without one); torch's modes and the queries shared between matrices restored after."""
+    monkeypatch.setattr(selection_cache, "kernels_usable", lambda dtype, device: True)
+    monkeypatch.setattr(choice, "kernels_usable", lambda dtype, device: True)
+    modes = torch.backends.cuda.matmul.allow_tf32, torch.are_deterministic_algorithms_enabled()
+    selector_device.device_query.cache_clear()
+    yield
+    selector_device.device_query.cache_clear()
+    torch.backends.cuda.matmul.allow_tf32 = modes[0]
+    torch.use_deterministic_algorithms(modes[1])
+
+
+def cache_of(features: MatrixFeatures) -> SelectionCache:
+    """A SelectionCache whose matrix's features are ``features`` (no layout needed)."""
+    cache = SelectionCache(features.rows_share_ratio)
+    cache._features = features
+    return cache
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_first_choice_is_its_explanations_choice(kernels_everywhere, monkeypatch, seed):
+    """A product's first choice (one call with the matrix's and the device's prebuilt sides) is
+    the choice ``explain`` reads from the C++ model, on random matrices at every N, dtype and
+    deterministic mode; where trials may run, it measures the explanation's close candidates."""
+    rng = np.random.default_rng(seed)
+    for _ in range(12):
+        features = random_features(rng)
+        torch.use_deterministic_algorithms(bool(rng.random() < 0.3))
+        measured = bool(rng.random() < 0.3)
+        monkeypatch.setattr(trials, "allowed", lambda device: measured)
+        cache = cache_of(features)
+        for dtype in KERNEL_DTYPES:
+            for n in (1, 32, 50, 64, 128, 200, 256, 300, 1000):
+                path, trial = cache.choose(None, n, dtype, CUDA)
+                explanation = explain_at(features, n, dtype)
+                assert path == explanation.choice
+                close = trials.shortlist(explanation.choice, explanation.costs_us, explanation.candidates)
+                assert (trial.paths if trial else (path,)) == (close if measured else (path,))
+
+
+def explain_at(features: MatrixFeatures, n: int, dtype: torch.dtype):
+    """The explanation of the N bucket of ``n`` among the paths that may run now."""
+    return rank(features, selector.n_bucket(n), selector.device_model(CUDA),
+                selector.runnable_paths(dtype, CUDA, features), dtype)
+
+
+def test_a_first_choice_asks_in_the_current_modes(kernels_everywhere, monkeypatch):
+    """What a first choice hands the model follows TF32 (the exact float32 kernels have launch
+    shapes of their own), deterministic algorithms (no grouped path), trials (every path priced
+    where they may run), the device and the dtype; the device's side of it is made once per
+    process and shared by matrices of one window count."""
+    monkeypatch.setattr(DeviceModel, "launch", lambda self, path, n, dtype=torch.float32, windows=None: (
+        2 if dtype == torch.float32 and kernels.tf32_allowed() else 1, 1))
+    asked = []
+
+    def choose(features, query, candidates):
+        asked.append((query, candidates))
+        return "csr"
+
+    monkeypatch.setattr(selection_cache.native, "choose", choose)
+    monkeypatch.setattr(selection_cache.native, "choose_with_costs",
+                        lambda features, query, candidates: (choose(features, query, candidates), {"csr": 1.0}))
+    features = shape([4] * 12, grouped_blocks=30)
+    every, without_grouped = (selector.paths.candidate_bits(paths) for paths in
+                              (selector.CHOICES, [p for p in selector.CHOICES if p != "grouped"]))
+    cache = cache_of(features)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cache.choose(None, 32, torch.float32, CUDA)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    cache.choose(None, 64, torch.float32, CUDA)
+    cache.choose(None, 64, torch.float16, CUDA)
+    cache.choose(None, 64, torch.float32, torch.device("cuda", 1))
+    torch.use_deterministic_algorithms(True)
+    cache.choose(None, 128, torch.float32, CUDA)
+    torch.use_deterministic_algorithms(False)
+    monkeypatch.setattr(trials, "allowed", lambda device: True)
+    cache.choose(None, 256, torch.float32, CUDA)
+    assert [(q.n, q.value_bytes, q.launch[0], bits) for q, bits in asked] == [
+        (32, 4, 1, every), (64, 4, 2, every), (64, 2, 1, every), (64, 4, 2, every), (128, 4, 2, without_grouped),
+        (256, 4, 2, every)]
+    assert asked[3][0] is not asked[1][0]  # its own device
+    for query, _ in asked:
+        windows = features.num_windows
+        device = torch.device("cuda", 1) if query is asked[3][0] else CUDA
+        dtype = torch.float32 if query.value_bytes == 4 else torch.float16
+        assert query is selector_device.device_query(device, query.n, dtype, query.launch[0] == 2, windows)
+    assert cache_of(features.replace()).choose(None, 64, torch.float32, CUDA) == ("csr", None)
+    assert asked[-1][0] is asked[1][0]  # another matrix of the same window count
+
+
 def test_choose_on_cpu_is_csr_and_explained():
     layout = small_layout()
     path, explanation = selector.choose(layout, 64, torch.float32, "cpu")
@@ -789,3 +902,23 @@ def test_calibration_cli_refuses_what_is_not_a_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         calibrate.main([str(tmp_path), "-o", str(tmp_path / "out.json")])
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_first_choice_benchmark_runs_without_a_gpu(tmp_path, capsys):
+    """``python -m benchmarks.selector --first-choice`` times the first choice at each N bucket on
+    a machine without a GPU too (the choice asked as for a CUDA device with the kernels built),
+    and leaves the process's answer to whether the kernels run as it found it."""
+    from benchmarks import selector as selector_benchmark
+
+    usable = choice.kernels_usable(torch.float32, CUDA)
+    selector_benchmark.main(["--first-choice", "--graphs", "sbm_2708_d4", "--n", "32,128", "--dtypes",
+                             "float32,float16", "--out", str(tmp_path)])
+    lines = (tmp_path / "first_choice.csv").read_text().splitlines()
+    assert lines[0] == "graph,nnz,dtype,n,choice_us,features_us,path"
+    rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+    assert [(r["dtype"], r["n"]) for r in rows] == [(d, n) for d in ("float32", "float16") for n in ("32", "128")]
+    for row in rows:
+        assert row["graph"] == "sbm_2708_d4" and float(row["choice_us"]) > 0 and float(row["features_us"]) > 0
+        assert row["path"] in selector.CHOICES
+    assert "float32: median" in capsys.readouterr().out
+    assert choice.kernels_usable(torch.float32, CUDA) == usable

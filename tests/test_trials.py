@@ -87,10 +87,8 @@ def measured_cache(monkeypatch):
     grouped layout available, and predicts base at 10 us with balanced and rows close, csr far."""
     costs = {"base": 10.0, "balanced": 12.0, "csr": 30.0, "rows": 11.0}
     monkeypatch.setattr(cache, "kernels_usable", lambda dtype, device: True)
-    monkeypatch.setattr(cache, "runnable_paths", lambda dtype, device, features, deterministic: CALIBRATED_CHOICES)
-    monkeypatch.setattr(cache, "query_of", lambda features, n, dtype, model: (None, n, 4, None, 32))
-    monkeypatch.setattr(cache.native, "choose",
-                        lambda features, *query, all_costs=False: ("base", costs if all_costs else None))
+    monkeypatch.setattr(cache.native, "choose", lambda features, query, candidates: "base")
+    monkeypatch.setattr(cache.native, "choose_with_costs", lambda features, query, candidates: ("base", costs))
     monkeypatch.setattr(cache, "explain_features", lambda *args: selector.Explanation(
         "base", "predicted", 64, torch.float32, "test", "test", {}, {}, {}, 1.0, 1.2, {}, {}))
     monkeypatch.setattr(trials, "allowed", lambda device: True)

@@ -2,7 +2,10 @@
 // native.py through ctypes: no torch, no pybind11 and no CUDA, so that it builds in seconds with
 // the system's C++ compiler and runs on machines without a GPU. A matrix's prefix sums are kept
 // by reference (the caller keeps the arrays alive); a calibration's prices are handed over by name
-// once per (N bucket, dtype, device), then a choice is one call.
+// once per (N bucket, dtype, device), and what a choice at one N bucket asks of a device
+// (TcsQuery) is built once and shared by every matrix, so that a choice is one call of four
+// arguments: ctypes converts each argument of a call, and that conversion, not the model, is most
+// of what a first choice costs on a small graph.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,16 +23,30 @@ struct MatrixHandle {
     sel::Matrix matrix;
     sel::Summary summary;
     int64_t chunk = 32;
+    // The rows path's pieces (csr_rows.split_piece_nnz) for X of 4 or more bytes, and of 2.
+    int64_t piece_nnz[2] = {};
 };
 
-sel::Query query_of(int64_t n, int64_t value_bytes, const int64_t* launch, int64_t piece_nnz, unsigned candidates,
-                    bool all_costs) {
+}  // namespace
+
+// What a choice at one N bucket asks of one device for X of one dtype: selector/native.py
+// mirrors this layout (native.Query).
+struct TcsQuery {
+    const void* prices;
+    int64_t n;            // the N bucket
+    int64_t value_bytes;  // of X's dtype
+    int64_t launch[4];    // resident warps per SM and column slices of base, then of balanced
+};
+
+namespace {
+
+sel::Query query_of(const MatrixHandle& h, const TcsQuery& t, unsigned candidates, bool all_costs) {
     sel::Query q;
-    q.n = n;
-    q.value_bytes = value_bytes;
-    q.base = {launch[0], launch[1]};
-    q.balanced = {launch[2], launch[3]};
-    q.piece_nnz = piece_nnz;
+    q.n = t.n;
+    q.value_bytes = t.value_bytes;
+    q.base = {t.launch[0], t.launch[1]};
+    q.balanced = {t.launch[2], t.launch[3]};
+    q.piece_nnz = h.piece_nnz[t.value_bytes < 4 ? 1 : 0];
     q.candidates = candidates;
     q.all_costs = all_costs;
     return q;
@@ -88,13 +105,14 @@ void tcs_prefixes(const int64_t* window_blocks, int64_t windows, int64_t chunk, 
     sel::prefixes(window_blocks, windows, chunk, chunk_start, block_start, nonempty_before);
 }
 
-// A matrix's features; the prefix arrays (windows + 1 entries each) must outlive it.
+// A matrix's features; the prefix arrays (windows + 1 entries each) must outlive it. `piece_nnz`:
+// the rows path's pieces for X of 4 or more bytes, then of 2.
 void* tcs_matrix_new(int64_t window, int64_t windows, int64_t rows, int64_t cols, int64_t nnz, int64_t max_row_nnz,
                      const int64_t* chunk_start, const int64_t* block_start, const int64_t* nonempty_before,
                      double rows_share_ratio, int64_t grouped_blocks, int64_t grouped_rest_nnz, int grouped_one_chunk,
-                     int64_t chunk) {
-    if (chunk < 1 || windows < 0) {
-        last_error = "chunk must be positive and windows non-negative";
+                     int64_t chunk, const int64_t* piece_nnz) {
+    if (chunk < 1 || windows < 0 || piece_nnz[0] < 1 || piece_nnz[1] < 1) {
+        last_error = "chunk and pieces must be positive and windows non-negative";
         return nullptr;
     }
     auto* h = new (std::nothrow) MatrixHandle;
@@ -117,6 +135,8 @@ void* tcs_matrix_new(int64_t window, int64_t windows, int64_t rows, int64_t cols
     m.grouped_rest_nnz = grouped_rest_nnz;
     m.grouped_one_chunk = grouped_one_chunk != 0;
     h->chunk = chunk;
+    h->piece_nnz[0] = piece_nnz[0];
+    h->piece_nnz[1] = piece_nnz[1];
     h->summary = sel::summarize(m, chunk);
     return h;
 }
@@ -164,14 +184,13 @@ void* tcs_prices_new(int count, const char* const* names, const double* values, 
 
 void tcs_prices_free(void* prices) { delete static_cast<sel::Prices*>(prices); }
 
-// The choice (index of the path) at N bucket `n` for X of `value_bytes`; `launch`: resident warps
-// per SM and column slices of base, then of balanced; `costs` (5 doubles, or null): the predicted
-// time per path, NaN where not priced.
-int tcs_choose(const void* matrix, const void* prices, int64_t n, int64_t value_bytes, const int64_t* launch,
-               int64_t piece_nnz, unsigned candidates, int all_costs, double* costs) {
+// The choice (index of the path) among `candidates` (bit p: path p may run) for `query`;
+// `costs` (5 doubles, or null: the kernels priced only where the choice depends on them): every
+// path's predicted time, NaN where not priced.
+int tcs_choose(const void* matrix, const TcsQuery* query, unsigned candidates, double* costs) {
     const auto* h = static_cast<const MatrixHandle*>(matrix);
-    const sel::Choice c = sel::choose(h->matrix, h->summary, *static_cast<const sel::Prices*>(prices),
-                                      query_of(n, value_bytes, launch, piece_nnz, candidates, all_costs != 0));
+    const sel::Choice c = sel::choose(h->matrix, h->summary, *static_cast<const sel::Prices*>(query->prices),
+                                      query_of(*h, *query, candidates, costs != nullptr));
     if (costs != nullptr) {
         for (int path = 0; path < sel::kNumPaths; ++path) costs[path] = c.priced[path] ? c.costs_us[path] : std::nan("");
     }
@@ -193,11 +212,10 @@ struct TcsExplanation {
     char reason[512];
 };
 
-void tcs_explain(const void* matrix, const void* prices, int64_t n, int64_t value_bytes, const int64_t* launch,
-                 int64_t piece_nnz, unsigned candidates, TcsExplanation* out) {
+void tcs_explain(const void* matrix, const TcsQuery* query, unsigned candidates, TcsExplanation* out) {
     const auto* h = static_cast<const MatrixHandle*>(matrix);
-    const sel::Explanation e = sel::explain(h->matrix, h->summary, *static_cast<const sel::Prices*>(prices),
-                                            query_of(n, value_bytes, launch, piece_nnz, candidates, true));
+    const sel::Explanation e = sel::explain(h->matrix, h->summary, *static_cast<const sel::Prices*>(query->prices),
+                                            query_of(*h, *query, candidates, true));
     out->path = e.choice.path;
     for (int path = 0; path < sel::kNumPaths; ++path) {
         out->costs_us[path] = e.choice.priced[path] ? e.choice.costs_us[path] : std::nan("");

@@ -62,12 +62,16 @@ The model is C++ (``csrc/selector_model.cpp``), the only one: built on first use
 C++ compiler into a small library (``build``, no torch or CUDA headers, so it runs without a GPU)
 and reached through ``native`` (ctypes). A choice must cost at most half an SpMM: the matrix's
 features are handed over once (the conversion's per-window prefix sums, ``MetcfLayout.host_counts``,
-kept by reference: nothing is read from the device and no O(windows) prefix is recomputed), a
-calibration's constants once per N bucket, dtype and process, and each first choice at an N
-bucket is one call. The model simulates a kernel's schedule only where the choice depends on it:
-a kernel costs at least its launch, its evenly spread work and its heaviest window (base) or warp
-(balanced), and base at most its even share plus its heaviest window (Graham's bound on list
-scheduling); where "rows" (or "grouped") beats the kernels' lower bounds they cannot be chosen.
+kept by reference: nothing is read from the device and no O(windows) prefix is recomputed), with
+all of the matrix's side of a choice that does not depend on N (its rows pieces, the paths it may
+take); the device's side at an N bucket (the calibration's constants, the kernels' launch shapes)
+is built once per process and shared by matrices (``device.device_query``); then each first
+choice at an N bucket is one call of four arguments, since ctypes' conversion of each argument,
+not the model, is most of a first choice on a small graph. The model simulates a kernel's
+schedule only where the choice depends on it: a kernel costs at least its launch, its evenly
+spread work and its heaviest window (base) or warp (balanced), and base at most its even share
+plus its heaviest window (Graham's bound on list scheduling); where "rows" (or "grouped") beats
+the kernels' lower bounds they cannot be chosen.
 A launch that fits in one wave (every warp resident at once, the small graphs) has a closed form,
 exact. Beyond one wave, list scheduling is exact up to a few jobs per slot, and a fluid estimate
 beyond, in a few O(windows) passes; the balanced grid is exact, from the prefix sums at its warp

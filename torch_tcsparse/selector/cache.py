@@ -10,11 +10,12 @@ from .. import trials
 from ..formats.metcf import MetcfLayout
 from ..kernels import tf32_allowed
 from . import native
-from .choice import explain_features, kernels_usable, query_of, runnable_paths
-from .device import device_model
+from .choice import explain_features, kernels_usable
+from .device import device_query
 from .explanation import Explanation
 from .native import MatrixFeatures
-from .paths import n_bucket
+from .paths import CHOICES, n_bucket
+
 
 class SelectionCache:
     """Choices for one matrix, computed once per (N bucket, dtype, device), and measured on its
@@ -33,8 +34,6 @@ class SelectionCache:
         self.rows_share_ratio = float(rows_share_ratio)
         self._grouped_size = grouped_size  # () -> (blocks, rest nnz, one chunk) | None
         self._features: MatrixFeatures | None = None
-        # (N bucket, dtype, device, deterministic, TF32) -> what a choice hands the C++ model
-        self._queries: dict = {}
         self._explanations: dict = {}
         self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
         self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
@@ -111,28 +110,26 @@ class SelectionCache:
         return state if isinstance(state, str) else None
 
     def _first_choice(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device: torch.device):
-        """The predicted path at N bucket ``n`` (one call into the C++ model once this matrix has
-        met the bucket, dtype and torch modes), or the ``trials.Trial`` that measures it against
+        """The predicted path at N bucket ``n``, or the ``trials.Trial`` that measures it against
         its close candidates. Where only "csr" can run (off CUDA, other dtypes) it is the answer
-        without asking the model."""
+        without asking the model. Otherwise one call into the C++ model: the matrix's side of it
+        (features, rows pieces, the paths it may take) was made with its features, the device's
+        (prices, launch shapes) is shared by the matrices of its window count
+        (``device.device_query``), and torch's modes are read here, so a first choice follows
+        them."""
         if not kernels_usable(dtype, device):
             return "csr"
         features = self._features_of(layout)
-        deterministic = torch.are_deterministic_algorithms_enabled()
-        key = (n, dtype, device, deterministic, tf32_allowed())
-        query = self._queries.get(key)
-        if query is None:
-            candidates = runnable_paths(dtype, device, features, deterministic)
-            query = self._queries[key] = (*query_of(features, n, dtype, device_model(device)),
-                                          native.candidate_bits(candidates), candidates)
-        *arguments, candidates = query
-        measure = trials.allowed(device)
-        choice, costs = native.choose(features, *arguments, all_costs=measure)
-        if measure and costs is not None:
-            paths = trials.shortlist(choice, costs, [p for p in candidates if p in costs])
-            if len(paths) > 1:
-                calls = tuple(trials.sample_calls(costs[path]) for path in paths)
-                return trials.Trial(paths, calls, key=(n, dtype, device))
+        query = device_query(device, n, dtype, dtype == torch.float32 and tf32_allowed(), features.num_windows)
+        candidates = features.candidates[torch.are_deterministic_algorithms_enabled()]
+        if not trials.allowed(device):
+            return native.choose(features, query, candidates)
+        choice, costs = native.choose_with_costs(features, query, candidates)
+        priced = [p for i, p in enumerate(CHOICES) if candidates >> i & 1 and p in costs]
+        paths = trials.shortlist(choice, costs, priced)
+        if len(paths) > 1:
+            calls = tuple(trials.sample_calls(costs[path]) for path in paths)
+            return trials.Trial(paths, calls, key=(n, dtype, device))
         return choice
 
     @staticmethod

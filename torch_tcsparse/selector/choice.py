@@ -2,52 +2,48 @@
 path's predicted time, its explanation, and the grouped layout's split."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from .. import csr_rows, kernels
-from ..formats.csr import index_dtype_for
+from .. import kernels
 from ..formats.metcf import MetcfLayout
 from ..paths import KERNEL_DTYPES
 from . import native
-from .device import DeviceModel, device_model, kernel_dtype
+from .device import DeviceModel, device_model
 from .explanation import Explanation
 from .native import MatrixFeatures
-from .paths import CHOICES, KERNEL_CHOICES, n_bucket
+from .paths import CHOICES, KERNEL_CHOICES, candidate_bits, matrix_paths, n_bucket
 
 
+@functools.lru_cache(maxsize=None)
 def kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether the kernels run for X of ``dtype`` on ``device``: a fact of the process (whether the
+    extension is built does not change), kept because reading a device's type is a call into
+    torch's C++ that a first choice would otherwise pay cold."""
     return device.type == "cuda" and dtype in KERNEL_DTYPES and kernels.available()
 
 
 def runnable_paths(dtype: torch.dtype, device: torch.device, features, deterministic: bool | None = None) -> tuple:
-    """Every path that can run: the kernels where built for the dtype, "rows" with them where
-    the indices are int32 (under 2^31 rows, columns and nonzeros), "grouped" where the matrix may
-    gain from it (``Structure.grouped_size``) and results need not be deterministic (its chunks
-    add atomically; ``deterministic``: None for torch's current setting), always "csr".
-    ``features``: anything with ``rows``, ``num_cols``, ``nnz`` and ``grouped_blocks``."""
+    """Every path that can run: where the kernels are built for the dtype, those the matrix may
+    take (``paths.matrix_paths``: "rows" with int32 indices, "grouped" with a grouped layout and
+    without deterministic algorithms; ``deterministic``: None for torch's current setting), else
+    "csr" alone. ``features``: anything with ``rows``, ``num_cols``, ``nnz`` and ``grouped_blocks``."""
     if not kernels_usable(dtype, device):
         return ("csr",)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
-    excluded = set()
-    if index_dtype_for(features.rows, features.num_cols, features.nnz) != torch.int32:
-        excluded.add("rows")
-    if features.grouped_blocks is None or deterministic:
-        excluded.add("grouped")
-    return tuple(c for c in CHOICES if c not in excluded)
-
-
-def query_of(features: MatrixFeatures, n: int, dtype: torch.dtype, model: DeviceModel) -> tuple:
-    """(prices, N, value bytes, launch shapes, rows piece): a question to the model at N = ``n``."""
-    launches = tuple(model.launch(path, n, dtype, features.num_windows) for path in KERNEL_CHOICES)
-    piece = csr_rows.split_piece_nnz(features.nnz, features.max_row_nnz, kernel_dtype(dtype))
-    return model.prices(n, dtype), n, dtype.itemsize, native.launch_array(*launches), piece
+    return matrix_paths(features.rows, features.num_cols, features.nnz, features.grouped_blocks is not None,
+                        deterministic)
 
 
 def predicted_choice(features: MatrixFeatures, n: int, model: DeviceModel, candidates=CHOICES,
                      dtype: torch.dtype = torch.float32, all_costs: bool = False):
     """(the chosen path, the predicted us of every path priced, or None unless ``all_costs``)."""
-    return native.choose(features, *query_of(features, n, dtype, model), native.candidate_bits(candidates), all_costs)
+    query, bits = model.query(n, dtype, features.num_windows), candidate_bits(candidates)
+    if all_costs:
+        return native.choose_with_costs(features, query, bits)
+    return native.choose(features, query, bits), None
 
 
 def predict_costs(features: MatrixFeatures, n: int, model: DeviceModel, dtype: torch.dtype = torch.float32) -> dict:
@@ -59,8 +55,8 @@ def rank(features: MatrixFeatures, n: int, model: DeviceModel, candidates=CHOICE
          dtype: torch.dtype = torch.float32) -> Explanation:
     """Price every path for ``features`` times an [K, n] operand on ``model``'s device and explain
     the choice among ``candidates`` (those priced)."""
-    prices, _, value_bytes, launch, piece = query_of(features, n, dtype, model)
-    raw = native.explain(features, prices, n, value_bytes, launch, piece, native.candidate_bits(candidates))
+    query = model.query(n, dtype, features.num_windows)
+    raw = native.explain(features, query, candidate_bits(candidates))
     costs = {path: cost for path, cost in zip(CHOICES, raw.costs_us) if cost == cost}
     summary = features.summary
     blocks, windows = summary["tc_blocks"], features.num_windows
@@ -75,7 +71,7 @@ def rank(features: MatrixFeatures, n: int, model: DeviceModel, candidates=CHOICE
         "windows_over_32_blocks": summary["split_windows"],
         "balanced_zeroed_windows": raw.zeroed_windows,
         "max_row_nnz": features.max_row_nnz,
-        "rows_piece_nnz": piece,
+        "rows_piece_nnz": features.piece_nnz[query.value_bytes < 4],
         "rows_share_ratio": features.rows_share_ratio,
         "grouped_blocks": features.grouped_blocks,
         "grouped_rest_nnz": features.grouped_rest_nnz,

@@ -1,5 +1,6 @@
 """The device the model prices: SM count, L2, the compiled kernels' launch shapes, and its
-family's calibration."""
+family's calibration; and what a choice asks of it at an N bucket (``device_query``), kept per
+process."""
 from __future__ import annotations
 
 import functools
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import kernels
-from ..paths import KERNEL_DTYPES
+from ..paths import KERNEL_DTYPES, KERNEL_PATHS
 from . import native
 from .calibration import DEFAULT_L2_BYTES, Calibration
 
@@ -50,6 +51,12 @@ class DeviceModel:
     def prices(self, n: int, dtype: torch.dtype) -> native.Prices:
         return self.calibration.prices(n, dtype, self.sm_count, self.l2_bytes)
 
+    def query(self, n: int, dtype: torch.dtype, windows: int | None = None) -> native.Query:
+        """What a choice at N = ``n`` for X of ``dtype`` on a matrix of ``windows`` row windows asks
+        of this device: its prices and the kernels' launch shapes."""
+        base, balanced = (self.launch(path, n, dtype, windows) for path in KERNEL_PATHS)
+        return native.Query(self.prices(n, dtype), n, dtype.itemsize, base, balanced)
+
 
 @functools.lru_cache(maxsize=4096)
 def _launch_shape(cuda_index: int, path: str, n: int, dtype: torch.dtype, windows: int | None, tf32: bool):
@@ -73,6 +80,16 @@ def _device_model(device: torch.device) -> DeviceModel:
     return DeviceModel(
         "no CUDA device (documented defaults)", "default", calibration.sm_count, calibration, None, calibration.l2_bytes
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def device_query(device: torch.device, n: int, dtype: torch.dtype, tf32: bool, windows: int) -> native.Query:
+    """``device_model(device).query(n, dtype, windows)``, made once per process and shared by every
+    matrix of ``windows`` row windows: a first choice at an N bucket looks it up rather than asking
+    the kernels for their launch shapes and building its arguments. ``tf32``
+    (``kernels.tf32_allowed``, for float32 X) is part of the key because the exact float32 kernels
+    have launch shapes of their own."""
+    return _device_model(device).query(n, dtype, windows)
 
 
 def device_model(device=None) -> DeviceModel:

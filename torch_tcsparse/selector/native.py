@@ -1,25 +1,31 @@
 """The binding of the selector's C++ cost model (``csrc/selector_model.cpp`` through its C ABI,
 ``csrc/selector_capi.cpp``), loaded with ctypes from the library ``build`` makes on first use.
 
-A matrix's features (``MatrixFeatures``: sizes and per-window prefix sums, kept by reference) are
-handed over once; a calibration's constants once per (N bucket, dtype, device) (``Prices``); then
-a choice is one call. Nothing here models anything: the numbers all come from C++."""
+A matrix's features (``MatrixFeatures``: sizes and per-window prefix sums, kept by reference, its
+rows pieces and the paths it may take) are handed over once; a calibration's constants once per
+(N bucket, dtype, device) (``Prices``); what a choice at an N bucket asks of a device once per
+(N bucket, dtype, device, TF32 mode, window count) (``Query``, shared by matrices); then a choice is
+one call of four arguments (``choose``). Nothing here models anything: the numbers all come from
+C++.
+"""
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import threading
 import weakref
 
 import numpy as np
+import torch
 
+from .. import csr_rows
 from ..formats.metcf import BALANCE_CHUNK
-from ..paths import SELECTOR_PATHS as CHOICES
 from . import build
+from .paths import CHOICES, candidate_bits, matrix_paths
 
 _I64, _F64, _PTR = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
 _I64P, _F64P = ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_double)
+_PIECES = ctypes.c_int64 * 2
 
 
 class RawExplanation(ctypes.Structure):
@@ -44,18 +50,31 @@ class RawExplanation(ctypes.Structure):
     ]
 
 
+class Query(ctypes.Structure):
+    """``TcsQuery`` of selector_capi.cpp: what a choice at N bucket ``n`` asks of a device for X of
+    ``value_bytes``, with the kernels' launch shapes (resident warps per SM, column slices) of
+    base, then of balanced. Keeps its ``Prices`` alive; ``address`` is what a call hands over."""
+
+    _fields_ = [("prices", _PTR), ("n", _I64), ("value_bytes", _I64), ("launch", _I64 * 4)]
+
+    def __init__(self, prices: "Prices", n: int, value_bytes: int, base: tuple[int, int], balanced: tuple[int, int]):
+        super().__init__(prices.handle, n, value_bytes, (_I64 * 4)(*base, *balanced))
+        self._prices = prices
+        self.address = ctypes.addressof(self)
+
+
 _SIGNATURES = {
     "tcs_last_error": (ctypes.c_char_p, []),
     "tcs_prefixes": (None, [_I64P, _I64, _I64, _I64P, _I64P, _I64P]),
     "tcs_matrix_new": (_PTR, [_I64, _I64, _I64, _I64, _I64, _I64, _I64P, _I64P, _I64P, _F64, _I64, _I64,
-                              ctypes.c_int, _I64]),
+                              ctypes.c_int, _I64, _I64P]),
     "tcs_matrix_free": (None, [_PTR]),
     "tcs_matrix_summary": (None, [_PTR, _I64P]),
     "tcs_prices_new": (_PTR, [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), _F64P, ctypes.c_int, _I64, _I64, _I64,
                               _I64]),
     "tcs_prices_free": (None, [_PTR]),
-    "tcs_choose": (ctypes.c_int, [_PTR, _PTR, _I64, _I64, _I64P, _I64, ctypes.c_uint, ctypes.c_int, _F64P]),
-    "tcs_explain": (None, [_PTR, _PTR, _I64, _I64, _I64P, _I64, ctypes.c_uint, ctypes.POINTER(RawExplanation)]),
+    "tcs_choose": (ctypes.c_int, [_PTR, _PTR, ctypes.c_uint, _PTR]),
+    "tcs_explain": (None, [_PTR, _PTR, ctypes.c_uint, ctypes.POINTER(RawExplanation)]),
     "tcs_base_launch": (None, [_PTR, _I64, _I64, _F64, _F64P]),
     "tcs_balanced_launch": (None, [_PTR, _I64, _I64, _F64, _F64, _F64P]),
     "tcs_grouped_split": (ctypes.c_int, [_PTR, _PTR, _I64, _I64, ctypes.c_int, _I64P, _I64P]),
@@ -94,7 +113,9 @@ class MatrixFeatures:
     """One matrix's features in C++: sizes, the per-window prefix sums of its ME-TCF layout
     (chunks, TC blocks and non-empty windows before each window, int64, kept by reference), the
     order's ``rows_share_ratio`` and its grouped layout's size (``grouped_blocks`` None: the path
-    cannot pay)."""
+    cannot pay). With them, what does not depend on N: the rows path's pieces for X of 4 bytes and
+    of 2 (``piece_nnz``), and the paths the matrix may take where the kernels run, as the model's
+    candidate bits (``candidates[deterministic]``)."""
 
     def __init__(self, window: int, num_windows: int, rows: int, cols: int, nnz: int, max_row_nnz: int, prefixes,
                  rows_share_ratio: float = 1.0, grouped_blocks: int | None = None, grouped_rest_nnz: int = 0,
@@ -114,12 +135,17 @@ class MatrixFeatures:
         self.grouped_blocks = None if grouped_blocks is None else int(grouped_blocks)
         self.grouped_rest_nnz, self.grouped_one_chunk = int(grouped_rest_nnz), bool(grouped_one_chunk)
         self.prefixes = arrays
+        self.piece_nnz = (csr_rows.split_piece_nnz(self.nnz, self.max_row_nnz, torch.float32),
+                          csr_rows.split_piece_nnz(self.nnz, self.max_row_nnz, torch.float16))
+        grouped = self.grouped_blocks is not None
+        self.candidates = (candidate_bits(matrix_paths(self.rows, self.num_cols, self.nnz, grouped, False)),
+                           candidate_bits(matrix_paths(self.rows, self.num_cols, self.nnz, grouped, True)))
         lib = library()
         self.handle = _checked(lib.tcs_matrix_new(
             self.window, self.num_windows, self.rows, self.num_cols, self.nnz, self.max_row_nnz,
             *(_int64_pointer(a) for a in arrays), self.rows_share_ratio,
             -1 if grouped_blocks is None else self.grouped_blocks, self.grouped_rest_nnz, int(self.grouped_one_chunk),
-            BALANCE_CHUNK), "matrix features")
+            BALANCE_CHUNK, _PIECES(*self.piece_nnz)), "matrix features")
         weakref.finalize(self, lib.tcs_matrix_free, self.handle)
         summary = (ctypes.c_int64 * 7)()
         lib.tcs_matrix_summary(self.handle, summary)
@@ -206,34 +232,22 @@ class Prices:
         weakref.finalize(self, lib.tcs_prices_free, self.handle)
 
 
-@functools.lru_cache(maxsize=1024)
-def launch_array(base: tuple[int, int], balanced: tuple[int, int]):
-    """The launch shapes a query hands over: (resident warps per SM, column slices) of each kernel
-    (made once per pair of shapes; the model only reads it)."""
-    return (ctypes.c_int64 * 4)(base[0], base[1], balanced[0], balanced[1])
+def choose(features: MatrixFeatures, query: Query, candidates: int) -> str:
+    """The path among ``candidates`` (``candidate_bits``) for ``query``, the kernels priced only
+    where the choice depends on them."""
+    return CHOICES[library().tcs_choose(features.handle, query.address, candidates, None)]
 
 
-def candidate_bits(candidates) -> int:
-    return sum(1 << CHOICES.index(path) for path in candidates)
-
-
-def choose(features: MatrixFeatures, prices: Prices, n: int, value_bytes: int, launch, piece_nnz: int,
-           candidates: int, all_costs: bool = False):
-    """(path, predicted us by path: the paths priced, or None unless ``all_costs``)."""
-    if not all_costs:
-        return CHOICES[library().tcs_choose(features.handle, prices.handle, n, value_bytes, launch, piece_nnz,
-                                            candidates, 0, None)], None
+def choose_with_costs(features: MatrixFeatures, query: Query, candidates: int) -> tuple[str, dict]:
+    """(path, predicted us of every path priced)."""
     costs = (ctypes.c_double * len(CHOICES))()
-    code = library().tcs_choose(features.handle, prices.handle, n, value_bytes, launch, piece_nnz, candidates, 1,
-                                costs)
+    code = library().tcs_choose(features.handle, query.address, candidates, ctypes.addressof(costs))
     return CHOICES[code], {path: cost for path, cost in zip(CHOICES, costs) if not math.isnan(cost)}
 
 
-def explain(features: MatrixFeatures, prices: Prices, n: int, value_bytes: int, launch, piece_nnz: int,
-            candidates: int) -> RawExplanation:
+def explain(features: MatrixFeatures, query: Query, candidates: int) -> RawExplanation:
     out = RawExplanation()
-    library().tcs_explain(features.handle, prices.handle, n, value_bytes, launch, piece_nnz, candidates,
-                          ctypes.byref(out))
+    library().tcs_explain(features.handle, query.address, candidates, ctypes.byref(out))
     return out
 
 
