@@ -32,11 +32,12 @@ from benchmarks.common import out_dir
 from examples.gcn.train_distributed import DistributedGCN, dropout_seed
 from graph_data import synthetic
 from torch_tcsparse.distributed import NodePartition, gcn_part, partition_rows
+from torch_tcsparse.distributed.model import product_widths
 from torch_tcsparse.distributed.partition import METHODS
 
 FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "status", "epoch_ms", "compute_ms", "exchange_ms",
           "halo_rows", "cut_nonzeros", "exchanged_width", "halo_bytes_per_epoch", "cut_x_feature_bytes",
-          "nnz_per_rank", "build_s", "build_peak_gb_per_rank", "peak_gb_per_rank", "peak_gb", "features", "hidden", "classes", "layers"]
+          "nnz_per_rank", "build_s", "sparse_ms", "graph_gb", "link_gbps", "build_peak_gb_per_rank", "peak_gb_per_rank", "peak_gb", "features", "hidden", "classes", "layers"]
 
 
 def parse_args(argv=None):
@@ -152,7 +153,10 @@ def single_gpu(args, device, group_of_one) -> dict:
         rowptr, col, num_nodes = graph_csr(args.scale, args.edge_factor, device)
         matrix = gcn_part(rowptr, col, None, (0, num_nodes), group=group_of_one).matrix
         del rowptr, col
+        synchronize(device)
         build_s, build_peak = time.perf_counter() - start, peak_gb(device)
+        graph_bytes = torch.cuda.memory_allocated(device) if device.type == "cuda" else float("nan")
+        sparse_s = products_time(matrix, args, device)
         reset_peak(device)
         x, y = own_features(args, num_nodes, 0, device)
         torch.manual_seed(0)
@@ -164,9 +168,42 @@ def single_gpu(args, device, group_of_one) -> dict:
         args.world = dist.get_world_size()
     return {"status": "ok", "epoch_ms": 1000 * epoch_s, "compute_ms": 1000 * epoch_s, "exchange_ms": 0.0,
             "halo_rows": 0, "cut_nonzeros": 0, "halo_bytes_per_epoch": 0, "cut_x_feature_bytes": 0,
-            "nnz_per_rank": str(matrix.nnz), "nnz": matrix.nnz, "build_s": build_s,
-            "build_peak_gb_per_rank": f"{build_peak:.2f}", "peak_gb_per_rank": f"{peak_gb(device):.2f}",
-            "peak_gb": peak_gb(device)}
+            "nnz_per_rank": str(matrix.nnz), "nnz": matrix.nnz, "build_s": build_s, "sparse_ms": 1000 * sparse_s,
+            "graph_gb": graph_bytes / 2**30, "build_peak_gb_per_rank": f"{build_peak:.2f}",
+            "peak_gb_per_rank": f"{peak_gb(device):.2f}", "peak_gb": peak_gb(device)}
+
+
+def products_time(matrix, args, device) -> float:
+    """Seconds of the sparse products of one epoch on the whole graph (A is symmetric: the
+    backward products multiply by its transpose, built and kept like a part's)."""
+    transpose = matrix.t()
+    total = 0.0
+    for width, backward in product_widths(args.features, args.hidden, args.classes, args.layers):
+        dense = torch.randn(matrix.shape[1], width, device=device)
+        for operand in (matrix, transpose) if backward else (matrix,):
+            operand @ dense
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(5):
+                operand @ dense
+            synchronize(device)
+            total += (time.perf_counter() - start) / 5
+    return total
+
+
+def link_bandwidth(device, nbytes: int = 256 << 20) -> float:
+    """Bytes per second one rank sends in an all_to_all_single of ``nbytes`` per rank."""
+    world = dist.get_world_size()
+    send = torch.ones(nbytes // 4, device=device)
+    receive = torch.empty_like(send)
+    dist.all_to_all_single(receive, send)
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(5):
+        dist.all_to_all_single(receive, send)
+    synchronize(device)
+    # Of each rank's buffer, the share addressed to itself does not cross a link.
+    return 5 * nbytes * (world - 1) / world / (time.perf_counter() - start)
 
 
 def make_model(args, device):
@@ -192,8 +229,13 @@ class ExchangeMeter:
 
     def __init__(self, part, device):
         self.clock, self.widths = Clock(device), []
+        self.part = part
         part.gather_halo = self._counted(self.clock.wrap(part.gather_halo))
         part.scatter_halo = self._counted(self.clock.wrap(part.scatter_halo))
+
+    def detach(self) -> None:
+        """Gives the part its own methods back."""
+        del self.part.gather_halo, self.part.scatter_halo
 
     def _counted(self, fn):
         def count(tensor, *rest):
@@ -228,6 +270,7 @@ def distributed_run(args, device) -> dict:
     # Exchange and compute: means over the instrumented epochs, warm-up included on both sides.
     meter = ExchangeMeter(part, device)
     instrumented_s = statistics.mean(epochs(ddp, x, y, part, nodes, args, device))
+    meter.detach()
     exchange_s = meter.clock.seconds() / (2 + args.epochs)
     width = sum(meter.widths) // (2 + args.epochs)
     gathered = [None] * world
@@ -236,7 +279,8 @@ def distributed_run(args, device) -> dict:
     halo_rows, cut = sum(g["halo"] for g in gathered), sum(g["cut"] for g in gathered)
     exchange_s = max(g["exchange_s"] for g in gathered)
     element = x.element_size()
-    return {"status": "ok", "partitioner": partition.method, "epoch_ms": 1000 * epoch_s,
+    bandwidth = link_bandwidth(device)
+    return {"status": "ok", "partitioner": partition.method, "link_gbps": bandwidth / 1e9, "epoch_ms": 1000 * epoch_s,
             "exchange_ms": 1000 * exchange_s, "compute_ms": 1000 * (instrumented_s - exchange_s),
             "halo_rows": halo_rows, "cut_nonzeros": cut, "exchanged_width": width,
             "halo_bytes_per_epoch": halo_rows * width * element, "cut_x_feature_bytes": cut * width * element,
@@ -258,15 +302,16 @@ def main(argv=None) -> None:
             torch.cuda.set_device(device)
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+        single = not args.no_single and dist.get_world_size() > 1
         # A one-rank group for rank 0's single-GPU run: every rank takes part in creating it.
-        group_of_one = dist.new_group([0])
+        group_of_one = dist.new_group([0]) if single else None
         rows = []
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         for scale in args.scales:
             args.scale, args.num_nodes = scale, 1 << scale
             common = {"graph": f"rmat{scale}", "nodes": args.num_nodes, "device": name, "features": args.features,
                       "hidden": args.hidden, "classes": args.classes, "layers": args.layers}
-            if not args.no_single and dist.get_world_size() > 1:
+            if single:
                 if dist.get_rank() == 0:
                     rows.append(common | {"gpus": 1, "partitioner": "none"} | single_gpu(args, device, group_of_one))
                     print(format_row(rows[-1]), flush=True)
@@ -285,6 +330,8 @@ def main(argv=None) -> None:
                 writer.writeheader()
                 writer.writerows(rows)
             print(f"wrote {path}")
+        # No rank leaves while another still talks to it (gloo aborts on a peer's closed socket).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

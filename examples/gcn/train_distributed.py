@@ -232,6 +232,8 @@ def main(argv=None) -> None:
                   f"test {100 * chosen['test']:.2f}% (valid {100 * chosen['valid']:.2f}%, epoch {chosen['epoch']}), "
                   f"final loss {result['losses'][-1]:.4f}, epoch {epoch_ms:.1f} ms (median), "
                   f"halo {int(halo)} rows for {summary['cut_nonzeros']} cut nonzeros")
+        # No rank leaves while another still talks to it (gloo aborts on a peer's closed socket).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
