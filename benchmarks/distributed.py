@@ -3,6 +3,7 @@
     torchrun --nproc-per-node 2 -m benchmarks.distributed                      # R-MAT 22 and 25
     torchrun --nproc-per-node 2 -m benchmarks.distributed --scales 22 --partitioner metis
     torchrun --nproc-per-node 2 -m benchmarks.distributed --device cpu --scales 12 --epochs 2   # gloo smoke run
+    python -m benchmarks.distributed --predict out/distributed.csv --parts 2,4,8,16,32,64,128,256
 
 Per R-MAT scale (graph_data.synthetic.rmat, generated on each rank with the same seed; a rank
 keeps its rows of it): the model is examples.gcn.train_distributed's GCN (``--layers`` 2,
@@ -32,7 +33,7 @@ from benchmarks.common import out_dir
 from examples.gcn.train_distributed import DistributedGCN, dropout_seed
 from graph_data import synthetic
 from torch_tcsparse.distributed import NodePartition, gcn_part, partition_rows
-from torch_tcsparse.distributed.model import product_widths
+from torch_tcsparse.distributed.model import Measured, part_shape, predict, product_widths
 from torch_tcsparse.distributed.partition import METHODS
 
 FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "status", "epoch_ms", "compute_ms", "exchange_ms",
@@ -57,6 +58,12 @@ def parse_args(argv=None):
     parser.add_argument("--no-single", action="store_true", help="skip the one-GPU run on rank 0")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: gloo, for a smoke run")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--predict", default=None, help="a distributed.csv to model (no torchrun)")
+    parser.add_argument("--parts", default="2,4,8,16,32,64,128,256", help="with --predict: the GPU counts")
+    parser.add_argument("--gpus-per-node", type=int, default=8,
+                        help="with --predict: beyond this many GPUs the halo crosses the network")
+    parser.add_argument("--network-gbps", type=float, default=25.0,
+                        help="with --predict: bytes per second (GB/s) a GPU sends over the network")
     args = parser.parse_args(argv)
     args.scales = [int(s) for s in args.scales.split(",")]
     for name in ("features", "hidden", "classes", "layers", "epochs", "edge_factor"):
@@ -290,8 +297,76 @@ def distributed_run(args, device) -> dict:
             "peak_gb": max(g["peak"] for g in gathered)}
 
 
+def parameter_bytes(args, element_size: int = 4) -> int:
+    sizes = [args.features] + [args.hidden] * (args.layers - 1) + [args.classes]
+    return element_size * sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def calibration(rows: list[dict]) -> tuple[dict, Measured]:
+    fits = [r for r in rows if r["gpus"] == "1" and r["status"] == "ok"]
+    if not fits:
+        raise SystemExit("--predict needs a one-GPU row that ran (status ok)")
+    one = fits[0]
+    links = [float(r["link_gbps"]) for r in rows if r["graph"] == one["graph"] and r["gpus"] != "1" and r["link_gbps"]]
+    if not links:
+        raise SystemExit(f"--predict needs a multi-GPU row of {one['graph']} with its link bandwidth")
+    sparse_s, epoch_s = float(one["sparse_ms"]) / 1e3, float(one["epoch_ms"]) / 1e3
+    graph_bytes = float(one["graph_gb"]) * 2**30
+    measured = Measured(int(one["nodes"]), int(one["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes,
+                        float(one["peak_gb"]) * 2**30 - graph_bytes, links[0] * 1e9)
+    return one, measured
+
+
+def scaled(measured: Measured, nodes: int, nnz: int, link_bytes_per_s: float) -> Measured:
+    """The one-GPU terms of another graph: sparse work and graph bytes follow the nonzeros, the
+    rest the rows."""
+    by_nnz, by_rows = nnz / measured.nnz, nodes / measured.nodes
+    return Measured(nodes, nnz, measured.sparse_s * by_nnz, measured.dense_s * by_rows, measured.graph_bytes * by_nnz,
+                    measured.train_bytes * by_rows, link_bytes_per_s, measured.latency_s)
+
+
+def predict_main(args) -> None:
+    with open(args.predict, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    one, measured = calibration(rows)
+    for name in ("features", "hidden", "classes", "layers"):
+        setattr(args, name, int(one[name]))
+    widths = product_widths(args.features, args.hidden, args.classes, args.layers)
+    parts = [int(p) for p in args.parts.split(",")]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    results = []
+    for graph in dict.fromkeys(r["graph"] for r in rows):
+        rowptr, col, num_nodes = graph_csr(int(graph.removeprefix("rmat")), args.edge_factor, device)
+        nnz = col.numel() + num_nodes
+        measured_rows = {int(r["gpus"]): r for r in rows if r["graph"] == graph and r["status"] == "ok"}
+        for count in parts:
+            method = choose_partitioner(args, num_nodes)
+            partition = partition_rows(rowptr.cpu(), col.cpu(), count, method)
+            link = measured.link_bytes_per_s if count <= args.gpus_per_node else args.network_gbps * 1e9
+            shape = part_shape(partition, rowptr, col)
+            guess = predict(shape, scaled(measured, num_nodes, nnz, link), widths, parameter_bytes(args))
+            seen = measured_rows.get(count, {})
+            results.append({"graph": graph, "gpus": count, "partitioner": partition.method,
+                            "predicted_epoch_ms": 1000 * guess.epoch_s, "predicted_compute_ms": 1000 * guess.compute_s,
+                            "predicted_exchange_ms": 1000 * guess.exchange_s,
+                            "predicted_peak_gb": guess.memory_bytes / 2**30, "halo_rows": guess.halo_rows,
+                            "measured_epoch_ms": seen.get("epoch_ms", ""), "measured_peak_gb": seen.get("peak_gb", "")})
+            print(", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in results[-1].items()),
+                  flush=True)
+        del rowptr, col
+    path = out_dir(args.out or "out") / "distributed_model.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(results[0]))
+        writer.writeheader()
+        writer.writerows(results)
+    print(f"wrote {path}")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.predict:
+        predict_main(args)
+        return
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda needs a GPU; --device cpu runs the smoke test on gloo")
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
