@@ -25,9 +25,10 @@ def with_isolated_nodes_and_closed_block(num_nodes: int, closed: int, seed: int,
     return csr_of(row, col, num_nodes, values)
 
 
-def dense(rowptr, col, values, num_nodes: int) -> torch.Tensor:
-    row = torch.repeat_interleave(torch.arange(num_nodes), rowptr.diff())
-    out = torch.zeros(num_nodes, num_nodes, dtype=values.dtype)
+def dense(rowptr, col, values, num_cols: int) -> torch.Tensor:
+    num_rows = rowptr.numel() - 1
+    row = torch.repeat_interleave(torch.arange(num_rows), rowptr.diff())
+    out = torch.zeros(num_rows, num_cols, dtype=values.dtype)
     return out.index_put_((row, col), values, accumulate=True)
 
 

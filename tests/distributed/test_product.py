@@ -1,6 +1,7 @@
 """torch_tcsparse.distributed on 2 and 3 gloo processes against one process: the product and
 its gradients (uneven parts, an empty part, isolated nodes, a rank without halo, the GCN
-normalization from own rows, rows relabeled by a partition), and the loss curve of the
+normalization from own rows, rows relabeled by a partition), the cost model's part shapes
+against the parts built, and the loss curve of the
 distributed GCN example. One set of processes per world size runs every check."""
 import types
 
@@ -14,6 +15,7 @@ from examples.gcn import train_distributed
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse import nn as tc_nn
 from torch_tcsparse.distributed import GraphPart, NodePartition, gcn_part, partition_rows, spmm
+from torch_tcsparse.distributed.model import part_shape
 
 NUM_NODES = 60
 CLOSED = 12
@@ -77,6 +79,10 @@ def check_products(all_cases) -> None:
         torch.testing.assert_close(y, case["y"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
         y.backward(case["grad"][nodes])
         torch.testing.assert_close(x.grad, case["x_grad"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
+        shape = part_shape(partition, *case["csr"][:2], self_loops=False)
+        assert (shape.halo_in[rank], shape.halo_out[rank]) == (part.num_halo, sum(part.send_counts)), case["name"]
+        if not case["normalize"]:
+            assert shape.nnz[rank] == part.matrix.nnz, case["name"]
         if case["no_halo_rank"] == rank:
             assert part.num_halo == 0 and sum(part.send_counts) > 0, f"{case['name']}: {part}"
         if part.num_own == 0:
