@@ -57,6 +57,9 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=int, default=10, help="timed epochs, after 2 of warm-up")
     parser.add_argument("--no-single", action="store_true", help="skip the one-GPU run on rank 0")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: gloo, for a smoke run")
+    parser.add_argument("--generate", choices=("device", "cpu"), default="device",
+                        help="where each rank generates the whole graph before keeping its rows: generating R-MAT 25 "
+                             "on a GPU peaks at tens of GB; cpu takes longer and host memory per rank")
     parser.add_argument("--out", default=None)
     parser.add_argument("--predict", default=None, help="a distributed.csv to model (no torchrun)")
     parser.add_argument("--parts", default="2,4,8,16,32,64,128,256", help="with --predict: the GPU counts")
@@ -114,6 +117,10 @@ def peak_gb(device) -> float:
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
 
 
+def generator_device(args, device: torch.device) -> torch.device:
+    return device if args.generate == "device" else torch.device("cpu")
+
+
 def graph_csr(scale: int, edge_factor: int, device):
     """The R-MAT graph's CSR (symmetric, no self-loops), the same on every rank."""
     row, col, num_nodes = synthetic.rmat(scale, edge_factor=edge_factor, seed=1, device=device)
@@ -157,8 +164,8 @@ def single_gpu(args, device, group_of_one) -> dict:
     start = time.perf_counter()
     args.world = 1
     try:
-        rowptr, col, num_nodes = graph_csr(args.scale, args.edge_factor, device)
-        matrix = gcn_part(rowptr, col, None, (0, num_nodes), group=group_of_one).matrix
+        rowptr, col, num_nodes = graph_csr(args.scale, args.edge_factor, generator_device(args, device))
+        matrix = gcn_part(rowptr.to(device), col.to(device), None, (0, num_nodes), group=group_of_one).matrix
         del rowptr, col
         synchronize(device)
         build_s, build_peak = time.perf_counter() - start, peak_gb(device)
@@ -255,10 +262,11 @@ def distributed_run(args, device) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     reset_peak(device)
     start = time.perf_counter()
-    rowptr, col, num_nodes = graph_csr(args.scale, args.edge_factor, device)
+    rowptr, col, num_nodes = graph_csr(args.scale, args.edge_factor, generator_device(args, device))
     partition = shared_partition(rowptr, col, num_nodes, args)
     own_rowptr, own_col, _ = partition.rows(rowptr, col, None, rank)
     del rowptr, col
+    own_rowptr, own_col = own_rowptr.to(device), own_col.to(device)
     first, end = partition.bounds[rank], partition.bounds[rank + 1]
     cut = int(((own_col < first) | (own_col >= end)).sum())
     part = gcn_part(own_rowptr, own_col, None, partition.bounds)

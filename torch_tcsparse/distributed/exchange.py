@@ -7,10 +7,12 @@ import torch.distributed as dist
 from torch import Tensor
 
 
-def send_halo(x: Tensor, send_index: Tensor, send_counts: list[int], recv_counts: list[int], group) -> Tensor:
-    """This rank's halo rows, ordered by owner rank, then by the owner's row order."""
+def send_halo(x: Tensor, send_index: Tensor, send_counts: list[int], recv_counts: list[int], group,
+              out: Tensor | None = None) -> Tensor:
+    """This rank's halo rows, ordered by owner rank, then by the owner's row order; written into
+    ``out`` (contiguous, one row per halo row) when given."""
     outgoing = x.index_select(0, send_index)
-    incoming = x.new_empty((sum(recv_counts), *x.shape[1:]))
+    incoming = x.new_empty((sum(recv_counts), *x.shape[1:])) if out is None else out
     dist.all_to_all_single(incoming, outgoing, recv_counts, send_counts, group=group)
     return incoming
 

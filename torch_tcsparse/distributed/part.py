@@ -96,9 +96,10 @@ class GraphPart:
         return GraphPart(matrix, self.halo, self.send_index, self.send_counts, self.recv_counts, self.bounds,
                          self.rank, self.group)
 
-    def gather_halo(self, x: Tensor) -> Tensor:
-        """The halo rows of X (``x``: this rank's own rows), from their owners."""
-        return exchange.send_halo(x, self.send_index, self.send_counts, self.recv_counts, self.group)
+    def gather_halo(self, x: Tensor, out: Tensor | None = None) -> Tensor:
+        """The halo rows of X (``x``: this rank's own rows), from their owners; received into
+        ``out`` when given."""
+        return exchange.send_halo(x, self.send_index, self.send_counts, self.recv_counts, self.group, out)
 
     def scatter_halo(self, grad_halo: Tensor, grad_own: Tensor) -> Tensor:
         """``grad_own`` plus the halo gradients the other ranks hold for this rank's rows."""

@@ -14,7 +14,12 @@ class DistributedProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, part: GraphPart) -> Tensor:
         ctx.part = part
-        return part.matrix.matmul(torch.cat([x, part.gather_halo(x)]))
+        own = part.num_own
+        # The halo is received in place below the own rows: no halo-sized buffer beside X's.
+        extended = x.new_empty((own + part.num_halo, x.size(1)))
+        extended[:own].copy_(x)
+        part.gather_halo(x, extended[own:])
+        return part.matrix.matmul(extended)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
