@@ -60,6 +60,7 @@ def parse_args(argv=None):
     parser.add_argument("--generate", choices=("device", "cpu"), default="device",
                         help="where each rank generates the whole graph before keeping its rows: generating R-MAT 25 "
                              "on a GPU peaks at tens of GB; cpu takes longer and host memory per rank")
+    parser.add_argument("--link-mb", type=int, default=256, help="MB per rank of the all-to-all that times the link")
     parser.add_argument("--out", default=None)
     parser.add_argument("--predict", default=None, help="a distributed.csv to model (no torchrun)")
     parser.add_argument("--parts", default="2,4,8,16,32,64,128,256", help="with --predict: the GPU counts")
@@ -205,10 +206,11 @@ def products_time(matrix, args, device) -> float:
     return total
 
 
-def link_bandwidth(device, nbytes: int = 256 << 20) -> float:
-    """Bytes per second one rank sends in an all_to_all_single of ``nbytes`` per rank."""
+def link_bandwidth(device, nbytes: int) -> float:
+    """Bytes per second one rank sends in an all_to_all_single of about ``nbytes`` per rank."""
     world = dist.get_world_size()
-    send = torch.ones(nbytes // 4, device=device)
+    send = torch.ones(max(1, nbytes // 4 // world) * world, device=device)
+    nbytes = send.numel() * 4
     receive = torch.empty_like(send)
     dist.all_to_all_single(receive, send)
     synchronize(device)
@@ -294,7 +296,7 @@ def distributed_run(args, device) -> dict:
     halo_rows, cut = sum(g["halo"] for g in gathered), sum(g["cut"] for g in gathered)
     exchange_s = max(g["exchange_s"] for g in gathered)
     element = x.element_size()
-    bandwidth = link_bandwidth(device)
+    bandwidth = link_bandwidth(device, args.link_mb << 20)
     return {"status": "ok", "partitioner": partition.method, "link_gbps": bandwidth / 1e9, "epoch_ms": 1000 * epoch_s,
             "exchange_ms": 1000 * exchange_s, "compute_ms": 1000 * (instrumented_s - exchange_s),
             "halo_rows": halo_rows, "cut_nonzeros": cut, "exchanged_width": width,
@@ -370,6 +372,42 @@ def predict_main(args) -> None:
     print(f"wrote {path}")
 
 
+def measure(args, device: torch.device) -> list[dict]:
+    """Every graph of ``args.scales`` on one GPU (rank 0) and on all ranks; rank 0 writes the CSV.
+    Every rank of the initialized world calls it."""
+    single = not args.no_single and dist.get_world_size() > 1
+    # A one-rank group for rank 0's single-GPU run: every rank takes part in creating it.
+    group_of_one = dist.new_group([0]) if single else None
+    rows = []
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    for scale in args.scales:
+        args.scale, args.num_nodes = scale, 1 << scale
+        common = {"graph": f"rmat{scale}", "nodes": args.num_nodes, "device": name, "features": args.features,
+                  "hidden": args.hidden, "classes": args.classes, "layers": args.layers}
+        if single:
+            if dist.get_rank() == 0:
+                rows.append(common | {"gpus": 1, "partitioner": "none"} | single_gpu(args, device, group_of_one))
+                print(format_row(rows[-1]), flush=True)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            dist.barrier()
+        rows.append(common | {"gpus": dist.get_world_size()} | distributed_run(args, device))
+        if dist.get_rank() == 0:
+            print(format_row(rows[-1]), flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if dist.get_rank() == 0:
+        path = out_dir(args.out or "out") / "distributed.csv"
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {path}")
+    # No rank leaves while another still talks to it (gloo aborts on a peer's closed socket).
+    dist.barrier()
+    return rows
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.predict:
@@ -385,36 +423,7 @@ def main(argv=None) -> None:
             torch.cuda.set_device(device)
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        single = not args.no_single and dist.get_world_size() > 1
-        # A one-rank group for rank 0's single-GPU run: every rank takes part in creating it.
-        group_of_one = dist.new_group([0]) if single else None
-        rows = []
-        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-        for scale in args.scales:
-            args.scale, args.num_nodes = scale, 1 << scale
-            common = {"graph": f"rmat{scale}", "nodes": args.num_nodes, "device": name, "features": args.features,
-                      "hidden": args.hidden, "classes": args.classes, "layers": args.layers}
-            if single:
-                if dist.get_rank() == 0:
-                    rows.append(common | {"gpus": 1, "partitioner": "none"} | single_gpu(args, device, group_of_one))
-                    print(format_row(rows[-1]), flush=True)
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                dist.barrier()
-            rows.append(common | {"gpus": dist.get_world_size()} | distributed_run(args, device))
-            if dist.get_rank() == 0:
-                print(format_row(rows[-1]), flush=True)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        if dist.get_rank() == 0:
-            path = out_dir(args.out or "out") / "distributed.csv"
-            with open(path, "w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=FIELDS)
-                writer.writeheader()
-                writer.writerows(rows)
-            print(f"wrote {path}")
-        # No rank leaves while another still talks to it (gloo aborts on a peer's closed socket).
-        dist.barrier()
+        measure(args, device)
     finally:
         dist.destroy_process_group()
 

@@ -3,6 +3,7 @@ its gradients (uneven parts, an empty part, isolated nodes, a rank without halo,
 normalization from own rows, rows relabeled by a partition), the cost model's part shapes
 against the parts built, and the loss curve of the
 distributed GCN example. One set of processes per world size runs every check."""
+import csv
 import types
 
 import pytest
@@ -11,6 +12,7 @@ import torch.distributed as dist
 
 import graphs
 import processes
+from benchmarks import distributed as benchmark
 from examples.gcn import train_distributed
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse import nn as tc_nn
@@ -93,6 +95,10 @@ def check_products(all_cases) -> None:
         GraphPart.from_rows(torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, (0, NUM_NODES))
 
 
+# The benchmark's smallest run: a graph of 256 nodes, one timed epoch.
+BENCHMARK_ARGS = ["--device", "cpu", "--scales", "8", "--epochs", "1", "--features", "8", "--hidden", "8",
+                  "--partitioner", "contiguous", "--link-mb", "1"]
+
 # The example's model at a size that trains in a second: 3 layers with batch normalization and
 # dropout, which depend on every rank's rows.
 CONFIG = dict(layers=3, hidden=16, dropout=0.5, batch_norm=True, lr=0.01, weight_decay=5e-4, epochs=4, eval_steps=4)
@@ -130,8 +136,9 @@ def one_process_losses(task) -> list[float]:
     return losses
 
 
-def check_all(product_cases, task, method, losses_path) -> None:
+def check_all(product_cases, task, method, losses_path, benchmark_out) -> None:
     check_products(product_cases)
+    benchmark.measure(benchmark.parse_args(BENCHMARK_ARGS + ["--out", str(benchmark_out)]), torch.device("cpu"))
     rowptr, col = train_distributed.graph_csr(task.edge_index, NUM_NODES)
     partition = train_distributed.shared_partition(rowptr, col, method, 0)
     result = train_distributed.train_partitioned(task, CONFIG, partition, torch.device("cpu"), TRAIN_SEED)
@@ -144,21 +151,43 @@ def distributed_run(request, tmp_path_factory):
     """Runs every check on P processes; returns the loss curve of their training."""
     world_size = request.param
     losses_path = tmp_path_factory.mktemp("losses") / "losses.pt"
+    benchmark_out = tmp_path_factory.mktemp("benchmark")
     task = training_task()
     # Two processes split the nodes in ranges, three as METIS does when pymetis is installed.
     method = "contiguous" if world_size == 2 else "auto"
-    processes.run(world_size, check_all, cases(world_size), task, method, losses_path)
-    return task, torch.load(losses_path)
+    processes.run(world_size, check_all, cases(world_size), task, method, losses_path, benchmark_out)
+    return task, torch.load(losses_path), benchmark_out / "distributed.csv"
 
 
 def test_product_and_gradients_match_one_process(distributed_run):
     """The product checks ran in the processes (an assertion there fails the fixture)."""
-    task, losses = distributed_run
+    task, losses, _ = distributed_run
     assert len(losses) == CONFIG["epochs"]
 
 
 def test_loss_curve_matches_one_process(distributed_run):
-    task, losses = distributed_run
+    task, losses, _ = distributed_run
     expected = one_process_losses(task)
     assert losses[-1] < losses[0], "the model learns"
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-5, atol=1e-6)
+
+
+def test_benchmark_rows_and_model(distributed_run, tmp_path):
+    """The benchmark's CPU run wrote a one-process and a P-process row; the cost model reads them
+    and predicts the measured P from the one-process numbers."""
+    _, _, csv_path = distributed_run
+    with open(csv_path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    world_size = int(rows[-1]["gpus"])
+    assert [r["gpus"] for r in rows] == ["1", str(world_size)] and all(r["status"] == "ok" for r in rows)
+    multi = rows[-1]
+    assert int(multi["halo_rows"]) <= int(multi["cut_nonzeros"])
+    assert int(multi["halo_bytes_per_epoch"]) == int(multi["halo_rows"]) * int(multi["exchanged_width"]) * 4
+    assert sum(int(n) for n in multi["nnz_per_rank"].split(";")) == int(rows[0]["nnz"])
+    benchmark.main(["--predict", str(csv_path), "--parts", f"1,{world_size},4", "--partitioner", "contiguous",
+                    "--out", str(tmp_path)])
+    with open(tmp_path / "distributed_model.csv", newline="") as handle:
+        predicted = list(csv.DictReader(handle))
+    assert [int(r["gpus"]) for r in predicted] == [1, world_size, 4]
+    assert predicted[1]["measured_epoch_ms"] == multi["epoch_ms"]
+    assert float(predicted[0]["predicted_epoch_ms"]) == pytest.approx(float(rows[0]["epoch_ms"]), rel=1e-6)
