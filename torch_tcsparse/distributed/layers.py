@@ -89,7 +89,7 @@ class GlobalBatchNorm1d(torch.nn.BatchNorm1d):
             return super().forward(x)
         if x.dim() != 2 or x.size(1) != self.num_features:
             raise ValueError(f"x must have shape [rows, {self.num_features}], got {tuple(x.shape)}")
-        group = self.group or dist.group.WORLD
+        group = dist.group.WORLD if self.group is None else self.group
         count = torch.tensor([x.size(0)], dtype=torch.float64, device=x.device)
         dist.all_reduce(count, group=group)
         total = int(count.item())
