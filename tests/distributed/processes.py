@@ -1,0 +1,27 @@
+"""Runs a function on P processes joined by gloo on this machine, as torchrun would."""
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run(world_size: int, worker, *args) -> None:
+    """``worker(*args)`` on every rank; an exception on any rank fails the call with its traceback."""
+    mp.spawn(_entry, args=(world_size, free_port(), worker, args), nprocs=world_size, join=True)
+
+
+def _entry(rank: int, world_size: int, port: int, worker, args) -> None:
+    # Several ranks share the test machine's cores: a team of threads per rank would oversubscribe them.
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        worker(*args)
+    finally:
+        dist.destroy_process_group()

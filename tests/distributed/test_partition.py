@@ -1,0 +1,103 @@
+"""The partitioner, the cost model's arithmetic and the argument checks, in one process."""
+import sys
+
+import pytest
+import torch
+
+import graphs
+from torch_tcsparse.distributed import NodePartition, node_dropout, partition_rows
+from torch_tcsparse.distributed.model import Measured, part_shape, predict, product_widths
+
+NUM_NODES = 400
+
+
+def sbm_csr():
+    row, col = graphs.symmetric_sbm(NUM_NODES, seed=3)
+    rowptr, col, _ = graphs.csr_of(row, col, NUM_NODES)
+    return rowptr, col
+
+
+def check_partition(partition: NodePartition, rowptr, num_parts: int):
+    assert partition.num_parts == num_parts and partition.bounds[0] == 0 and partition.bounds[-1] == NUM_NODES
+    assert torch.equal(torch.sort(partition.order).values, torch.arange(NUM_NODES))
+    weights = rowptr.diff() + 1
+    loads = [int(weights[partition.nodes(r)].sum()) for r in range(num_parts)]
+    assert max(loads) <= 1.1 * sum(loads) / num_parts, loads
+
+
+@pytest.mark.parametrize("num_parts", [1, 2, 3, 7])
+def test_contiguous_ranges_balance_nonzeros(num_parts):
+    rowptr, col = sbm_csr()
+    partition = partition_rows(rowptr, col, num_parts, "contiguous")
+    check_partition(partition, rowptr, num_parts)
+    assert torch.equal(partition.order, torch.arange(NUM_NODES))
+
+
+def test_metis_balances_and_cuts_fewer_edges():
+    pytest.importorskip("pymetis", reason="pymetis (the [distributed] extra) is not installed")
+    rowptr, col = sbm_csr()
+    metis = partition_rows(rowptr, col, 4, "metis")
+    check_partition(metis, rowptr, 4)
+    contiguous = partition_rows(rowptr, col, 4, "contiguous")
+    # Four shuffled communities: METIS finds them, ranges of ids cut about 3/4 of the entries.
+    assert metis.cut_nonzeros(rowptr, col) < 0.5 * contiguous.cut_nonzeros(rowptr, col)
+
+
+def test_without_pymetis(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pymetis", None)
+    rowptr, col = sbm_csr()
+    with pytest.warns(UserWarning, match=r"pymetis is not installed.*torch-tcsparse\[distributed\]"):
+        assert partition_rows(rowptr, col, 2).method == "contiguous"
+    with pytest.raises(ImportError, match=r"pip install torch-tcsparse\[distributed\]"):
+        partition_rows(rowptr, col, 2, "metis")
+
+
+def test_rows_relabel_columns_to_partition_positions():
+    rowptr, col = sbm_csr()
+    partition = NodePartition(torch.randperm(NUM_NODES), (0, 150, NUM_NODES), "contiguous")
+    dense = graphs.dense(rowptr, col, torch.ones(col.numel()), NUM_NODES)
+    position = partition.position()
+    for rank in range(2):
+        part_rowptr, part_col, _ = partition.rows(rowptr, col, None, rank)
+        rows = graphs.dense(part_rowptr, part_col, torch.ones(part_col.numel()), NUM_NODES)
+        expected = torch.zeros_like(rows)
+        expected[:, position] = dense[partition.nodes(rank)]
+        assert torch.equal(rows, expected)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda r, c: partition_rows(r, c, 0), ValueError, r"num_parts must be at least 1, got 0"),
+    (lambda r, c: partition_rows(r, c, 2.0), TypeError, r"num_parts must be an int, got float"),
+    (lambda r, c: partition_rows(r, c, 2, "spectral"), ValueError, r"method must be one of .* got 'spectral'"),
+    (lambda r, c: partition_rows(r.float(), c, 2), TypeError, r"rowptr must hold integers, got dtype torch.float32"),
+    (lambda r, c: partition_rows(r, c + NUM_NODES, 2), ValueError, r"col holds \d+, out of range for 400 columns"),
+    (lambda r, c: partition_rows(r[:-1], c, 2), ValueError, r"rowptr ends at \d+ but col holds"),
+    (lambda r, c: node_dropout(torch.ones(3, 2), torch.arange(3), 1.0, 0), ValueError, r"p must be a float in \[0, 1\), got 1.0"),
+    (lambda r, c: node_dropout(torch.ones(3, 2), torch.arange(2), 0.5, 0), ValueError, r"nodes must hold one id per row"),
+    (lambda r, c: node_dropout(torch.ones(3, 2), torch.arange(3), 0.5, -1), ValueError, r"seed must be in"),
+    (lambda r, c: product_widths(0, 4, 4, 2), ValueError, r"features must be at least 1, got 0"),
+])
+def test_arguments_are_checked(call, error, match):
+    rowptr, col = sbm_csr()
+    with pytest.raises(error, match=match):
+        call(rowptr, col)
+
+
+def test_node_dropout_depends_on_node_ids_only():
+    x = torch.ones(50, 8)
+    whole = node_dropout(x, torch.arange(50), 0.4, 9)
+    assert torch.equal(node_dropout(x[20:], torch.arange(20, 50), 0.4, 9), whole[20:])
+    assert 0.2 < float((whole == 0).float().mean()) < 0.6
+    assert not torch.equal(node_dropout(x, torch.arange(50), 0.4, 10), whole)
+    assert node_dropout(x, torch.arange(50), 0.4, 9, training=False) is x
+
+
+def test_model_of_one_part_is_the_measured_epoch():
+    rowptr, col = sbm_csr()
+    widths = product_widths(16, 32, 4, 2)
+    assert widths == [(16, False), (4, True)]
+    measured = Measured(NUM_NODES, col.numel() + NUM_NODES, 0.3, 0.2, 1000.0, 5000.0, 1e9)
+    one = predict(part_shape(partition_rows(rowptr, col, 1, "contiguous"), rowptr, col), measured, widths, 0)
+    assert one.epoch_s == pytest.approx(0.5) and one.exchange_s == 0 and one.memory_bytes == pytest.approx(6000.0)
+    two = predict(part_shape(partition_rows(rowptr, col, 2, "contiguous"), rowptr, col), measured, widths, 4096)
+    assert 0.25 < two.compute_s < 0.3 and two.exchange_s > 0 and two.reduce_s > 0

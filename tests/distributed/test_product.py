@@ -1,0 +1,193 @@
+"""torch_tcsparse.distributed on 2 and 3 gloo processes against one process: the product and
+its gradients (uneven parts, an empty part, isolated nodes, a rank without halo, the GCN
+normalization from own rows, rows relabeled by a partition), the cost model's part shapes
+against the parts built, and the loss curve of the
+distributed GCN example. One set of processes per world size runs every check."""
+import csv
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import graphs
+import processes
+from benchmarks import distributed as benchmark
+from examples.gcn import train_distributed
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse import nn as tc_nn
+from torch_tcsparse.distributed import GraphPart, NodePartition, gcn_part, partition_rows, spmm
+from torch_tcsparse.distributed.model import part_shape
+
+NUM_NODES = 60
+CLOSED = 12
+
+
+def expected_products(matrix: torch.Tensor, x: torch.Tensor, grad: torch.Tensor) -> dict:
+    return {"y": matrix @ x, "x_grad": matrix.t() @ grad}
+
+
+def normalized_dense(rowptr, col, values, num_nodes):
+    """nn.gcn_norm (PyG's) of the graph, as a dense matrix A[target, source]."""
+    row = torch.repeat_interleave(torch.arange(num_nodes), rowptr.diff())
+    index, weight = tc_nn.gcn_norm(torch.stack([col, row]), values, num_nodes)
+    dense = torch.zeros(num_nodes, num_nodes, dtype=weight.dtype)
+    return dense.index_put_((index[1], index[0]), weight, accumulate=True)
+
+
+def make_case(name, rowptr, col, values, partition, normalize, gen, no_halo_rank=None):
+    dtype = values.dtype
+    matrix = (normalized_dense if normalize else graphs.dense)(rowptr, col, values, NUM_NODES)
+    x = torch.randn(NUM_NODES, 5, generator=gen, dtype=dtype)
+    grad = torch.randn(NUM_NODES, 5, generator=gen, dtype=dtype)
+    return {"name": name, "csr": (rowptr, col, values), "partition": partition, "normalize": normalize,
+            "x": x, "grad": grad, "no_halo_rank": no_halo_rank, **expected_products(matrix, x, grad)}
+
+
+def cases(world_size: int) -> list[dict]:
+    gen = torch.Generator().manual_seed(world_size)
+    closed = graphs.with_isolated_nodes_and_closed_block(NUM_NODES, CLOSED, seed=world_size)
+    # Rank 0 owns the closed block (no halo); with 3 ranks, rank 1 owns nothing.
+    bounds = (0, CLOSED, NUM_NODES) if world_size == 2 else (0, CLOSED, CLOSED, NUM_NODES)
+    uneven = NodePartition(torch.arange(NUM_NODES), bounds, "contiguous")
+    row, col = graphs.symmetric_sbm(NUM_NODES, seed=world_size)
+    rowptr, col, _ = graphs.csr_of(row, col, NUM_NODES)
+    ones = torch.ones(col.numel(), dtype=torch.float32)
+    result = [
+        make_case("uneven", *closed, uneven, False, gen, no_halo_rank=0),
+        make_case("uneven normalized", *closed, uneven, True, gen),
+        make_case("contiguous normalized float32", rowptr, col, ones,
+                  partition_rows(rowptr, col, world_size, "contiguous"), True, gen),
+    ]
+    try:
+        import pymetis  # noqa: F401
+    except ImportError:
+        return result
+    metis = partition_rows(rowptr, col, world_size, "metis")
+    return result + [make_case("metis", rowptr, col, ones, metis, False, gen)]
+
+
+def check_products(all_cases) -> None:
+    rank = dist.get_rank()
+    for case in all_cases:
+        partition = case["partition"]
+        rowptr, col, values = partition.rows(*case["csr"], rank)
+        build = gcn_part if case["normalize"] else GraphPart.from_rows
+        part = build(rowptr, col, values, partition.bounds)
+        nodes = partition.nodes(rank)
+        x = case["x"][nodes].clone().requires_grad_()
+        y = spmm(part, x)
+        tolerance = {} if x.dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
+        torch.testing.assert_close(y, case["y"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
+        y.backward(case["grad"][nodes])
+        torch.testing.assert_close(x.grad, case["x_grad"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
+        shape = part_shape(partition, *case["csr"][:2], self_loops=False)
+        assert (shape.halo_in[rank], shape.halo_out[rank]) == (part.num_halo, sum(part.send_counts)), case["name"]
+        if not case["normalize"]:
+            assert shape.nnz[rank] == part.matrix.nnz, case["name"]
+        if case["no_halo_rank"] == rank:
+            assert part.num_halo == 0 and sum(part.send_counts) > 0, f"{case['name']}: {part}"
+        if part.num_own == 0:
+            assert y.shape == (0, 5)
+    with pytest.raises(ValueError, match=r"x must have shape"):
+        spmm(part, torch.zeros(part.num_own + 1, 5, dtype=part.dtype))
+    with pytest.raises(ValueError, match=r"bounds must have world_size \+ 1"):
+        GraphPart.from_rows(torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, (0, NUM_NODES))
+
+
+# The benchmark's smallest run: a graph of 256 nodes, one timed epoch.
+BENCHMARK_ARGS = ["--device", "cpu", "--scales", "8", "--epochs", "1", "--features", "8", "--hidden", "8",
+                  "--partitioner", "contiguous", "--link-mb", "1"]
+
+# The example's model at a size that trains in a second: 3 layers with batch normalization and
+# dropout, which depend on every rank's rows.
+CONFIG = dict(layers=3, hidden=16, dropout=0.5, batch_norm=True, lr=0.01, weight_decay=5e-4, epochs=4, eval_steps=4)
+TRAIN_SEED = 5
+
+
+def training_task() -> types.SimpleNamespace:
+    gen = torch.Generator().manual_seed(11)
+    row, col = graphs.symmetric_sbm(NUM_NODES, seed=11)
+    y = torch.randint(0, 3, (NUM_NODES, 1), generator=gen)
+    x = torch.randn(NUM_NODES, 8, generator=gen) + y.float()
+    order = torch.randperm(NUM_NODES, generator=gen)
+    split = {"train": order[:30], "valid": order[30:45], "test": order[45:]}
+    return types.SimpleNamespace(x=x, y=y, edge_index=torch.stack([col, row]), split=split, num_outputs=3,
+                                 metric="acc", evaluator=None)
+
+
+def one_process_losses(task) -> list[float]:
+    """The example's model and seeds on the whole graph in this process, without torch.distributed."""
+    index, weight = tc_nn.gcn_norm(task.edge_index, None, NUM_NODES)
+    adjacency = TCSparseTensor.from_edge_index(index, weight, num_nodes=NUM_NODES)
+    torch.manual_seed(TRAIN_SEED)
+    model = train_distributed.DistributedGCN(task.x.size(1), CONFIG["hidden"], task.num_outputs, CONFIG["layers"],
+                                             CONFIG["dropout"], CONFIG["batch_norm"])
+    optimizer = torch.optim.Adam(model.parameters(), lr=CONFIG["lr"], weight_decay=CONFIG["weight_decay"])
+    train, nodes, losses = task.split["train"], torch.arange(NUM_NODES), []
+    for epoch in range(1, CONFIG["epochs"] + 1):
+        model.train()
+        optimizer.zero_grad()
+        out = model(task.x, adjacency, nodes, train_distributed.dropout_seed(TRAIN_SEED, epoch))
+        loss = train_distributed.node_loss_sum(out[train], task.y[train], "acc") / train.numel()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    return losses
+
+
+def check_all(product_cases, task, method, losses_path, benchmark_out) -> None:
+    check_products(product_cases)
+    benchmark.measure(benchmark.parse_args(BENCHMARK_ARGS + ["--out", str(benchmark_out)]), torch.device("cpu"))
+    rowptr, col = train_distributed.graph_csr(task.edge_index, NUM_NODES)
+    partition = train_distributed.shared_partition(rowptr, col, method, 0)
+    result = train_distributed.train_partitioned(task, CONFIG, partition, torch.device("cpu"), TRAIN_SEED)
+    if dist.get_rank() == 0:
+        torch.save(result["losses"], losses_path)
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda p: f"{p} processes")
+def distributed_run(request, tmp_path_factory):
+    """Runs every check on P processes; returns the loss curve of their training."""
+    world_size = request.param
+    losses_path = tmp_path_factory.mktemp("losses") / "losses.pt"
+    benchmark_out = tmp_path_factory.mktemp("benchmark")
+    task = training_task()
+    # Two processes split the nodes in ranges, three as METIS does when pymetis is installed.
+    method = "contiguous" if world_size == 2 else "auto"
+    processes.run(world_size, check_all, cases(world_size), task, method, losses_path, benchmark_out)
+    return task, torch.load(losses_path), benchmark_out / "distributed.csv"
+
+
+def test_product_and_gradients_match_one_process(distributed_run):
+    """The product checks ran in the processes (an assertion there fails the fixture)."""
+    task, losses, _ = distributed_run
+    assert len(losses) == CONFIG["epochs"]
+
+
+def test_loss_curve_matches_one_process(distributed_run):
+    task, losses, _ = distributed_run
+    expected = one_process_losses(task)
+    assert losses[-1] < losses[0], "the model learns"
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-5, atol=1e-6)
+
+
+def test_benchmark_rows_and_model(distributed_run, tmp_path):
+    """The benchmark's CPU run wrote a one-process and a P-process row; the cost model reads them
+    and predicts the measured P from the one-process numbers."""
+    _, _, csv_path = distributed_run
+    with open(csv_path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    world_size = int(rows[-1]["gpus"])
+    assert [r["gpus"] for r in rows] == ["1", str(world_size)] and all(r["status"] == "ok" for r in rows)
+    multi = rows[-1]
+    assert int(multi["halo_rows"]) <= int(multi["cut_nonzeros"])
+    assert int(multi["halo_bytes_per_epoch"]) == int(multi["halo_rows"]) * int(multi["exchanged_width"]) * 4
+    assert sum(int(n) for n in multi["nnz_per_rank"].split(";")) == int(rows[0]["nnz"])
+    benchmark.main(["--predict", str(csv_path), "--parts", f"1,{world_size},4", "--partitioner", "contiguous",
+                    "--out", str(tmp_path)])
+    with open(tmp_path / "distributed_model.csv", newline="") as handle:
+        predicted = list(csv.DictReader(handle))
+    assert [int(r["gpus"]) for r in predicted] == [1, world_size, 4]
+    assert predicted[1]["measured_epoch_ms"] == multi["epoch_ms"]
+    assert float(predicted[0]["predicted_epoch_ms"]) == pytest.approx(float(rows[0]["epoch_ms"]), rel=1e-6)

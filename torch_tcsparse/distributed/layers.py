@@ -1,0 +1,106 @@
+"""Batch normalization and dropout whose result does not depend on how the nodes are split
+across ranks, so that P processes train the same model as one."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .checks import check_index, check_int
+
+# A 32-bit integer hash (Wellons' lowbias32 shape) on words held in int64: multipliers below
+# 2**31 keep every product below 2**63, so no step overflows and every shift is a logical one.
+_MASK = (1 << 32) - 1
+_MULTIPLIERS = (0x7FEB352D, 0x2C1B3C6D)
+# Rows per chunk of the mask, so that its int64 words stay a few hundred MB at 256 channels.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _mix(words: Tensor) -> Tensor:
+    """Hashes 32-bit words in place."""
+    for multiplier in _MULTIPLIERS:
+        words.bitwise_xor_(words >> 16).mul_(multiplier).bitwise_and_(_MASK)
+    return words.bitwise_xor_(words >> 16)
+
+
+def node_dropout(x: Tensor, nodes: Tensor, p: float, seed: int, training: bool = True) -> Tensor:
+    """Dropout whose mask is a hash of (seed, node id, channel): a node's entries are dropped
+    alike whichever rank holds it. ``nodes``: the global id of each row of ``x``; ``seed``
+    (below 2**32) must differ between calls that should draw different masks (a step's and a layer's)."""
+    if not isinstance(x, Tensor) or x.dim() != 2:
+        raise ValueError(f"x must be a 2-D tensor, got {tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+    check_index("nodes", nodes)
+    if nodes.numel() != x.size(0):
+        raise ValueError(f"nodes must hold one id per row of x ({x.size(0)}), got {nodes.numel()}")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise ValueError(f"p must be a float in [0, 1), got {p!r}")
+    check_int("seed", seed, 0, _MASK)
+    if not training or p == 0:
+        return x
+    channels = x.size(1)
+    threshold = int(p * (1 << 32))
+    salt = int(_mix(torch.tensor(seed)))
+    channel = torch.arange(channels, device=x.device)
+    wide = int(nodes.max()) * channels >= _MASK if nodes.numel() else False
+    mask = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+    step = max(1, _CHUNK_ELEMENTS // max(channels, 1))
+    for start in range(0, x.size(0), step):
+        node = nodes[start: start + step].to(device=x.device, dtype=torch.int64)
+        key = node.unsqueeze(1) * channels + channel
+        words = _mix(key.bitwise_and(_MASK).bitwise_xor_(salt))
+        if wide:
+            words = _mix(words.bitwise_xor_(key >> 32))
+        mask[start: start + step] = words >= threshold
+    return x * mask / (1.0 - p)
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """Sum over the ranks; the gradient of every rank's input is the sum of the ranks' output
+    gradients, since each rank's loss reads the same sum."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, group) -> Tensor:
+        ctx.group = group
+        out = x.clone()
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        grad = grad.clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class GlobalBatchNorm1d(torch.nn.BatchNorm1d):
+    """``BatchNorm1d`` whose training statistics are taken over the rows of every rank of
+    ``group`` (default: the world): P ranks holding a split of the nodes normalize as one
+    process holding them all. Without an initialized process group it is ``BatchNorm1d``.
+    ``torch.nn.SyncBatchNorm`` does the same on GPUs only."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, group=None):
+        if isinstance(momentum, bool) or not isinstance(momentum, float) or not 0 <= momentum <= 1:
+            raise ValueError(f"momentum must be a float in [0, 1], got {momentum!r}")
+        super().__init__(num_features, eps=eps, momentum=momentum)
+        self.group = group
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not (self.training and dist.is_available() and dist.is_initialized()):
+            return super().forward(x)
+        if x.dim() != 2 or x.size(1) != self.num_features:
+            raise ValueError(f"x must have shape [rows, {self.num_features}], got {tuple(x.shape)}")
+        group = dist.group.WORLD if self.group is None else self.group
+        count = torch.tensor([x.size(0)], dtype=torch.float64, device=x.device)
+        dist.all_reduce(count, group=group)
+        total = int(count.item())
+        if total < 2:
+            raise ValueError(f"batch normalization needs at least 2 rows over all ranks in training, got {total}")
+        mean = _AllReduceSum.apply(x.sum(0), group) / total
+        centered = x - mean
+        variance = _AllReduceSum.apply((centered * centered).sum(0), group) / total
+        with torch.no_grad():
+            self.num_batches_tracked.add_(1)
+            self.running_mean.lerp_(mean.detach(), self.momentum)
+            self.running_var.lerp_(variance.detach() * total / (total - 1), self.momentum)
+        out = centered * torch.rsqrt(variance + self.eps)
+        return out * self.weight + self.bias

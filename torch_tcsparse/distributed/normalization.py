@@ -1,0 +1,61 @@
+"""GCN normalization of a row-partitioned graph, ``D^-1/2 (A + fill I) D^-1/2`` as PyG's
+``gcn_norm`` computes it, from each rank's own rows: a row's degree is its own row sum, and the
+degrees of the halo columns arrive through the same halo exchange as the features."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..nn._checks import check_flag
+from ..nn.normalization import compute_dtype
+from .checks import check_csr
+from .part import GraphPart, _check_bounds
+
+
+def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, improved: bool = False,
+             add_self_loops: bool = True) -> GraphPart:
+    """``GraphPart.from_rows`` of the normalized adjacency: rows ``A[target, source]`` of this
+    rank (columns in partition numbering), with the missing self-loops added (weight 2 if
+    ``improved`` else 1; a row that has its self-loop keeps its weight, as in PyG) and every
+    entry scaled by ``deg(source)^-1/2 deg(target)^-1/2``, computed in float32 (float64 for
+    float64 values) and rounded once to the values' dtype. A collective call."""
+    check_flag("improved", improved)
+    check_flag("add_self_loops", add_self_loops)
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("gcn_part needs torch.distributed initialized (dist.init_process_group)")
+    bounds = _check_bounds(bounds, dist.get_world_size(group))
+    rank = dist.get_rank(group)
+    first = bounds[rank]
+    num_rows = check_csr(rowptr, col, values, bounds[rank + 1] - first, bounds[-1])
+    if values is None:
+        values = torch.ones(col.numel(), dtype=torch.float32, device=col.device)
+    if add_self_loops:
+        rowptr, col, values = _with_self_loops(rowptr, col.long(), values, first, num_rows, 2.0 if improved else 1.0)
+    part = GraphPart.from_rows(rowptr, col, values, bounds, group)
+    csr = part.matrix.csr
+    compute = compute_dtype(csr.values.dtype)
+    weight = csr.values.to(compute)
+    row = csr.row_indices()
+    degree = torch.zeros(num_rows, dtype=compute, device=weight.device).index_add_(0, row, weight)
+    inv_sqrt = degree.pow(-0.5)
+    inv_sqrt.masked_fill_(inv_sqrt == float("inf"), 0.0)
+    inv_sqrt_ext = torch.cat([inv_sqrt, part.gather_halo(inv_sqrt.unsqueeze(1)).squeeze(1)])
+    # PyG's order of the products: deg(source)^-1/2 * weight * deg(target)^-1/2.
+    normalized = inv_sqrt_ext[csr.col.long()] * weight * inv_sqrt[row]
+    return part.with_values(normalized.to(csr.values.dtype))
+
+
+def _with_self_loops(rowptr: Tensor, col: Tensor, values: Tensor, first: int, num_rows: int, fill: float):
+    lengths = rowptr.diff().long()
+    row = torch.repeat_interleave(torch.arange(num_rows, device=col.device), lengths)
+    has_loop = torch.zeros(num_rows, dtype=torch.bool, device=col.device)
+    has_loop[row[col == row + first]] = True
+    missing = (~has_loop).nonzero().squeeze(1)
+    row = torch.cat([row, missing])
+    col = torch.cat([col, missing + first])
+    values = torch.cat([values, torch.full((missing.numel(),), fill, dtype=values.dtype, device=values.device)])
+    order = torch.sort(row, stable=True).indices
+    new_rowptr = torch.zeros(num_rows + 1, dtype=torch.long, device=col.device)
+    torch.cumsum(lengths + (~has_loop).long(), 0, out=new_rowptr[1:])
+    return new_rowptr, col[order], values[order]

@@ -1,0 +1,143 @@
+"""Row partitions of a square graph matrix: METIS through pymetis, or contiguous ranges.
+
+A partition is an order of the nodes and P + 1 bounds: part ``r`` holds the nodes at positions
+``bounds[r]:bounds[r + 1]`` of the order. Every rank numbers nodes by these positions (the
+*partition numbering*), so a rank owns one contiguous range and finds the owner of any column
+with one binary search over the bounds, without a per-node table of owners.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .checks import check_csr, check_int
+
+METHODS = ("auto", "metis", "contiguous")
+_INSTALL = "pip install torch-tcsparse[distributed]"
+
+
+@dataclass(frozen=True)
+class NodePartition:
+    """``order[i]``: the original id of the node at position ``i``; part ``r`` holds positions
+    ``bounds[r]:bounds[r + 1]``."""
+
+    order: Tensor
+    bounds: tuple[int, ...]
+    method: str
+
+    @property
+    def num_parts(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
+    def num_nodes(self) -> int:
+        return self.order.numel()
+
+    def position(self) -> Tensor:
+        """The inverse of ``order``: the position of every original node id."""
+        position = torch.empty_like(self.order)
+        position[self.order] = torch.arange(self.order.numel(), device=self.order.device)
+        return position
+
+    def nodes(self, rank: int) -> Tensor:
+        """Original ids of the nodes part ``rank`` owns, in partition order."""
+        check_int("rank", rank, 0, self.num_parts - 1)
+        return self.order[self.bounds[rank]: self.bounds[rank + 1]]
+
+    def rows(self, rowptr: Tensor, col: Tensor, values: Tensor | None, rank: int):
+        """Part ``rank``'s rows of a global CSR in original numbering, as ``(rowptr, col, values)``
+        with columns in partition numbering: what ``GraphPart.from_rows`` takes."""
+        check_csr(rowptr, col, values, self.num_nodes)
+        rows = self.nodes(rank).to(rowptr.device)
+        starts, ends = rowptr[rows].long(), rowptr[rows + 1].long()
+        lengths = ends - starts
+        local_rowptr = torch.zeros(rows.numel() + 1, dtype=torch.long, device=rowptr.device)
+        torch.cumsum(lengths, 0, out=local_rowptr[1:])
+        # Entry k of the part sits at starts[row of k] + (k - local_rowptr[row of k]) globally.
+        offsets = torch.repeat_interleave(starts - local_rowptr[:-1], lengths)
+        entries = torch.arange(int(local_rowptr[-1]), device=rowptr.device) + offsets
+        local_col = self.position().to(col.device)[col[entries].long()]
+        local_values = None if values is None else values[entries]
+        return local_rowptr, local_col, local_values
+
+    def cut_nonzeros(self, rowptr: Tensor, col: Tensor) -> int:
+        """Nonzeros whose column lies in another part than their row (a global CSR in original
+        numbering): the edge cut the halo exchange pays for."""
+        check_csr(rowptr, col, None, self.num_nodes)
+        part = _part_of_positions(self.bounds, self.position().to(col.device))
+        row = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=col.device), rowptr.diff().long())
+        return int((part[row] != part[col.long()]).sum())
+
+
+def _part_of_positions(bounds: tuple[int, ...], positions: Tensor) -> Tensor:
+    inner = torch.tensor(bounds[1:-1], dtype=positions.dtype, device=positions.device)
+    return torch.searchsorted(inner, positions, right=True)
+
+
+def partition_rows(rowptr: Tensor, col: Tensor, num_parts: int, method: str = "auto", seed: int = 0) -> NodePartition:
+    """Partition the rows of a square graph matrix (CSR in original numbering) into
+    ``num_parts`` parts of balanced nonzeros.
+
+    ``method``: ``"metis"`` (METIS through pymetis, the ``[distributed]`` extra: fewest cut
+    edges), ``"contiguous"`` (ranges of the original order, cut at equal nonzero counts), or
+    ``"auto"`` (METIS when pymetis is installed, else contiguous ranges with a warning). Each
+    row weighs its nonzeros plus one, the nonzeros of the row once a self-loop is added.
+    """
+    num_nodes = check_csr(rowptr, col, None, None)
+    check_int("num_parts", num_parts, 1, None)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_int("seed", seed, 0, None)
+    weights = rowptr.diff().long().cpu() + 1
+    if method == "auto":
+        method = "metis" if _pymetis(required=False) is not None else "contiguous"
+    if num_parts == 1 or method == "contiguous":
+        return _contiguous(weights, num_parts)
+    return _metis(rowptr, col, weights, num_parts, seed)
+
+
+def _contiguous(weights: Tensor, num_parts: int) -> NodePartition:
+    total = torch.cumsum(weights, 0)
+    targets = torch.arange(1, num_parts, dtype=torch.float64) * (float(total[-1]) / num_parts if total.numel() else 0.0)
+    cuts = torch.searchsorted(total.double(), targets, right=True).tolist()
+    bounds = (0, *cuts, weights.numel())
+    return NodePartition(torch.arange(weights.numel()), bounds, "contiguous")
+
+
+def _metis(rowptr: Tensor, col: Tensor, weights: Tensor, num_parts: int, seed: int) -> NodePartition:
+    import scipy.sparse as sp
+
+    pymetis = _pymetis(required=True)
+    num_nodes = weights.numel()
+    ones = np.ones(col.numel(), dtype=np.int8)
+    matrix = sp.csr_matrix((ones, col.cpu().numpy(), rowptr.cpu().numpy()), shape=(num_nodes, num_nodes))
+    # METIS takes an undirected graph without self-loops, each edge stored both ways.
+    graph = (matrix + matrix.T).tocsr()
+    graph.setdiag(0)
+    graph.eliminate_zeros()
+    adjacency = pymetis.CSRAdjacency(graph.indptr.astype(np.int64), graph.indices.astype(np.int64))
+    result = pymetis.part_graph(num_parts, adjacency, vweights=weights.numpy(), options=pymetis.Options(seed=seed))
+    membership = torch.from_numpy(np.asarray(result.vertex_part, dtype=np.int64))
+    order = torch.sort(membership, stable=True).indices
+    counts = torch.bincount(membership, minlength=num_parts)
+    bounds = (0, *torch.cumsum(counts, 0).tolist())
+    return NodePartition(order, bounds, "metis")
+
+
+def _pymetis(required: bool):
+    try:
+        import pymetis
+    except ImportError:
+        if required:
+            raise ImportError(f"method='metis' partitions with pymetis, which is not installed: {_INSTALL}") from None
+        warnings.warn(
+            f"pymetis is not installed: partitioning into contiguous ranges of nodes, which cuts more edges "
+            f"than METIS ({_INSTALL})",
+            stacklevel=3,
+        )
+        return None
+    return pymetis

@@ -1,0 +1,49 @@
+"""``Y = A @ X`` over a row-partitioned A: each rank gets its halo rows of X, multiplies its
+rows, and in the backward pass multiplies by its part's transpose and sends the halo rows of the
+gradient back to their owners, which add them to their own."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..tensor import TCSparseTensor
+from .part import GraphPart
+
+
+class DistributedProduct(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, part: GraphPart) -> Tensor:
+        ctx.part = part
+        own = part.num_own
+        # The halo is received in place below the own rows: no halo-sized buffer beside X's.
+        extended = x.new_empty((own + part.num_halo, x.size(1)))
+        extended[:own].copy_(x)
+        part.gather_halo(x, extended[own:])
+        return part.matrix.matmul(extended)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        part = ctx.part
+        grad_ext = part.matrix_t.matmul(grad_out.contiguous())
+        own = part.num_own
+        return part.scatter_halo(grad_ext[own:], grad_ext[:own]), None
+
+
+def spmm(part: GraphPart | TCSparseTensor, x: Tensor) -> Tensor:
+    """This rank's rows of ``A @ X``, from its rows of X (a collective: every rank of the part's
+    group calls it, in the same order). Differentiable for ``x``. A ``TCSparseTensor`` is the
+    part of a single process, which holds the whole matrix: the layers then run without
+    torch.distributed."""
+    if isinstance(part, TCSparseTensor):
+        return part.matmul(x)
+    if not isinstance(part, GraphPart):
+        raise TypeError(f"part must be a GraphPart or a TCSparseTensor, got {type(part).__name__}")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2 or x.size(0) != part.num_own:
+        raise ValueError(f"x must have shape [{part.num_own}, N] (this rank's rows), got {tuple(x.shape)}")
+    if x.dtype != part.dtype:
+        raise TypeError(f"x has dtype {x.dtype} but the part's matrix holds {part.dtype} (part.to(dtype) casts it)")
+    if x.device != part.device:
+        raise ValueError(f"x is on {x.device} but the part is on {part.device}")
+    return DistributedProduct.apply(x.contiguous(), part)
