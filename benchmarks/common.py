@@ -1,13 +1,17 @@
-"""Timing helpers shared by the benchmarks: CUDA events, warm-up, median of many runs, rotating
-input buffers (so inputs do not sit in L2), measured device-to-device bandwidth."""
+"""Helpers shared by the benchmarks: CUDA events, warm-up, median of many runs, rotating input
+buffers (so inputs do not sit in L2), measured device-to-device bandwidth, and the corpus's
+graphs with their fit/unseen split (``graph_data.corpus``)."""
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from graph_data import corpus
 
 
 def out_dir(default: str = "out") -> Path:
@@ -89,3 +93,33 @@ def settle(a, x: torch.Tensor) -> str:
     if path is None:
         raise RuntimeError(f"the first product at N={x.shape[1]} left the choice unsettled (timing not allowed?)")
     return path
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v and v > 0 and v == v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def add_corpus_arguments(parser) -> None:
+    parser.add_argument("--corpus", choices=(*corpus.SPLITS, "all"), default=None,
+                        help="run the corpus's graphs of this split instead of the suite's (graph_data.corpus)")
+    parser.add_argument("--tier", choices=tuple(corpus.TIERS), default="medium",
+                        help="the corpus's size tier: " + ", ".join(f"{k} {v}" for k, v in corpus.TIERS.items()))
+    parser.add_argument("--no-real", action="store_true", help="leave the real graphs out of the corpus")
+    parser.add_argument("--corpus-seed", type=int, default=0, help="seed of the corpus's generated graphs")
+
+
+def corpus_table(args) -> dict:
+    """name -> (load(device) -> (row, col, num_nodes), split) of the corpus's graphs."""
+    return {e.name: (e.load, e.split)
+            for e in corpus.entries(args.corpus, args.tier, real=not args.no_real, seed=args.corpus_seed)}
+
+
+# The suite's own synthetic graphs are of the families its constants were tuned on.
+SUITE_FAMILIES = ("rmat", "sbm", "uniform", "band")
+
+
+def split_of_name(name: str) -> str:
+    """The split of a suite graph: its generated family's, else its real source's."""
+    family = next((f for f in SUITE_FAMILIES if name.startswith(f)), corpus.real_family(name))
+    return corpus.split_of(family)

@@ -2,12 +2,16 @@
 per block), blocks-per-window spread, reorder time, and, when the CUDA kernels are available,
 SpMM time of ``A @ X`` before and after (the kernel the library picks; the original and every
 reordered matrix timed in interleaved rounds). The "auto" row is
-``choose``: what ``reorder="auto"`` keeps. Writes reorder.csv into --out (default $OUT, else
-./out) and prints the table last.
+``choose``: what ``reorder="auto"`` keeps, with its time per 10M nonzeros. Every order also
+gets the rows kernel's predicted time ratio from the cache model (``reorder.l2``) next to its
+measured one, the numbers its constants are fitted on ("fit" graphs only). Graphs carry their
+corpus split (``graph_data.corpus``) and the summary prints "fit" and "unseen" apart. Writes
+reorder.csv into --out (default $OUT, else ./out) and prints the table last.
 
     python -m benchmarks.reorder                                  # every graph, every method
     python -m benchmarks.reorder --graphs real --methods tca,auto # the real graphs only
     python -m benchmarks.reorder --graphs rmat21,uniform_10M --methods tca,shuffle --n 0
+    python -m benchmarks.reorder --corpus all --tier large --methods community,degree,hub,tca,auto
 """
 from __future__ import annotations
 
@@ -20,11 +24,12 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import batch_for, out_dir, rotation_count, settle, time_cuda
+from benchmarks.common import add_corpus_arguments, corpus_table, geomean, split_of_name
 from graph_data import npz, synthetic
-from torch_tcsparse import kernels
+from torch_tcsparse import kernels, selector
 from torch_tcsparse.formats.csr import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
-from torch_tcsparse.reorder import METHODS, choose, reorder
+from torch_tcsparse.reorder import METHODS, choose, l2, reorder
 
 SYNTHETIC = {
     "sbm_132k_shuffled": lambda d: synthetic.sbm(132_000, 600, 1000, shuffled=True, seed=1, device=d),
@@ -112,7 +117,7 @@ def interleaved_ms(products: dict, rounds: int = ROUNDS) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--graphs", default="all", help="comma list of names, 'real', 'synthetic', or 'all'")
-    parser.add_argument("--methods", default="tca,shuffle,jaccard,rcm,degree,auto")
+    parser.add_argument("--methods", default="tca,shuffle,jaccard,rcm,community,degree,hub,auto")
     parser.add_argument("--window", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n", type=int, default=128, help="SpMM width for before/after timing; 0 skips it")
@@ -123,6 +128,7 @@ def main() -> None:
                         help="skip rcm (scipy, on the CPU) above this many nonzeros")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="output folder (default $OUT, else ./out)")
+    add_corpus_arguments(parser)
     args = parser.parse_args()
 
     device = torch.device(args.device)
@@ -140,7 +146,9 @@ def main() -> None:
     reorder(warm, "tca", window=args.window)
 
     rows = []
-    for name, load in graph_table(args.graphs).items():
+    table = corpus_table(args) if args.corpus else {n: (load, split_of_name(n)) for n, load in graph_table(args.graphs).items()}
+    l2_bytes = selector.device_model(device).l2_bytes
+    for name, (load, split) in table.items():
         row, col, num_nodes = load(device)
         if row.numel() > max_nnz:
             print(f"skip {name}: {row.numel():,} nonzeros > --max-nnz", flush=True)
@@ -148,6 +156,7 @@ def main() -> None:
         csr = from_coo(row, col, None, num_nodes, num_nodes)
         del row, col
         base = build_metcf(csr, args.window)[0].stats()
+        given_traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, None)
         orders = {"none": (None, base, 0.0)}  # label -> (row permutation, ME-TCF stats, reorder s)
         for method in methods:
             if method == "rcm" and csr.nnz > args.rcm_max_nnz:
@@ -168,8 +177,11 @@ def main() -> None:
             del products
         else:
             times, paths = dict.fromkeys(orders, float("nan")), dict.fromkeys(orders, "")
-        for label, (_, stats, seconds) in orders.items():
-            rows.append(record(name, csr, label, stats, base, seconds, times["none"], times[label], paths[label]))
+        for label, (perm, stats, seconds) in orders.items():
+            traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, perm)
+            predicted = l2.rows_time_ratio(given_traffic, traffic, max(args.n, 32), 4, l2_bytes)
+            rows.append(record(name, split, csr, label, stats, base, seconds, times["none"], times[label],
+                               paths[label], predicted))
             print(format_row(rows[-1]), flush=True)
         del csr
         if device.type == "cuda":
@@ -185,11 +197,41 @@ def main() -> None:
     print(HEADER)
     for r in rows:
         print(format_row(r))
+    print_summary(rows)
 
 
-def record(graph, csr, method, stats, base, seconds, base_ms, ms, path) -> dict:
+def print_summary(rows) -> None:
+    """Per split: each method's geomean time over as given, and what auto achieved against the
+    best single method and against the given order, with its time per 10M nonzeros."""
+    for split in ("fit", "unseen"):
+        part = [r for r in rows if r["split"] == split]
+        if not part:
+            continue
+        graphs = list(dict.fromkeys(r["graph"] for r in part))
+        print(f"\n{split}: {len(graphs)} graphs")
+        methods = list(dict.fromkeys(r["method"].split("->")[0] for r in part if r["method"] != "none"))
+        for method in methods:
+            mine = [r for r in part if r["method"].split("->")[0] == method]
+            speed = geomean([r["spmm_ms_none"] / r["spmm_ms"] for r in mine if r["spmm_ms"] == r["spmm_ms"]])
+            per_10m = max(r["reorder_s"] * 1e7 / max(r["nnz"], 1) for r in mine)
+            timing = f"SpMM speedup over as given geomean {speed:.3f}x, " if speed == speed else ""
+            print(f"  {method:<10} {timing}worst reorder s per 10M nonzeros {per_10m:.2f}")
+        autos = [r for r in part if r["method"].startswith("auto")]
+        timed = [r for r in autos if r["spmm_ms"] == r["spmm_ms"]]
+        if timed:
+            best = {g: min(r["spmm_ms"] for r in part if r["graph"] == g) for g in graphs}
+            within = sum(r["spmm_ms"] <= 1.05 * best[r["graph"]] for r in timed)
+            slower = sum(r["spmm_ms"] > 1.03 * r["spmm_ms_none"] for r in timed)
+            print(f"  auto within 5% of the best order on {within}/{len(timed)}, more than 3% slower than as given on {slower}")
+        large = [r for r in autos if r["nnz"] >= 1_000_000]
+        if large:
+            print(f"  auto s per 10M nonzeros (graphs of 1M+): worst {max(r['reorder_s'] * 1e7 / r['nnz'] for r in large):.2f}")
+
+
+def record(graph, split, csr, method, stats, base, seconds, base_ms, ms, path, predicted_rows_ratio) -> dict:
     return {
         "graph": graph,
+        "split": split,
         "rows": csr.num_rows,
         "nnz": csr.nnz,
         "method": method,
@@ -202,17 +244,20 @@ def record(graph, csr, method, stats, base, seconds, base_ms, ms, path) -> dict:
         "spmm_ms_none": base_ms,
         "spmm_ms": ms,
         "path": path,
+        "predicted_rows_ratio": predicted_rows_ratio,
+        "measured_ratio": ms / base_ms if base_ms == base_ms and base_ms > 0 else float("nan"),
     }
 
 
-HEADER = (f"{'graph':<26}{'nnz':>11} {'method':<16}{'TC blocks':>11}{'vs none':>8}{'MeanNnzTC':>10}"
+HEADER = (f"{'graph':<26}{'split':<7}{'nnz':>11} {'method':<16}{'TC blocks':>11}{'vs none':>8}{'MeanNnzTC':>10}"
           f"{'gain':>7}{'blk/win std':>12}{'reorder s':>10}{'SpMM ms':>9}{'(none)':>8}  path")
 
 
 def format_row(r: dict) -> str:
-    return (f"{r['graph'][:25]:<26}{r['nnz']:>11,} {r['method'][:15]:<16}{r['tc_blocks']:>11,}"
+    return (f"{r['graph'][:25]:<26}{r['split']:<7}{r['nnz']:>11,} {r['method'][:15]:<16}{r['tc_blocks']:>11,}"
             f"{r['blocks_vs_none']:>8.3f}{r['mean_nnz_tc']:>10.2f}{r['mean_nnz_tc_gain']:>7.2f}"
-            f"{r['blocks_per_window_std']:>12.1f}{r['reorder_s']:>10.3f}{r['spmm_ms']:>9.3f}{r['spmm_ms_none']:>8.3f}  {r['path']}")
+            f"{r['blocks_per_window_std']:>12.1f}{r['reorder_s']:>10.3f}{r['spmm_ms']:>9.3f}{r['spmm_ms_none']:>8.3f}"
+            f"{r['predicted_rows_ratio']:>9.3f}  {r['path']}")
 
 
 if __name__ == "__main__":

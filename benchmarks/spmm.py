@@ -11,18 +11,25 @@ kernel on the same graph and N. Prints one table, writes spmm.csv and spmm_speed
     python -m benchmarks.spmm --n 32,64,128,256
     python -m benchmarks.spmm --graphs rmat18,cora --n 128 --skip-pyg --dtypes float32,float16,bfloat16
     python -m benchmarks.spmm --n 128 --reorder auto   # what reorder="auto" gives
+    python -m benchmarks.spmm --corpus all --tier large --n 32,64,128,256 --peers rode --skip-pyg
+
+``--corpus fit|unseen|all`` runs the corpus (``graph_data.corpus``) at ``--tier`` instead of the
+suite; every summary prints the "fit" and "unseen" graphs apart (the suite's graphs are "fit").
+``--peers rode`` times RoDe (``benchmarks/peers/rode.py``, built from a local clone of its
+repository) in float32 next to ours and cuSPARSE, its output zeroed in every timed call; without
+the clone or a CUDA compiler the benchmark says why in one line and runs without it.
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import math
 import time
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import batch_for, copy_bandwidth, out_dir, rotation_count, time_cuda, time_per_call_us
+from benchmarks.common import (add_corpus_arguments, batch_for, copy_bandwidth, corpus_table, geomean, out_dir,
+                               rotation_count, split_of_name, time_cuda, time_per_call_us)
 
 from torch_tcsparse import TCSparseTensor, kernels
 from torch_tcsparse.engines import ENGINES
@@ -79,12 +86,23 @@ def pyg_propagation():
     return WeightedSum()
 
 
-def geomean(values):
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+def load_peers(names: str) -> dict:
+    """name -> peer class for each of ``names`` that builds here; a line for each that does not."""
+    peers = {}
+    for name in [p for p in names.split(",") if p]:
+        if name != "rode":
+            raise SystemExit(f"unknown peer {name!r}; known: rode")
+        from benchmarks.peers import rode
+
+        reason = rode.unavailable()
+        if reason:
+            print(f"peer rode skipped: {reason}", flush=True)
+        else:
+            peers[name] = rode.RoDe
+    return peers
 
 
-def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
+def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg, split="fit", peers=None):
     loaded = load()
     if len(loaded) == 3 and isinstance(loaded[2], tuple):
         row, col, (num_rows, num_cols) = loaded
@@ -108,6 +126,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
     a = torch.sparse_csr_tensor(csr.rowptr, csr.col, csr.values, (num_rows, num_cols))
     edge_index = torch.stack([csr.col.long(), csr.row_indices()])
     nnz = csr.nnz
+    rode = peers["rode"](csr.rowptr, csr.col, csr.values) if peers and "rode" in peers else None
     rows = []
     for n in ns:
         tf32_best_ms = None
@@ -140,6 +159,10 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
                 pyg_ms = timed(lambda x: pyg(x, edge_index, edge_values, (num_cols, num_rows)))
             # The grouped path counts only where the selector may take it (the layout may pay).
             best = min((p for p in ours if p != "grouped" or grouped_size is not None), key=times.get)
+            rode_ms = rode_err = float("nan")
+            if rode is not None and dtype == torch.float32 and rode.supports(n):
+                rode_err = float((rode(xs[0][0]) - expected).norm() / expected.norm().clamp_min(1e-30))
+                rode_ms = timed(rode)
             choice = typed.explain(n).choice
             chosen_ms = times["cusparse" if choice == "csr" else choice]
             if dtype == torch.float32:
@@ -150,7 +173,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
                 per_call["ours"] = time_per_call_us(ours[best], xs)
                 per_call["cusparse"] = time_per_call_us(lambda x: torch.sparse.mm(a_typed, x), xs)
             rows.append({
-                "graph": name, "rows": num_rows, "nnz": nnz, "N": n, "dtype": str(dtype).replace("torch.", ""),
+                "graph": name, "split": split, "rows": num_rows, "nnz": nnz, "N": n, "dtype": str(dtype).replace("torch.", ""),
                 "blocks": stats["tc_blocks"], "nnz_per_block": round(stats["mean_nnz_per_block"], 2),
                 "max_blocks_per_window": stats["blocks_per_window_max"],
                 "base_ms": times["base"], "balanced_ms": times["balanced"], "rows_ms": times.get("rows", float("nan")),
@@ -158,7 +181,8 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
                 "grouped_rest_nnz": structure.grouped().rest_nnz, "grouped_selectable": grouped_size is not None,
                 "reorder": structure.method,
                 "cusparse_ms": times["cusparse"],
-                "pyg_ms": pyg_ms, "best": best, "speedup": times["cusparse"] / times[best],
+                "pyg_ms": pyg_ms, "rode_ms": rode_ms, "rode_err": rode_err,
+                "vs_rode": rode_ms / times[best], "rode_vs_cusparse": times["cusparse"] / rode_ms, "best": best, "speedup": times["cusparse"] / times[best],
                 "vs_tf32": tf32_best_ms / times[best] if tf32_best_ms else float("nan"),
                 "choice": choice, "choice_loss": chosen_ms / min(times.values()),
                 "choice_vs_cusparse": chosen_ms / times["cusparse"],
@@ -170,6 +194,8 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg):
             })
             if not all(e <= args.max_error for e in errors.values()):
                 print(f"WRONG RESULT {name} N={n} {dtype}: relative error vs cuSPARSE fp32 {errors}", flush=True)
+            if rode_err > args.max_error:
+                print(f"WRONG RESULT rode {name} N={n}: relative error vs cuSPARSE fp32 {rode_err:.1e}", flush=True)
             del xs, expected, a_typed
     return rows
 
@@ -218,6 +244,14 @@ def print_table(rows, bandwidth):
               f"{r['balanced_ms']:>9.3f}{r['rows_ms']:>9.3f}{r['grouped_ms']:>9.3f}{r['cusparse_ms']:>9.3f}{r['pyg_ms']:>9.3f}{r['speedup']:>8.2f}"
               f"{r['vs_tf32']:>7.2f}{r['gflops']:>7.0f}{r['floor_frac']:>7.2f}{r['us_per_call']:>9.1f}"
               f"{r['cusparse_us_per_call']:>9.1f}{r['err']:>9.1e}")
+    for split in ("fit", "unseen"):
+        part = [r for r in rows if r["split"] == split]
+        if part:
+            print(f"\n{split}: {len(dict.fromkeys(r['graph'] for r in part))} graphs")
+            print_summary(part)
+
+
+def print_summary(rows):
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         for n in sorted({r["N"] for r in rows}):
             large = [r for r in rows if r["N"] == n and r["dtype"] == dtype and r["nnz"] >= LARGE_NNZ]
@@ -231,6 +265,12 @@ def print_table(rows, bandwidth):
             if small:
                 print(f"{dtype} N={n}: small graphs geomean speedup {geomean([r['speedup'] for r in small]):.2f}x, "
                       f"median per-call {sorted(r['us_per_call'] for r in small)[len(small) // 2]:.1f} us")
+            peer = [r for r in large + small if r["rode_ms"] == r["rode_ms"]]
+            if peer:
+                worst = min(peer, key=lambda r: r["vs_rode"])
+                print(f"{dtype} N={n}: RoDe {geomean([r['rode_vs_cusparse'] for r in peer]):.2f}x cuSPARSE; ours over RoDe "
+                      f"geomean {geomean([r['vs_rode'] for r in peer]):.2f}x, worst {worst['vs_rode']:.2f}x "
+                      f"({worst['graph']}), ahead on {sum(r['vs_rode'] > 1 for r in peer)}/{len(peer)}")
         typed = [r for r in rows if r["dtype"] == dtype]
         hits = sum(r["choice_loss"] <= 1.05 for r in typed)
         print(f"{dtype}: selector choice within 5% of the fastest path (base, balanced, rows, grouped, cuSPARSE) on {hits}/{len(typed)}, "
@@ -278,6 +318,8 @@ def main(argv=None):
     parser.add_argument("--reorder", default="none",
                         help="our paths' reordering: none, auto or a method of torch_tcsparse.reorder")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--peers", default="", help="comma list of public kernels to time next to ours: rode")
+    add_corpus_arguments(parser)
     args = parser.parse_args(argv)
     if not kernels.available():
         raise SystemExit("needs a CUDA device and a working build of the kernels")
@@ -293,13 +335,18 @@ def main(argv=None):
     skipped = [w for w in args.skip.split(",") if w]
     bandwidth = copy_bandwidth()
     pyg = None if args.skip_pyg else pyg_propagation()
+    peers = load_peers(args.peers)
     rows = []
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  copy bandwidth {bandwidth / 1e12:.2f} TB/s")
-    for name, load in suite().items():
+    if args.corpus:
+        graphs = {name: ((lambda load=load: load("cuda")), split) for name, (load, split) in corpus_table(args).items()}
+    else:
+        graphs = {name: (load, split_of_name(name)) for name, load in suite().items()}
+    for name, (load, split) in graphs.items():
         if (wanted and not any(w in name for w in wanted)) or any(s in name for s in skipped):
             continue
         start = time.perf_counter()
-        rows.extend(bench_graph(name, load, ns, dtypes, args, bandwidth, pyg))
+        rows.extend(bench_graph(name, load, ns, dtypes, args, bandwidth, pyg, split, peers))
         print(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
         torch.cuda.empty_cache()
         if rows:

@@ -5,8 +5,9 @@
 ``build_metcf``. ``choose(csr)`` tries several methods and keeps one only when it pays.
 
 Methods: "tca" (DTC-SpMM), "jaccard" (SMaT / Sylos Labini), "shuffle" (Tiled-CSR), "rcm"
-(reverse Cuthill-McKee), "degree", "none". ``symmetric=True`` (square matrices: one permutation
-for rows and columns, as for a graph's nodes) makes "rcm" and "degree" use the pattern of
+(reverse Cuthill-McKee), "community" (Rabbit-order-style modularity agglomeration), "degree",
+"hub" (hub sorting), "none". ``symmetric=True`` (square matrices: one permutation for rows and
+columns, as for a graph's nodes) makes "rcm", "community", "degree" and "hub" use the pattern of
 A + A^T; the similarity methods always compare the rows of A, because only the row grouping
 changes the number of blocks (ME-TCF condenses columns per window) and the kernels read X
 through original column ids, so applying the permutation to the columns as well costs nothing.
@@ -18,13 +19,14 @@ import torch
 from ..formats.csr import CSR
 from ..formats.metcf import WINDOWS
 from .auto import DEFAULT_CANDIDATES, MIN_GAIN, choose
-from .degree import degree_order
+from .community import community_order
+from .degree import degree_order, hub_order
 from .jaccard import jaccard_order
 from .rcm import rcm_order
 from .shuffle import shuffle_order
 from .tca import tca_order
 
-METHODS = ("tca", "jaccard", "shuffle", "rcm", "degree", "none")
+METHODS = ("tca", "jaccard", "shuffle", "rcm", "community", "degree", "hub", "none")
 
 __all__ = ["METHODS", "DEFAULT_CANDIDATES", "MIN_GAIN", "reorder", "choose", "check_inputs"]
 
@@ -65,4 +67,8 @@ def reorder(csr: CSR, method: str, symmetric: bool = True, window: int = 16, see
         return shuffle_order(csr, window, seed)
     if method == "rcm":
         return rcm_order(csr, symmetric)
+    if method == "community":
+        return community_order(csr, symmetric, seed)
+    if method == "hub":
+        return hub_order(csr, symmetric)
     return degree_order(csr, symmetric)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Clone RoDe (Pang et al., PPoPP'24) at the commit the binding was written against, into the
+# git-ignored folder benchmarks/peers/third_party/RoDe (or $RODE_DIR). Its code carries no
+# license: it is built locally for benchmarking and never copied into this repository.
+set -euo pipefail
+COMMIT=f446e29802015df3d2fd9cc904f4cbe0cce97f3a
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+DEST="${RODE_DIR:-$HERE/third_party/RoDe}"
+if [ -d "$DEST/.git" ]; then
+    git -C "$DEST" fetch --quiet origin "$COMMIT" || true
+else
+    mkdir -p "$(dirname "$DEST")"
+    git clone --quiet https://github.com/CRAFT-THU/RoDe.git "$DEST"
+fi
+git -C "$DEST" checkout --quiet "$COMMIT"
+echo "RoDe at $COMMIT in $DEST"
