@@ -183,12 +183,19 @@ class TCSparseTensor(torch.Tensor):
 
     # Multiplication.
 
-    def matmul(self, other: torch.Tensor, path: str = "auto", bias: torch.Tensor | None = None) -> torch.Tensor:
+    def matmul(self, other: torch.Tensor, path: str = "auto", bias: torch.Tensor | None = None,
+               reduce: str = "sum") -> torch.Tensor:
         """Y = A @ X for X of shape [K] or [K, N]; differentiable for X, the values and the bias.
         Under ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does.
         ``bias`` (shape [N], X's dtype and device) is added to every row of Y; on the CSR paths
-        within the product (each starts from the bias instead of zeros)."""
-        return product.matmul(self, other, path, bias)
+        within the product (each starts from the bias instead of zeros).
+
+        ``reduce`` combines the products A[i, j] * X[j] of row i: "sum" (default), "mean" (the sum
+        divided by the row's nonzero count), "max" or "min" (the gradient goes to the nonzero
+        that gave each output, as in torch_scatter); an empty row gives 0. torch's "amax"/"amin"
+        and PyG's "add" are accepted. "max"/"min" take ``path`` "auto", "rows" (the CUDA kernel)
+        or "reference" (torch ops)."""
+        return product.matmul(self, other, path, bias, reduce)
 
     def __matmul__(self, other):
         return self.matmul(other)
@@ -258,6 +265,27 @@ def _matmul(a, x, *rest, **kwargs):
     return a.matmul(x)
 
 
+def _sparse_mm(a, x, reduce="sum", **kwargs):
+    """``torch.sparse.mm(A, X, reduce)``."""
+    if not isinstance(a, TCSparseTensor):
+        _reject_right_operand()
+    if kwargs:
+        raise TypeError(f"torch.sparse.mm on a TCSparseTensor takes reduce= only, got {sorted(kwargs)}")
+    return a.matmul(x, reduce=reduce)
+
+
+def _crow_indices(a):
+    return a._structure.rowptr
+
+
+def _col_indices(a):
+    return a._structure.col
+
+
+def _values(a):
+    return a._values
+
+
 def _rebuild(state: dict) -> TCSparseTensor:
     """The loader that files saved by version 0.1.0 name."""
     return serialization.rebuild(state)
@@ -268,12 +296,18 @@ torch.serialization.add_safe_globals([_rebuild])
 _HANDLED = {
     torch.matmul: _matmul,
     torch.mm: _matmul,
-    torch.sparse.mm: _matmul,
+    torch.sparse.mm: _sparse_mm,
     torch.Tensor.matmul: _matmul,
     torch.Tensor.mm: _matmul,
     torch.Tensor.__matmul__: _matmul,
     torch.Tensor.__rmatmul__: _reject_right_operand,
     torch.t: lambda a: a.t(),
     torch.Tensor.t: lambda a: a.t(),
+    # A sparse CSR matrix to code that asks (PyG's MessagePassing and spmm): its layout and its
+    # canonical CSR arrays, read-only views of what the matrix holds.
+    torch.Tensor.layout.__get__: lambda a: torch.sparse_csr,
+    torch.Tensor.crow_indices: _crow_indices,
+    torch.Tensor.col_indices: _col_indices,
+    torch.Tensor.values: _values,
 }
 
