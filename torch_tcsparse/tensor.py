@@ -265,12 +265,10 @@ def _matmul(a, x, *rest, **kwargs):
     return a.matmul(x)
 
 
-def _sparse_mm(a, x, reduce="sum", **kwargs):
-    """``torch.sparse.mm(A, X, reduce)``."""
+def _sparse_mm(a, x, reduce="sum"):
+    """``torch.sparse.mm(A, X, reduce)`` (torch checks the arguments before this is called)."""
     if not isinstance(a, TCSparseTensor):
         _reject_right_operand()
-    if kwargs:
-        raise TypeError(f"torch.sparse.mm on a TCSparseTensor takes reduce= only, got {sorted(kwargs)}")
     return a.matmul(x, reduce=reduce)
 
 
