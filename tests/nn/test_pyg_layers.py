@@ -13,7 +13,7 @@ import torch
 
 from torch_tcsparse import TCSparseTensor, product
 from torch_tcsparse.nn import gcn_norm
-from torch_tcsparse.nn.pyg_layers import fused
+from torch_tcsparse.nn import fused
 
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
@@ -124,6 +124,53 @@ def _fused_copy(layer):
     copied = copy.deepcopy(layer)
     copied.__class__ = fused(type(layer))
     return copied
+
+
+BIPARTITE_LAYERS = {
+    "SAGEConv": (lambda aggr: pyg_nn.SAGEConv(IN, OUT, aggr=aggr), ["mean", "max", "sum", "min"]),
+    "GINConv": (lambda aggr: pyg_nn.GINConv(torch.nn.Linear(IN, IN), aggr=aggr), ["add", "max"]),
+    "GraphConv": (lambda aggr: pyg_nn.GraphConv(IN, OUT, aggr=aggr), ["add", "mean", "max", "min"]),
+}
+BIPARTITE_TABLE = [(name, aggr) for name, (_, aggrs) in BIPARTITE_LAYERS.items() for aggr in aggrs]
+
+
+def bipartite_graph(num_src=70, num_dst=25, num_edges=200, seed=2):
+    """A sampled block's shape: edges from num_src source nodes to num_dst targets (the targets
+    listed first among the sources, as PyG's samplers list them), the last target isolated."""
+    g = torch.Generator().manual_seed(seed)
+    edges = torch.stack([torch.randint(0, num_src, (num_edges,), generator=g),
+                         torch.randint(0, num_dst - 1, (num_edges,), generator=g)])
+    edges = torch.unique(edges, dim=1)
+    return edges, torch.rand(edges.shape[1], generator=g, dtype=torch.float64) + 0.5
+
+
+@pytest.mark.parametrize("device, dtype", CASES)
+@pytest.mark.parametrize("name, aggr", BIPARTITE_TABLE)
+def test_bipartite_block_with_source_and_target_features(name, aggr, device, dtype):
+    """x = (x_src, x_dst) with a rectangular [num_dst, num_src] adj_t, as in mini-batch training."""
+    torch.manual_seed(0)
+    layer = BIPARTITE_LAYERS[name][0](aggr).double()
+    reference = copy.deepcopy(layer)
+    ours_layer = _fused_copy(layer) if device == "cuda" and aggr in ("max", "min") else copy.deepcopy(layer)
+    ours_layer = ours_layer.to(device=device, dtype=dtype)
+    edges, weights = bipartite_graph()
+    a = TCSparseTensor.from_edge_index(edges, weights, num_nodes=(70, 25))
+    assert a.shape == (25, 70)
+    x_src, x_dst = torch.randn(70, IN, dtype=torch.float64), torch.randn(25, IN, dtype=torch.float64)
+
+    def run_pair(layer, adj_t, x_src, x_dst):
+        x_src, x_dst = x_src.clone().requires_grad_(), x_dst.clone().requires_grad_()
+        out = layer((x_src, x_dst), adj_t)
+        weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        (out.double() * weight.to(out.device)).sum().backward()
+        return [out, x_src.grad, x_dst.grad] + [p.grad for p in layer.parameters()]
+
+    ours = run_pair(ours_layer, a.to(device=device, dtype=dtype), x_src.to(device=device, dtype=dtype),
+                    x_dst.to(device=device, dtype=dtype))
+    expected = run_pair(reference, a.to_torch_csr(), x_src, x_dst)
+    assert ours[0].shape == (25, ours[0].shape[1]) and ours[0].dtype == dtype
+    for got, want in zip(ours, expected):
+        assert_close(got, want, dtype, device)
 
 
 @pytest.mark.parametrize("aggr", ["max", "min", "mean", "sum"])

@@ -59,8 +59,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         best[c] = 0.f;
         win[c] = -1;
     }
-    const int32_t begin = rowptr[row], end = rowptr[row + 1];
-    for (int32_t k = begin; k < end; k += U) {
+    // 64-bit positions: k + U must not wrap near 2^31 nonzeros.
+    const int64_t begin = rowptr[row], end = rowptr[row + 1];
+    for (int64_t k = begin; k < end; k += U) {
         int32_t cols[U];
         float vals[U];
 #pragma unroll
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                 const float v = vals[u] * xs[u][c];
                 if (replaces<kMax>(v, best[c], win[c])) {
                     best[c] = v;
-                    win[c] = k + u;
+                    win[c] = static_cast<int32_t>(k + u);
                 }
             }
         }
