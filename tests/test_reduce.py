@@ -7,6 +7,7 @@ import torch
 
 import torch_tcsparse
 from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.engines import extreme
 from torch_tcsparse.testing import random_coo, random_permutation
 
 REDUCTIONS = ["sum", "mean", "max", "min"]
@@ -148,6 +149,24 @@ def test_gradients_match_reference(reduce, dtype, reorder):
     assert empty.any()
 
 
+def first_winner_gradients(rowptr, col, values, x, grad_y, reduce):
+    """(dX, d(values)) in float64 with each output's gradient sent to the first nonzero of its
+    row whose product is the extreme (torch.argmax takes the first): 16-bit data ties often,
+    where scatter_reduce's backward would split the gradient among the tied nonzeros."""
+    values, x, grad_y = values.double(), x.double(), grad_y.double()
+    grad_x, grad_values = torch.zeros_like(x), torch.zeros_like(values)
+    for i in range(rowptr.numel() - 1):
+        lo, hi = int(rowptr[i]), int(rowptr[i + 1])
+        if lo == hi:
+            continue
+        products = values[lo:hi, None] * x[col[lo:hi]]
+        winner = lo + (products.argmax(0) if reduce == "max" else products.argmin(0))
+        for c, e in enumerate(winner.tolist()):
+            grad_x[col[e], c] += values[e] * grad_y[i, c]
+            grad_values[e] += x[col[e], c] * grad_y[i, c]
+    return grad_x, grad_values
+
+
 @pytest.mark.parametrize("reduce", REDUCTIONS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_16bit_gradients(reduce, dtype):
@@ -155,12 +174,19 @@ def test_16bit_gradients(reduce, dtype):
     a = build(row, col, values, shape)
     v = a.csr.values.clone().requires_grad_()
     x = torch.randn(shape[1], 4).to(dtype).requires_grad_()
-    a.with_values(v).matmul(x, reduce=reduce).float().sum().backward()
-    v64, x64 = a.csr.values.double().requires_grad_(), x.detach().double().requires_grad_()
-    reference(a.csr.row_indices().long(), a.csr.col.long(), v64, x64, shape[0], reduce).sum().backward()
+    grad_y = torch.randn(shape[0], 4).to(dtype)
+    a.with_values(v).matmul(x, reduce=reduce).backward(grad_y)
+    csr = a.csr
+    if reduce in ("max", "min"):
+        expected_x, expected_v = first_winner_gradients(csr.rowptr.long(), csr.col.long(), csr.values, x.detach(),
+                                                        grad_y, reduce)
+    else:
+        v64, x64 = csr.values.double().requires_grad_(), x.detach().double().requires_grad_()
+        reference(csr.row_indices().long(), csr.col.long(), v64, x64, shape[0], reduce).backward(grad_y.double())
+        expected_x, expected_v = x64.grad, v64.grad
     tol = 4 * torch.finfo(dtype).eps
-    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=tol, atol=tol * float(x64.grad.abs().max()))
-    torch.testing.assert_close(v.grad.double(), v64.grad, rtol=tol, atol=tol * float(v64.grad.abs().max()))
+    torch.testing.assert_close(x.grad.double(), expected_x, rtol=tol, atol=tol * float(expected_x.abs().max()))
+    torch.testing.assert_close(v.grad.double(), expected_v, rtol=tol, atol=tol * float(expected_v.abs().max()))
 
 
 @pytest.mark.parametrize("reduce", ["mean", "max", "min"])
@@ -188,9 +214,16 @@ def test_max_min_gradient_goes_to_one_winner(reduce):
 
 @pytest.mark.parametrize("reduce", ["max", "min"])
 def test_nan_product_wins(reduce):
-    a = TCSparseTensor.from_coo(torch.tensor([0, 0, 0]), torch.tensor([0, 1, 2]), torch.ones(3), (1, 3))
-    x = torch.tensor([[1.0], [float("nan")], [5.0]])
-    assert torch.isnan(a.matmul(x, reduce=reduce)).all()
+    # Row 0: the first NaN wins; row 1: all products -inf, the first wins; row 2: empty.
+    a = TCSparseTensor.from_coo(torch.tensor([0, 0, 0, 0, 1, 1]), torch.tensor([0, 1, 2, 3, 0, 1]), torch.ones(6),
+                                (3, 4))
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([[1.0, -inf], [nan, -inf], [5.0, 2.0], [nan, 3.0]])
+    y = a.matmul(x, reduce=reduce)
+    y_grad_path, winners = extreme.forward(x, a.csr.values, a.csr.rowptr, a.csr.col, reduce, "reference")
+    torch.testing.assert_close(y, y_grad_path, equal_nan=True, rtol=0, atol=0)
+    assert torch.isnan(y[0, 0]) and y[1, 1] == -inf and bool((y[2] == 0).all())
+    assert winners[0, 0] == 1 and winners[1, 1] == 4 and bool((winners[2] == -1).all())
 
 
 @pytest.mark.parametrize("reduce", REDUCTIONS)

@@ -77,7 +77,7 @@ def _extreme(matrix, other, path: str, bias: torch.Tensor | None, reduce: str) -
     elif torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
         y = extreme.ExtremeProduct.apply(x, values, s.rowptr, s.col, reduce, path)
     else:
-        y = extreme.forward(x, values, s.rowptr, s.col, reduce, path)[0]
+        y = extreme.output(x, values, s.rowptr, s.col, reduce, path)
     if bias is not None:
         y = y + bias
     return y.squeeze(1) if vector else y

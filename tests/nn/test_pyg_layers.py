@@ -76,6 +76,14 @@ def run(layer, x, adj_t):
     return out, x.grad, [p.grad for p in layer.parameters()]
 
 
+def winners_may_differ(dtype, aggr) -> bool:
+    """Whether max/min may pick another neighbour than the float64 reference: features rounded
+    to 16 bits tie often, and a tie goes to the first neighbour, so the gradient of the features
+    may land elsewhere: only the outputs are compared then (tests/test_reduce.py and
+    tests/gpu/test_reduce.py check the winners and gradients in 16 bits exactly)."""
+    return dtype.itemsize < 4 and aggr in ("max", "min")
+
+
 def assert_close(ours, expected, dtype, device):
     tol = CUDA_FLOAT32_TOLERANCE if (device == "cuda" and dtype == torch.float32) else TOLERANCE[dtype]
     ours, expected = ours.detach(), expected.detach().double()
@@ -114,8 +122,11 @@ def test_layer_matches_torch_sparse(name, aggr, device, dtype, monkeypatch):
     torch_csr = a.to(device="cpu", dtype=reference_dtype).to_torch_csr()
     expected, expected_grad_x, expected_grads = run(reference.to(reference_dtype), x.to(reference_dtype), torch_csr)
     assert_close(out, expected, dtype, device)
-    assert_close(grad_x, expected_grad_x, dtype, device)
-    for ours, theirs in zip(grads, expected_grads):
+    if winners_may_differ(dtype, aggr):
+        gradients = []
+    else:
+        gradients = list(zip([grad_x] + grads, [expected_grad_x] + expected_grads))
+    for ours, theirs in gradients:
         assert_close(ours, theirs, dtype, device)
 
 
@@ -169,6 +180,8 @@ def test_bipartite_block_with_source_and_target_features(name, aggr, device, dty
                     x_dst.to(device=device, dtype=dtype))
     expected = run_pair(reference, a.to_torch_csr(), x_src, x_dst)
     assert ours[0].shape == (25, ours[0].shape[1]) and ours[0].dtype == dtype
+    if winners_may_differ(dtype, aggr):
+        ours, expected = ours[:1], expected[:1]
     for got, want in zip(ours, expected):
         assert_close(got, want, dtype, device)
 

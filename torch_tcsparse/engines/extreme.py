@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from .. import _ext
-from ..paths import EXTREME_PATHS, KERNEL_DTYPES
+from ..formats.csr import torch_csr
+from ..paths import CPU_CSR_DTYPES, EXTREME_PATHS, KERNEL_DTYPES
 from . import kernels_apply
 from .reference import CHUNK_ELEMENTS
 
@@ -47,6 +48,20 @@ def forward(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str,
     return _torch_forward(x, values, rowptr, col, reduce == "max")
 
 
+def output(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str) -> Tensor:
+    """Y alone, for a product that needs no gradient. On the CPU torch's own CSR reduction gives
+    it (the same products, extremes and empty rows, without the winners, which cost the torch
+    ops most of their time); 16-bit operands go up to float32 for it, which keeps the products
+    exact."""
+    if path == "rows" or x.device.type != "cpu":
+        return forward(x, values, rowptr, col, reduce, path)[0]
+    held = values.dtype if values.dtype in CPU_CSR_DTYPES else torch.float32
+    matrix = torch_csr(rowptr, col, values.to(held), (rowptr.numel() - 1, x.shape[0]))
+    with torch.autocast("cpu", enabled=False):
+        y = torch.sparse.mm(matrix, x.to(held).contiguous(), "amax" if reduce == "max" else "amin")
+    return y.to(x.dtype)
+
+
 def _accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -65,30 +80,36 @@ def _row_chunks(rowptr: Tensor, n: int):
 
 
 def _torch_forward(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, is_max: bool) -> tuple[Tensor, Tensor]:
+    """The torch ops: per chunk of rows, the products, their extreme per row (``segment_reduce``
+    over the rows' contiguous runs, several times faster than a scatter), and the first nonzero
+    whose product equals it: the (nonzero, column) pairs that equal their row's extreme are about
+    one per output, so a scatter over them, not over every product, picks the first."""
     num_rows, n = rowptr.numel() - 1, x.shape[1]
     acc = _accumulate_dtype(x.dtype)
     y = torch.zeros(num_rows, n, dtype=acc, device=x.device)
     arg = torch.full((num_rows, n), -1, dtype=torch.int32, device=x.device)
     if col.numel() == 0 or n == 0:
         return y.to(x.dtype), arg
-    reduce = "amax" if is_max else "amin"
+    reduce = "max" if is_max else "min"
     with torch.autocast(x.device.type, enabled=False):
         for first, end, lo, hi in _row_chunks(rowptr, n):
             if lo == hi:
                 continue
-            counts = (rowptr[first + 1 : end + 1] - rowptr[first:end]).long()
-            rows = torch.repeat_interleave(torch.arange(end - first, device=x.device), counts)
+            lengths = (rowptr[first + 1 : end + 1] - rowptr[first:end]).long()
+            rows = torch.repeat_interleave(torch.arange(end - first, device=x.device), lengths, output_size=hi - lo)
             products = values[lo:hi].to(acc)[:, None] * x[col[lo:hi].long()].to(acc)
-            index = rows[:, None].expand(-1, n)
-            best = torch.zeros(end - first, n, dtype=acc, device=x.device)
-            best.scatter_reduce_(0, index, products, reduce, include_self=False)
+            best = torch.segment_reduce(products, reduce, lengths=lengths, axis=0)
             best_of_edge = best[rows]
-            won = (products == best_of_edge) | (products.isnan() & best_of_edge.isnan())
-            edge = torch.arange(lo, hi, device=x.device)[:, None].expand(-1, n)
-            first_win = torch.full((end - first, n), hi, dtype=torch.long, device=x.device)
-            first_win.scatter_reduce_(0, index, torch.where(won, edge, hi), "amin")
-            y[first:end] = best
-            arg[first:end] = torch.where(first_win < hi, first_win, -1).int()
+            won = products == best_of_edge
+            if best.isnan().any():
+                won |= products.isnan() & best_of_edge.isnan()
+            del products, best_of_edge
+            edge, column = won.nonzero(as_tuple=True)
+            first_win = torch.full(((end - first) * n,), hi, dtype=torch.long, device=x.device)
+            first_win.scatter_reduce_(0, rows[edge] * n + column, edge + lo, "amin")
+            nonempty = (lengths > 0)[:, None]
+            y[first:end] = torch.where(nonempty, best, 0.0)
+            arg[first:end] = torch.where(nonempty, first_win.view(-1, n), -1).int()
     return y.to(x.dtype), arg
 
 
