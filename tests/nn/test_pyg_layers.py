@@ -95,8 +95,10 @@ def assert_close(ours, expected, dtype, device):
 @pytest.mark.parametrize("name, aggr", TABLE)
 def test_layer_matches_torch_sparse(name, aggr, device, dtype, monkeypatch):
     make, _, kind, on_our_kernels = LAYERS[name]
-    if name == "ClusterGCNConv" and dtype == torch.float64:
-        pytest.skip("PyG's ClusterGCNConv builds float32 degrees for a sparse adj_t: its float64 route fails in PyG")
+    if name == "ClusterGCNConv" and dtype != torch.float32:
+        pytest.skip("PyG's ClusterGCNConv builds float32 degrees for a sparse adj_t: other dtypes fail in PyG")
+    if not on_our_kernels and dtype.itemsize < 4:
+        pytest.skip("the layer multiplies PyG's own torch.sparse matrix: its 16-bit route is PyG's and torch's")
     torch.manual_seed(0)
     layer = make(aggr).double()
     reference = copy.deepcopy(layer)
