@@ -2,9 +2,12 @@
 
 ``A @ X``, ``torch.matmul``, ``torch.mm``, ``torch.sparse.mm``, ``A.matmul(X)`` and
 ``torch_tcsparse.spmm(A, X)`` run the engine the selector picks (``product.py``) and return a
-plain dense tensor in the user's row order. Any other torch operation raises a TypeError that
-says what to do instead: the subclass holds no dense storage, so nothing may silently compute on
-it. The class holds the constructors, views, the torch-function table and ``matmul``; what it
+plain dense tensor in the user's row order (``reduce=`` on ``matmul``, ``torch.sparse.mm`` and
+``spmm`` picks "sum", "mean", "max" or "min"). Like a torch sparse CSR tensor, the matrix reports
+``layout == torch.sparse_csr`` and gives its canonical CSR arrays through ``crow_indices()``,
+``col_indices()`` and ``values()``: what PyG reads to take it as a sparse ``adj_t``. Any other
+torch operation raises a TypeError that says what to do instead: the subclass holds no dense
+storage, so nothing may silently compute on it. The class holds the constructors, views, the torch-function table and ``matmul``; what it
 derives from its values lives in its ``OperandCache``.
 """
 from __future__ import annotations
@@ -246,7 +249,8 @@ class TCSparseTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         raise TypeError(
             f"TCSparseTensor does not support {func}: it supports A @ X, torch.matmul, torch.mm, "
-            "torch.sparse.mm, .t(), .to(), .with_values(); convert with .to_dense() or .to_torch_csr() first"
+            "torch.sparse.mm, .t(), .to(), .with_values(), .crow_indices(), .col_indices(), .values(); "
+            "convert with .to_dense() or .to_torch_csr() first"
         )
 
 
