@@ -1,8 +1,8 @@
 // The torch-facing bindings of the kernels (bindings.cpp, csr_rows_binding.cpp,
-// grouped_binding.cpp, reduce_rows_binding.cpp): validation (TCS_CHECK), allocation, device and stream. They are bound to
-// Python once, as plain pybind11 functions (python_module.cpp): a product calls them directly,
-// without the dispatcher's boxing of a dozen arguments per call; torch.compile traces the custom
-// ops of torch_tcsparse/ops.py, which call the same functions.
+// grouped_binding.cpp, reduce_rows_binding.cpp): validation (TCS_CHECK), allocation, device and
+// stream. They are bound to Python once, as plain pybind11 functions (python_module.cpp): a
+// product calls them directly, without the dispatcher's boxing of a dozen arguments per call;
+// torch.compile traces the custom ops of torch_tcsparse/ops.py, which call the same functions.
 #pragma once
 
 #include <ATen/ATen.h>
