@@ -22,12 +22,14 @@ SOURCES = (
     "csr_rows_binding.cpp",
     "split_sums.cpp",
     "grouped_binding.cpp",
+    "reduce_rows_binding.cpp",
     "kernels_f32.cu",
     "kernels_f16.cu",
     "kernels_bf16.cu",
     "metcf_convert.cu",
     "csr_rows_spmm.cu",
     "grouped_spmm.cu",
+    "reduce_rows.cu",
 )
 NAME = "tcsparse_kernels"
 

@@ -7,13 +7,16 @@ same product). Its backward is the engines' one formula (``engines.autograd.back
 runs the same op on the transpose's layout (``layout_t``), the values' gradient is
 ``tcsparse::sddmm``. Eager products do not go through the dispatcher: ``product.py`` runs the
 engines directly (the custom op's dispatch costs more than a whole product on a small graph).
+
+``tcsparse::spmm_extreme`` is the max/min product (``engines/extreme.py``) on the canonical CSR;
+its backward sends each output's gradient to the nonzero it came from.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .engines import ENGINES, resolve
+from .engines import ENGINES, extreme, resolve
 from .engines.autograd import backward, block_values_gradient
 from .formats.metcf import MetcfLayout
 
@@ -92,3 +95,32 @@ def _spmm_backward(ctx, grad_y):
 
 
 spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup_context)
+
+
+@torch.library.custom_op("tcsparse::spmm_extreme", mutates_args=())
+def spmm_extreme(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str) -> tuple[Tensor, Tensor]:
+    """(Y, winners) of the max/min product (``reduce``: "max" or "min") of the canonical CSR
+    (rowptr, col, values) and a 2-D ``x`` on the ``engines.extreme`` path ``path``: Y[i, c] the
+    extreme of A[i, j] * x[j, c] over row i (0 for an empty row), winners[i, c] the CSR index of
+    the nonzero it came from (int32, -1 for an empty row)."""
+    return extreme.forward(x, values, rowptr, col, reduce, path)
+
+
+@spmm_extreme.register_fake
+def _(x, values, rowptr, col, reduce, path):
+    num_rows = rowptr.shape[0] - 1
+    return x.new_empty(num_rows, x.shape[1]), x.new_empty(num_rows, x.shape[1], dtype=torch.int32)
+
+
+def _extreme_setup_context(ctx, inputs, output):
+    x, values, rowptr, col, reduce, path = inputs
+    ctx.save_for_backward(x, values, col, output[1])
+
+
+def _extreme_backward(ctx, grad_y, grad_winners):
+    x, values, col, winners = ctx.saved_tensors
+    grad_x, grad_values = extreme.backward(grad_y, x, values, col, winners, *ctx.needs_input_grad[:2])
+    return grad_x, grad_values, None, None, None, None
+
+
+spmm_extreme.register_autograd(_extreme_backward, setup_context=_extreme_setup_context)

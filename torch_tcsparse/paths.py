@@ -18,3 +18,11 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 VALUE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # torch's CPU sparse CSR product has no half-precision kernels.
 CPU_CSR_DTYPES = (torch.float32, torch.float64)
+# The values of ``reduce=``: how the products A[i, j] * X[j] of a row combine. torch.sparse.mm's
+# and PyG's spellings name the same reductions.
+REDUCTIONS = ("sum", "mean", "max", "min")
+REDUCTION_ALIASES = {"add": "sum", "amax": "max", "amin": "min"}
+# The paths "max" and "min" run on: "rows", the CUDA-core kernel over the CSR rows
+# (csrc/reduce_rows.cu); "reference", torch ops on any device and dtype; "auto", the first where
+# it applies.
+EXTREME_PATHS = ("auto", "rows", "reference")

@@ -10,42 +10,115 @@ from __future__ import annotations
 import torch
 
 from . import csr_rows, ops
-from .engines import ENGINES, Engine, kernels_apply, resolve
+from .engines import ENGINES, Engine, extreme, kernels_apply, resolve
 from .engines.autograd import Product
+from .paths import REDUCTION_ALIASES, REDUCTIONS
 
 
-def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None) -> torch.Tensor:
-    """Y = A @ X (+ bias) for X of shape [K] or [K, N]: ``TCSparseTensor.matmul``."""
+def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None, reduce: str = "sum") -> torch.Tensor:
+    """Y = A @ X (+ bias) for X of shape [K] or [K, N]: ``TCSparseTensor.matmul``. ``reduce``
+    combines the products of a row (``paths.REDUCTIONS``)."""
     # The per-call path reads the plain tensors the subclass holds: attributes of the subclass
     # itself (shape, device, dtype) go through __torch_function__ on every access.
     autocast_dtype = _autocast_dtype(matrix._values, other)
     if autocast_dtype is not None:
         bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
-        return matmul(_in_dtype(matrix, autocast_dtype), other.to(autocast_dtype), path, bias)
+        return matmul(_in_dtype(matrix, autocast_dtype), other.to(autocast_dtype), path, bias, reduce)
+    mean = False
+    if reduce != "sum":
+        reduce = check_reduce(reduce)
+        if reduce in ("max", "min"):
+            return _extreme(matrix, other, path, bias, reduce)
+        mean = reduce == "mean"
     x = _check_operand(matrix, other)
     if bias is not None:
         _check_bias(bias, x)
     vector = x.dim() == 1
     if vector:
         x = x.unsqueeze(1)
+    if mean and not torch.compiler.is_compiling():
+        # The mean is the sum over the matrix whose values are divided by their row's nonzero
+        # count: every sum path, its backward and the kernels' precision serve it unchanged.
+        matrix = _mean_matrix(matrix)
     s = matrix._structure
     trial = None
     if path == "auto" and kernels_apply(x):
         path, trial = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
     path = resolve(path, x)
     if trial is None:
-        y = _run(matrix, x, path, bias)
+        y = _run(matrix, x, path, bias, mean)
     else:  # this product measures the choice (torch_tcsparse.trials)
-        y = s.selection.measure(trial, lambda candidate: _run(matrix, x, candidate, bias))
+        y = s.selection.measure(trial, lambda candidate: _run(matrix, x, candidate, bias, mean))
     return y.squeeze(1) if vector else y
 
 
-def _run(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None) -> torch.Tensor:
-    """A @ x (+ bias) on a resolved path, with the autograd the operands need."""
+def check_reduce(reduce) -> str:
+    """``reduce`` in its canonical spelling (``paths.REDUCTIONS``); torch's and PyG's names too."""
+    if not isinstance(reduce, str):
+        raise TypeError(f"reduce must be a str, got {type(reduce).__name__}")
+    reduce = REDUCTION_ALIASES.get(reduce, reduce)
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    return reduce
+
+
+def _extreme(matrix, other, path: str, bias: torch.Tensor | None, reduce: str) -> torch.Tensor:
+    """A @ X with ``reduce`` "max" or "min" (+ bias on every row): ``engines/extreme.py``."""
+    x = _check_operand(matrix, other)
+    if bias is not None:
+        _check_bias(bias, x)
+    vector = x.dim() == 1
+    if vector:
+        x = x.unsqueeze(1)
+    s, values = matrix._structure, matrix._values
+    path = extreme.resolve(path, x, s.rowptr)
+    if torch.compiler.is_compiling():
+        y = ops.spmm_extreme(x, values, s.rowptr, s.col, reduce, path)[0]
+    elif torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
+        y = extreme.ExtremeProduct.apply(x, values, s.rowptr, s.col, reduce, path)
+    else:
+        y = extreme.output(x, values, s.rowptr, s.col, reduce, path)
+    if bias is not None:
+        y = y + bias
+    return y.squeeze(1) if vector else y
+
+
+def _mean_matrix(matrix):
+    """The matrix with every row's values divided by its nonzero count (canonical CSR order, so
+    right for a reordered matrix too). Kept by the matrix while its values need no gradient;
+    with one, built per product so that the division is part of the graph."""
+    if torch.is_grad_enabled() and matrix._values.requires_grad:
+        return type(matrix)(matrix._structure, _mean_values(matrix))
+    return matrix._cache.get(("mean",), lambda: type(matrix)(matrix._structure, _mean_values(matrix)))
+
+
+def _mean_values(matrix) -> torch.Tensor:
+    """The values divided by their row's nonzero count: the quotient is formed in float32
+    (float64 for float64) and rounded once to the values' dtype."""
+    values = matrix._values
+    dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
+    if torch.compiler.is_compiling():
+        scale = _row_scale(matrix._structure, dtype)
+    else:
+        scale = matrix._cache.get(("row_scale", dtype), lambda: _row_scale(matrix._structure, dtype))
+    return (values.to(dtype) * scale).to(values.dtype)
+
+
+def _row_scale(structure, dtype: torch.dtype) -> torch.Tensor:
+    """1 / (nonzeros of its row) for every nonzero, in ``dtype``."""
+    counts = (structure.rowptr[1:] - structure.rowptr[:-1]).long()
+    inverse = 1.0 / counts.clamp(min=1).to(dtype)
+    return torch.repeat_interleave(inverse, counts, output_size=structure.nnz)
+
+
+def _run(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, mean: bool = False) -> torch.Tensor:
+    """A @ x (+ bias) on a resolved path, with the autograd the operands need. ``mean``: under
+    ``torch.compile``, divide the values by their row's nonzero count inside the graph (eager
+    products get a matrix divided already)."""
     if path == "grouped" and torch.are_deterministic_algorithms_enabled():
         path = "base"  # the same product without the grouped kernel's atomics
     if torch.compiler.is_compiling():
-        return _traced(matrix, x, path, bias)
+        return _traced(matrix, x, path, bias, mean)
     engine = ENGINES[path]
     values = matrix._values
     operands = operands_of(matrix, engine)
@@ -78,12 +151,12 @@ def transposed_operands(matrix, engine: Engine):
     return matrix._cache.get((engine.operand_key, "transposed"), build)
 
 
-def _traced(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None) -> torch.Tensor:
+def _traced(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, mean: bool) -> torch.Tensor:
     """The product as ``torch.compile`` sees it: the ``tcsparse::spmm`` op on the ME-TCF arrays,
     with the values put in block order inside the graph (so never stale, and differentiable)."""
     s = matrix._structure
     x_needs_grad = torch.is_grad_enabled() and x.requires_grad
-    values = s.to_block_order(matrix._values)
+    values = s.to_block_order(_mean_values(matrix) if mean else matrix._values)
     layout_t = s.transposed().layout.tensors() if x_needs_grad else []
     pieces = _op_row_pieces(s, path, x_needs_grad)
     y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path, pieces)

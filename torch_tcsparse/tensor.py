@@ -2,9 +2,12 @@
 
 ``A @ X``, ``torch.matmul``, ``torch.mm``, ``torch.sparse.mm``, ``A.matmul(X)`` and
 ``torch_tcsparse.spmm(A, X)`` run the engine the selector picks (``product.py``) and return a
-plain dense tensor in the user's row order. Any other torch operation raises a TypeError that
-says what to do instead: the subclass holds no dense storage, so nothing may silently compute on
-it. The class holds the constructors, views, the torch-function table and ``matmul``; what it
+plain dense tensor in the user's row order (``reduce=`` on ``matmul``, ``torch.sparse.mm`` and
+``spmm`` picks "sum", "mean", "max" or "min"). Like a torch sparse CSR tensor, the matrix reports
+``layout == torch.sparse_csr`` and gives its canonical CSR arrays through ``crow_indices()``,
+``col_indices()`` and ``values()``: what PyG reads to take it as a sparse ``adj_t``. Any other
+torch operation raises a TypeError that says what to do instead: the subclass holds no dense
+storage, so nothing may silently compute on it. The class holds the constructors, views, the torch-function table and ``matmul``; what it
 derives from its values lives in its ``OperandCache``.
 """
 from __future__ import annotations
@@ -183,12 +186,19 @@ class TCSparseTensor(torch.Tensor):
 
     # Multiplication.
 
-    def matmul(self, other: torch.Tensor, path: str = "auto", bias: torch.Tensor | None = None) -> torch.Tensor:
+    def matmul(self, other: torch.Tensor, path: str = "auto", bias: torch.Tensor | None = None,
+               reduce: str = "sum") -> torch.Tensor:
         """Y = A @ X for X of shape [K] or [K, N]; differentiable for X, the values and the bias.
         Under ``torch.autocast`` a float32 A or X runs in the autocast dtype, as torch.matmul does.
         ``bias`` (shape [N], X's dtype and device) is added to every row of Y; on the CSR paths
-        within the product (each starts from the bias instead of zeros)."""
-        return product.matmul(self, other, path, bias)
+        within the product (each starts from the bias instead of zeros).
+
+        ``reduce`` combines the products A[i, j] * X[j] of row i: "sum" (default), "mean" (the sum
+        divided by the row's nonzero count), "max" or "min" (the gradient goes to the nonzero
+        that gave each output, as in torch_scatter); an empty row gives 0. torch's "amax"/"amin"
+        and PyG's "add" are accepted. "max"/"min" take ``path`` "auto", "rows" (the CUDA kernel)
+        or "reference" (torch ops)."""
+        return product.matmul(self, other, path, bias, reduce)
 
     def __matmul__(self, other):
         return self.matmul(other)
@@ -239,7 +249,8 @@ class TCSparseTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         raise TypeError(
             f"TCSparseTensor does not support {func}: it supports A @ X, torch.matmul, torch.mm, "
-            "torch.sparse.mm, .t(), .to(), .with_values(); convert with .to_dense() or .to_torch_csr() first"
+            "torch.sparse.mm, .t(), .to(), .with_values(), .crow_indices(), .col_indices(), .values(); "
+            "convert with .to_dense() or .to_torch_csr() first"
         )
 
 
@@ -258,6 +269,25 @@ def _matmul(a, x, *rest, **kwargs):
     return a.matmul(x)
 
 
+def _sparse_mm(a, x, reduce="sum"):
+    """``torch.sparse.mm(A, X, reduce)`` (torch checks the arguments before this is called)."""
+    if not isinstance(a, TCSparseTensor):
+        _reject_right_operand()
+    return a.matmul(x, reduce=reduce)
+
+
+def _crow_indices(a):
+    return a._structure.rowptr
+
+
+def _col_indices(a):
+    return a._structure.col
+
+
+def _values(a):
+    return a._values
+
+
 def _rebuild(state: dict) -> TCSparseTensor:
     """The loader that files saved by version 0.1.0 name."""
     return serialization.rebuild(state)
@@ -268,12 +298,18 @@ torch.serialization.add_safe_globals([_rebuild])
 _HANDLED = {
     torch.matmul: _matmul,
     torch.mm: _matmul,
-    torch.sparse.mm: _matmul,
+    torch.sparse.mm: _sparse_mm,
     torch.Tensor.matmul: _matmul,
     torch.Tensor.mm: _matmul,
     torch.Tensor.__matmul__: _matmul,
     torch.Tensor.__rmatmul__: _reject_right_operand,
     torch.t: lambda a: a.t(),
     torch.Tensor.t: lambda a: a.t(),
+    # A sparse CSR matrix to code that asks (PyG's MessagePassing and spmm): its layout and its
+    # canonical CSR arrays, read-only views of what the matrix holds.
+    torch.Tensor.layout.__get__: lambda a: torch.sparse_csr,
+    torch.Tensor.crow_indices: _crow_indices,
+    torch.Tensor.col_indices: _col_indices,
+    torch.Tensor.values: _values,
 }
 

@@ -1,8 +1,8 @@
 // The torch-facing bindings of the kernels (bindings.cpp, csr_rows_binding.cpp,
-// grouped_binding.cpp): validation (TCS_CHECK), allocation, device and stream. They are bound to
-// Python once, as plain pybind11 functions (python_module.cpp): a product calls them directly,
-// without the dispatcher's boxing of a dozen arguments per call; torch.compile traces the custom
-// ops of torch_tcsparse/ops.py, which call the same functions.
+// grouped_binding.cpp, reduce_rows_binding.cpp): validation (TCS_CHECK), allocation, device and
+// stream. They are bound to Python once, as plain pybind11 functions (python_module.cpp): a
+// product calls them directly, without the dispatcher's boxing of a dozen arguments per call;
+// torch.compile traces the custom ops of torch_tcsparse/ops.py, which call the same functions.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -52,5 +52,9 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
                         const at::Tensor& chunk_group, const at::Tensor& block_cols, const at::Tensor& sub_slots,
                         const at::Tensor& row_map, int64_t num_rows, bool exact, const std::optional<at::Tensor>& bias,
                         bool keep_fp32);
+
+// The max/min SpMM (reduce_rows_binding.cpp): (Y, the winning nonzero of every output).
+std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
+                                               const at::Tensor& values, bool is_max);
 
 }  // namespace tcsparse_binding

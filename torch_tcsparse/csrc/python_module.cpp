@@ -14,4 +14,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("metcf_fill", &tcsparse_binding::metcf_fill);
     m.def("csr_rows_spmm", &tcsparse_binding::csr_rows_spmm);
     m.def("grouped_spmm", &tcsparse_binding::grouped_spmm);
+    m.def("reduce_rows", &tcsparse_binding::reduce_rows);
 }

@@ -5,7 +5,8 @@ matrix (its value-independent ``Structure`` and its values in canonical CSR orde
 keeps them in its ``OperandCache``), how to take them from the ME-TCF arrays the
 ``tcsparse::spmm`` op carries under ``torch.compile``, and how to multiply. The backward of every
 engine is the same formula (``autograd.py``): dX runs the engine on the transpose's operands, the
-values' gradient is one SDDMM.
+values' gradient is one SDDMM. ``reduce="mean"`` runs these engines on row-scaled values;
+``reduce="max"``/``"min"`` is no sum and has its own forward and backward (``extreme.py``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from .rows import ROWS
 from .tensor_core import BALANCED, BASE
 
 ENGINES: dict[str, Engine] = {engine.name: engine for engine in (BASE, BALANCED, ROWS, GROUPED, CSR_ENGINE, REFERENCE)}
-
 
 
 def kernels_apply(x: torch.Tensor) -> bool:
