@@ -68,8 +68,12 @@ def cuda_build(config, mode):
               "sources": config.sources_digest()}
 
     class BuildKernels(BuildExtension):
+        def skipped(self):
+            """Editable installs build on first use, unless the build is required."""
+            return mode == "auto" and (self.inplace or getattr(self, "editable_mode", False))
+
         def run(self):
-            if mode == "auto" and (self.inplace or getattr(self, "editable_mode", False)):
+            if self.skipped():
                 print("torch_tcsparse: editable install: the CUDA kernels are built on first use", file=sys.stderr)
                 return
             print(f"torch_tcsparse: compiling the CUDA kernels for {arches}", file=sys.stderr)
@@ -82,7 +86,13 @@ def cuda_build(config, mode):
             self.write_record(self.get_ext_fullpath(ext.name))
 
         def get_outputs(self):
-            return [*super().get_outputs(), *(str(Path(path).with_name(config.RECORD)) for path in super().get_outputs())]
+            if self.skipped():
+                return []
+            modules = super().get_outputs()
+            return [*modules, *(str(Path(path).with_name(config.RECORD)) for path in modules)]
+
+        def get_output_mapping(self):
+            return {} if self.skipped() else super().get_output_mapping()
 
         def write_record(self, module_path):
             Path(module_path).with_name(config.RECORD).write_text(json.dumps(record, indent=1) + "\n")

@@ -33,7 +33,9 @@ PREBUILT = "_kernels"
 # sources or a GPU it holds no code for fall back to the build on first use.
 RECORD = "_kernels_build.json"
 
-CXX_FLAGS = ("-O3",)
+# -g0: setuptools compiles with Python's own flags, -g among them, whose host debug information
+# would weigh about as much as the kernels in a wheel.
+CXX_FLAGS = ("-O3", "-g0")
 NVCC_FLAGS = ("-O3", "-lineinfo")
 
 # sm_80 (A100) and sm_90 (H100/H200) machine code, and sm_90's PTX, which the driver compiles for

@@ -45,7 +45,11 @@ def _prebuilt():
         return None, f"the prebuilt kernels' record {_RECORD_PATH} is unreadable ({error})"
     if built_for != torch.__version__:
         return None, f"the prebuilt kernels were built for torch {built_for}, this is torch {torch.__version__}"
-    if built_from != sources_digest():
+    try:
+        changed = built_from != sources_digest()
+    except OSError as error:
+        return None, f"the kernel sources the prebuilt kernels were built from are missing ({error})"
+    if changed:
         return None, "the kernel sources changed after the prebuilt kernels were built"
     if torch.cuda.is_available():
         capability = torch.cuda.get_device_capability()
