@@ -42,7 +42,7 @@ def why_no_cuda_build():
     except ImportError:
         return "torch is not importable here (build with --no-build-isolation)"
     if torch.version.cuda is None:
-        return f"torch {torch.__version__} is a CPU build"
+        return f"torch {torch.__version__} is not a CUDA build"
     if cpp_extension.CUDA_HOME is None or shutil.which(os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")) is None:
         return "nvcc was not found (set CUDA_HOME or put nvcc on PATH)"
     if not os.path.isfile(os.path.join(cpp_extension.CUDA_HOME, "include", "cuda_runtime.h")):

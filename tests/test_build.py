@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,16 @@ def record(tmp_path, monkeypatch):
     return write
 
 
+def test_fitting_prebuilt_module_serves(record, monkeypatch):
+    module = types.ModuleType("torch_tcsparse._stand_in")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(_ext, "PREBUILT", "_stand_in")
+    monkeypatch.setattr(_ext, "_module", None)
+    record()
+    assert _ext._prebuilt() == (module, None)
+    assert _ext.load() is module and _ext.is_prebuilt(module)
+
+
 def test_no_record_means_no_prebuilt_module(tmp_path, monkeypatch):
     monkeypatch.setattr(_ext, "_RECORD_PATH", tmp_path / config.RECORD)
     assert _ext._prebuilt() == (None, None)
@@ -148,9 +159,10 @@ def test_no_record_means_no_prebuilt_module(tmp_path, monkeypatch):
 @pytest.mark.parametrize("changes, reason", [
     ({"torch": "2.0.0+cu118"}, f"built for torch 2.0.0+cu118, this is torch {torch.__version__}"),
     ({"sources": "0" * 64}, "the kernel sources changed after the prebuilt kernels were built"),
-    ({}, "the prebuilt kernels do not load (No module named 'torch_tcsparse._kernels')"),
+    ({}, "the prebuilt kernels do not load (No module named 'torch_tcsparse._absent')"),
 ])
-def test_prebuilt_module_that_does_not_fit(record, changes, reason):
+def test_prebuilt_module_that_does_not_fit(record, monkeypatch, changes, reason):
+    monkeypatch.setattr(_ext, "PREBUILT", "_absent")  # an installed package may hold the real one
     record(**changes)
     module, why_not = _ext._prebuilt()
     assert module is None and reason in why_not
@@ -198,15 +210,16 @@ def run_setup(build_cuda):
                           env=environ)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.version.cuda is not None, reason="checks setup.py's answer to a CPU build of torch")
 def test_setup_with_cpu_torch():
     auto = run_setup("")
     assert auto.returncode == 0, auto.stderr
     assert auto.stdout.strip().splitlines()[-1] == "0.1.0"
-    assert f"installing without prebuilt CUDA kernels: torch {torch.__version__} is a CPU build" in auto.stderr
+    assert f"installing without prebuilt CUDA kernels: torch {torch.__version__} is not a CUDA build" in auto.stderr
     required = run_setup("1")
     assert required.returncode != 0
-    assert f"TCSPARSE_BUILD_CUDA=1, but the CUDA kernels cannot be built: torch {torch.__version__} is a CPU build" \
+    assert f"TCSPARSE_BUILD_CUDA=1, but the CUDA kernels cannot be built: torch {torch.__version__} is not a CUDA build" \
         in required.stderr
     assert run_setup("0").returncode == 0
 
