@@ -5,17 +5,21 @@
 # tests against the installed package from a folder outside the checkout. Ends with one line.
 #
 #   scripts/wheel_check.sh          build the wheel into $OUT (default out/), install it, test it
+#   scripts/wheel_check.sh build    only build the wheel into $OUT
 #   WHEEL=path/to/torch_tcsparse-*.whl scripts/wheel_check.sh
-#                                   install and test a wheel built before (e.g. on another GPU kind:
-#                                   put it in the git-ignored .whl/ and carry that folder)
+#                                   install and test a wheel built before (e.g. on another GPU kind,
+#                                   or in a second device call: put it in the git-ignored .whl/ and
+#                                   carry that folder)
 #   TORCH_CUDA_ARCH_LIST            the architectures the wheel is built for (default 8.0;9.0+PTX)
 #   PYTHON                          the interpreter whose torch builds and runs it (default python3)
+#   STAGE_LIMIT                     caps the GPU tests (seconds, default 420)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 OUT=${OUT:-out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
+case "${1:-all}" in build|all) ;; *) echo "usage: scripts/wheel_check.sh [build]"; exit 2;; esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -34,7 +38,8 @@ if [ -z "${WHEEL:-}" ]; then
     exit 1
   fi
   WHEEL=$(ls -t "$OUT"/torch_tcsparse-*.whl | head -1)
-  echo "built $(basename "$WHEEL") in $((SECONDS - start)) s"
+  echo "built $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1)) in $((SECONDS - start)) s"
+  [ "${1:-all}" = build ] && exit 0
 fi
 WHEEL=$(cd "$(dirname "$WHEEL")" && pwd)/$(basename "$WHEEL")
 
@@ -68,7 +73,7 @@ print(module.__file__)" 2>&1); then
 fi
 echo "prebuilt kernels: ${served#"$venv"/}"
 
-"${no_compiler[@]}" python -m pytest -q -p no:cacheprovider tests/gpu >"$OUT/wheel_tests.log" 2>&1
+"${no_compiler[@]}" timeout "${STAGE_LIMIT:-420}" python -m pytest -q -p no:cacheprovider tests/gpu >"$OUT/wheel_tests.log" 2>&1
 rc=$?
 grep -E "^(FAILED|ERROR)" "$OUT/wheel_tests.log" | head -20
 echo "wheel_check: $(basename "$WHEEL") on $gpu without nvcc: rc=$rc $(tail -1 "$OUT/wheel_tests.log")"
