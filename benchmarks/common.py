@@ -14,8 +14,9 @@ import torch
 from graph_data import corpus
 
 
-def out_dir(default: str = "out") -> Path:
-    path = Path(os.environ.get("OUT", default))
+def out_dir(chosen: str | None = None) -> Path:
+    """The folder a benchmark writes into: ``--out`` where given, else ``$OUT``, else ``out``."""
+    path = Path(chosen) if chosen else Path(os.environ.get("OUT", "out"))
     path.mkdir(parents=True, exist_ok=True)
     return path
 

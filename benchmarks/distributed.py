@@ -364,7 +364,7 @@ def predict_main(args) -> None:
             print(", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in results[-1].items()),
                   flush=True)
         del rowptr, col
-    path = out_dir(args.out or "out") / "distributed_model.csv"
+    path = out_dir(args.out) / "distributed_model.csv"
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(results[0]))
         writer.writeheader()
@@ -397,7 +397,7 @@ def measure(args, device: torch.device) -> list[dict]:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if dist.get_rank() == 0:
-        path = out_dir(args.out or "out") / "distributed.csv"
+        path = out_dir(args.out) / "distributed.csv"
         with open(path, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=FIELDS)
             writer.writeheader()

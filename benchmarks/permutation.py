@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-from pathlib import Path
 
 import torch
 
@@ -83,7 +82,7 @@ def main() -> None:
         raise SystemExit("benchmarks/permutation.py times the CUDA kernels: it needs a GPU and the built extension")
     device, dtype = torch.device("cuda"), getattr(torch, args.dtype)
     torch.set_float32_matmul_precision("high")  # TF32, as benchmarks/spmm.py measures the kernels
-    folder = out_dir() if args.out is None else Path(args.out)
+    folder = out_dir(args.out)
     folder.mkdir(parents=True, exist_ok=True)
 
     rows = []

@@ -19,7 +19,6 @@ import argparse
 import csv
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
@@ -138,7 +137,7 @@ def main() -> None:
         raise SystemExit(f"unknown methods {bad}; known: {METHODS + ('auto',)}")
     max_nnz = args.max_nnz if args.max_nnz is not None else (float("inf") if device.type == "cuda" else 20e6)
     with_spmm = args.n > 0 and device.type == "cuda" and kernels.available()
-    folder = out_dir() if args.out is None else Path(args.out)
+    folder = out_dir(args.out)
     folder.mkdir(parents=True, exist_ok=True)
 
     # Warm-up: the first CUDA sorts and scatters pay for context and kernel loading.

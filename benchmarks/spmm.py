@@ -324,7 +324,7 @@ def main(argv=None):
     if not kernels.available():
         raise SystemExit("needs a CUDA device and a working build of the kernels")
     torch.set_float32_matmul_precision("high")
-    folder = Path(args.out) if args.out else out_dir()
+    folder = out_dir(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     ns = [int(n) for n in args.n.split(",")]
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
