@@ -356,12 +356,13 @@ class _TorchBuild:
         rowptr, pairs_done = self.rowptr.long(), 0
         for start, stop in packed.slices(nnz):
             part = key[start:stop]
-            row_in_window = (part >> row_bits) & (self.window - 1)
+            row_in_window = (part >> row_bits).bitwise_and_(self.window - 1)
             self.row_in_window[start:stop] = row_in_window
-            slot = (part >> (col_bits + pair_shift) << shift) | row_in_window
+            slot = (part >> (col_bits + pair_shift)).bitwise_left_shift_(shift).bitwise_or_(row_in_window)
             del row_in_window
-            position = rowptr.index_select(0, slot) + (part & ((1 << row_bits) - 1))
+            position = rowptr.index_select(0, slot)
             del slot
+            position += part & ((1 << row_bits) - 1)
             self.source[start:stop] = position if self.to_csr is None else self.to_csr.index_select(0, position)
             del position
             pair_col = compress(part, self.is_first[start:stop]) >> pair_shift

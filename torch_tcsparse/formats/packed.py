@@ -12,7 +12,7 @@ import torch
 # Bits of an int64 key that a sort orders as unsigned: the sign bit stays clear.
 KEY_BITS = 63
 # Entries per slice in passes that would otherwise hold int64 temporaries over every nonzero.
-SLICE = 1 << 20
+SLICE = 1 << 21
 
 
 def bit_width(largest: int) -> int:
