@@ -240,9 +240,9 @@ def from_csr_arrays(
 def transpose_pattern(csr: CSR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """rowptr and col of the transpose's CSR, and for each of its nonzeros the position of that
     entry in ``csr`` (the indices in the index dtype, the positions in int32 where the nonzeros'
-    count fits). A stable sort by column keeps each column's rows
-    ascending, as the rows are in ``csr``: the transpose of a canonical CSR is canonical with one
-    sort of the column ids, no row * width + col key and no second canonicalisation."""
+    count fits). A stable sort by column keeps each column's rows ascending, as the rows are in
+    ``csr``: the transpose of a canonical CSR is canonical with one sort of the column ids, no
+    row * width + col key and no second canonicalisation."""
     order = packed.stable_order(csr.col, csr.num_cols, torch.int32 if csr.nnz <= INT32_MAX else torch.int64)
     rowptr = _exclusive_cumsum(torch.bincount(csr.col, minlength=csr.num_cols)).to(csr.rowptr.dtype)
     return rowptr, csr.row_indices(csr.col.dtype).index_select(0, order), order
