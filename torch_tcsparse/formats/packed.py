@@ -30,7 +30,7 @@ def expand(values: torch.Tensor, counts: torch.Tensor, total: int) -> torch.Tens
     """``values[i]`` repeated ``counts[i]`` times (``total`` entries in all), in ``values``' dtype."""
     if values.device.type == "cpu":
         return torch.from_numpy(np.repeat(values.numpy(), counts.numpy()))
-    return values.repeat_interleave(counts, output_size=total)
+    return values.repeat_interleave(counts.long(), output_size=total)
 
 
 def stable_order(values: torch.Tensor, bound: int, dtype: torch.dtype) -> torch.Tensor:
