@@ -143,8 +143,10 @@ def from_coo(
     width = max(num_cols, 1) if shift is None else 1 << shift
     counts = torch.bincount(row, minlength=num_rows) if row.numel() else row.new_zeros(num_rows, dtype=torch.long)
     key = row.to(torch.long) * width
+    keys, cols = packed.host(key), packed.host(col)
     for start, stop in packed.slices(key.numel()):  # an int32 col whole would be widened to a copy
-        key[start:stop] += col[start:stop]
+        keys[start:stop] += cols[start:stop]
+    del keys, cols
     if values is None:
         key, order = sort_keys(key), None
     else:

@@ -336,38 +336,50 @@ class _TorchBuild:
         del slots
         key = packed.expand(base, lengths, nnz)
         del base
-        # In slices: an int32 operand would be widened to an int64 copy of every nonzero.
+        # In slices, on numpy arrays on the CPU (``packed.host``): an int32 operand whole would be
+        # widened to an int64 copy of every nonzero.
+        keys, col = packed.host(key), packed.host(self.col)
         for start, stop in packed.slices(nnz):
-            part = key[start:stop]
-            part += torch.arange(start, stop, device=device)
-            part += self.col[start:stop].long() << pair_shift
+            part = keys[start:stop]
+            part += packed.arange(start, stop, part)
+            part += packed.cast(col[start:stop], torch.int64) << pair_shift
         key = sort_keys(key)
+        keys = packed.host(key)
         self.is_first = torch.empty(nnz, dtype=torch.bool, device=device)
+        is_first = packed.host(self.is_first)
         for start, stop in packed.slices(nnz):
-            pair = key[max(start - 1, 0) : stop] >> pair_shift
-            torch.ne(pair[1:], pair[:-1], out=self.is_first[start + (start == 0) : stop])
+            pair = keys[max(start - 1, 0) : stop] >> pair_shift
+            is_first[start + (start == 0) : stop] = pair[1:] != pair[:-1]
         if nnz:
-            self.is_first[0] = True
+            is_first[0] = True
         if not for_fill:
             return
         self.row_in_window = torch.empty(nnz, dtype=torch.uint8, device=device)
         self.source = torch.empty(nnz, dtype=self.index_dtype, device=device)
         self.pair_col = torch.empty(int(self.is_first.sum()), dtype=torch.int32, device=device)
-        rowptr, pairs_done = self.rowptr.long(), 0
+        rows_in_window, source, pair_cols = (packed.host(t) for t in (self.row_in_window, self.source, self.pair_col))
+        rowptr_long = self.rowptr.long()
+        rowptr = packed.host(rowptr_long)
+        to_csr = None if self.to_csr is None else packed.host(self.to_csr)
+        pairs_done = 0
         for start, stop in packed.slices(nnz):
-            part = key[start:stop]
-            row_in_window = (part >> row_bits).bitwise_and_(self.window - 1)
-            self.row_in_window[start:stop] = row_in_window
-            slot = (part >> (col_bits + pair_shift)).bitwise_left_shift_(shift).bitwise_or_(row_in_window)
+            part = keys[start:stop]
+            row_in_window = part >> row_bits
+            row_in_window &= self.window - 1
+            rows_in_window[start:stop] = row_in_window
+            slot = part >> (col_bits + pair_shift)
+            slot <<= shift
+            slot |= row_in_window
             del row_in_window
-            position = rowptr.index_select(0, slot)
+            position = packed.take(rowptr, slot)
             del slot
             position += part & ((1 << row_bits) - 1)
-            self.source[start:stop] = position if self.to_csr is None else self.to_csr.index_select(0, position)
+            source[start:stop] = position if to_csr is None else packed.take(to_csr, position)
             del position
-            pair_col = compress(part, self.is_first[start:stop]) >> pair_shift
-            self.pair_col[pairs_done : pairs_done + pair_col.numel()] = pair_col & ((1 << col_bits) - 1)
-            pairs_done += pair_col.numel()
+            pair_col = part[is_first[start:stop]] >> pair_shift
+            pair_col &= (1 << col_bits) - 1
+            pair_cols[pairs_done : pairs_done + len(pair_col)] = pair_col
+            pairs_done += len(pair_col)
 
     def _sort_stable(self, lengths: torch.Tensor, for_fill: bool) -> None:
         """Where the packed fields would not fit 63 bits (columns or windows past 2**40 or so): a
@@ -428,12 +440,13 @@ class _TorchBuild:
         # stride of 128 for either window puts its word at bit // 32). Bits are distinct, so adding
         # them is their OR, exact in int32 (no carry ever reaches the sign bit).
         words = torch.zeros(num_blocks * 4, dtype=torch.int32, device=device)
+        entries, rows_in_window = packed.host(entry), packed.host(self.row_in_window)
         for start, stop in packed.slices(nnz):
-            bit = entry[start:stop]
+            bit = entries[start:stop]
             bit += (bit >> _log2(BLOCK_WIDTH)) * (BITMAP_BITS - BLOCK_WIDTH)
-            bit += self.row_in_window[start:stop].to(entry_dtype) * BLOCK_WIDTH
-            words.index_add_(0, bit >> 5, torch.ones_like(bit).bitwise_left_shift_(bit & 31).to(torch.int32))
-        self.row_in_window = None
+            bit += packed.cast(rows_in_window[start:stop], entry_dtype) * BLOCK_WIDTH
+            words.index_add_(0, packed.as_tensor(bit >> 5), packed.as_tensor(packed.cast(1 << (bit & 31), torch.int32)))
+        self.row_in_window = rows_in_window = None
         # Place in block order: the bits before the nonzero's own, counted whole words at a time
         # (an exclusive prefix sum over the words, whose every fourth entry is a block's offset)
         # plus those below it in its word. Places and positions are distinct: adding onto zeros is
@@ -443,16 +456,19 @@ class _TorchBuild:
         torch.cumsum(packed.popcount(words), 0, dtype=gather_dtype, out=before_word[1:])
         csr_gather = torch.zeros(nnz, dtype=gather_dtype, device=device)
         local_ids = torch.zeros(nnz, dtype=torch.uint8, device=device)
+        word_bits, before, source = packed.host(words), packed.host(before_word), packed.host(self.source)
         for start, stop in packed.slices(nnz):
-            bit = entry[start:stop]
+            bit = entries[start:stop]
             word = bit >> 5
-            below = torch.full_like(bit, -1).bitwise_left_shift_(bit & 31).bitwise_not_()
-            below &= words.index_select(0, word)
-            place = before_word.index_select(0, word)
+            below = ~(-1 << (bit & 31))
+            below &= packed.take(word_bits, word)
+            place = packed.take(before, word)
+            del word
             place += packed.popcount(below)
-            del word, below
-            csr_gather.index_add_(0, self.source[start:stop], place)
-            local_ids.index_add_(0, place, (bit & (BITMAP_BITS - 1)).to(torch.uint8))
+            del below
+            place = packed.as_tensor(place)
+            csr_gather.index_add_(0, packed.as_tensor(source[start:stop]), place)
+            local_ids.index_add_(0, place, packed.as_tensor(packed.cast(bit & (BITMAP_BITS - 1), torch.uint8)))
         self.source = None
         return block_cols, words, before_word[::4].to(torch.int32), local_ids, csr_gather
 
