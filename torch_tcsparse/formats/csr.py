@@ -183,14 +183,17 @@ def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: t
     if bool(is_first.all()):
         return torch.ones(n, dtype=dtype, device=device) if values is None else values.index_select(0, order).to(dtype)
     run_dtype = torch.int32 if n <= INT32_MAX else torch.int64
+    if values is None:
+        # Each distinct key counts one, plus one per repeat: only the repeats are scattered. The
+        # k-th repeat (from 0) at position p belongs to distinct key p - k - 1: no prefix sum over
+        # every entry.
+        repeats = torch.nonzero(~is_first).view(-1)
+        repeats -= torch.arange(1, repeats.numel() + 1, device=device)
+        counts = torch.ones(n - repeats.numel(), dtype=run_dtype, device=device)
+        counts.index_add_(0, repeats, torch.ones_like(repeats, dtype=run_dtype))
+        return counts.to(dtype)
     run = torch.cumsum(is_first, 0, dtype=run_dtype).sub_(1)  # the distinct key of each entry
     distinct = int(run[-1]) + 1
-    if values is None:
-        # Each distinct key counts one, plus one per repeat: only the repeats are scattered.
-        repeats = compress(run, ~is_first)
-        counts = torch.ones(distinct, dtype=run_dtype, device=device)
-        counts.index_add_(0, repeats, torch.ones_like(repeats))
-        return counts.to(dtype)
     accumulate = accumulation_dtype(values.dtype, dtype)
     summed = torch.zeros(distinct, dtype=accumulate, device=device)
     return summed.index_add(0, run, values.to(accumulate).index_select(0, order)).to(dtype)

@@ -356,7 +356,7 @@ class _TorchBuild:
             return
         self.row_in_window = torch.empty(nnz, dtype=torch.uint8, device=device)
         self.source = torch.empty(nnz, dtype=self.index_dtype, device=device)
-        self.pair_col = torch.empty(int(self.is_first.sum()), dtype=torch.int32, device=device)
+        self.pair_col = torch.empty(int(torch.count_nonzero(self.is_first)), dtype=torch.int32, device=device)
         rows_in_window, source, pair_cols = (packed.host(t) for t in (self.row_in_window, self.source, self.pair_col))
         rowptr_long = self.rowptr.long()
         rowptr = packed.host(rowptr_long)
