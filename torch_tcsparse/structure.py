@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 
 from . import csr_rows
-from .formats.csr import CSR, transpose
+from .formats.csr import CSR, transpose_pattern
 from .formats import grouped as grouped_format
 from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay, split_sizes
 from .formats.metcf import build_layout
@@ -146,8 +146,10 @@ class Structure:
         """The transpose's structure, its block order linked to ours through the layouts'
         ``transpose_gather`` (what the kernels' backward and ``TCSparseTensor.t`` read)."""
         if "transpose" not in self._derived:
-            placeholder = torch.empty(self.nnz, device=self.device)
-            csr_t, order = transpose(self.csr(placeholder))
+            rowptr_t, col_t, order = transpose_pattern(self.csr(None))
+            # A structure reads only the indices: the values are never written, so never paged in.
+            csr_t = CSR(rowptr_t, col_t, torch.empty(self.nnz, device=self.device), self.num_cols, self.num_rows)
+            del rowptr_t, col_t
             shared = self._pattern_is_symmetric(csr_t)
             if shared:
                 t = self._sharing_indices()

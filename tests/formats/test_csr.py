@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torch_tcsparse.formats import csr as csr_mod
+from torch_tcsparse.formats import packed
 from torch_tcsparse.formats.arrays import sort_with_positions
 from torch_tcsparse.testing import coo_to_dense, index_dtypes, random_coo, tensor
 
@@ -201,6 +202,30 @@ def test_sort_with_positions_is_a_stable_sort(key_bound):
     payload = torch.randperm(1000, generator=generator).int()
     _, got_payload = sort_with_positions(distinct.clone(), distinct_bound, payload)
     assert torch.equal(got_payload, payload[torch.argsort(distinct)])
+
+
+@pytest.mark.parametrize("bound", [1, 50, 2**40, 2**62])
+def test_stable_order_is_a_stable_sort(bound):
+    generator = torch.Generator().manual_seed(8)
+    values = torch.randint(0, 50, (1000,), generator=generator) * (bound // 50)
+    expected = torch.sort(values, stable=True).indices
+    for dtype in (torch.int32, torch.int64):
+        got = packed.stable_order(values.to(dtype) if bound <= 2**31 else values, bound, dtype)
+        assert got.dtype == dtype and torch.equal(got.long(), expected)
+
+
+@pytest.mark.parametrize("duplicates", [False, True])
+@pytest.mark.parametrize("with_values", [False, True])
+def test_from_coo_without_power_of_two_width_is_the_same(monkeypatch, duplicates, with_values):
+    """Where row and column bits would not fit 63 (shapes near 2**63 elements), keys are
+    row * num_cols + col split by division: same CSR."""
+    row, col, values = random_coo(60, 45, 0.2, seed=12, dtype=torch.float32, duplicates=duplicates)
+    values = values if with_values else None
+    expected = csr_mod.from_coo(row, col, values, 60, 45)
+    monkeypatch.setattr(packed, "KEY_BITS", 0)
+    got = csr_mod.from_coo(row, col, values, 60, 45)
+    for name in ("rowptr", "col", "values"):
+        assert torch.equal(getattr(got, name), getattr(expected, name)), name
 
 
 def test_row_indices_with_empty_rows_everywhere():

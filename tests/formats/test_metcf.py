@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torch_tcsparse.formats import csr as csr_mod
-from torch_tcsparse.formats import metcf
+from torch_tcsparse.formats import metcf, packed
 from torch_tcsparse.formats.metcf import BALANCE_CHUNK, BLOCK_WIDTH, build_layout, build_metcf, count_blocks
 from torch_tcsparse.testing import coo_to_dense, random_coo, random_permutation, tensor
 
@@ -220,9 +220,42 @@ def test_build_layout_is_the_layout_of_build_metcf():
             assert torch.equal(getattr(layout, name), getattr(expected, name)), name
 
 
-def test_bitmap_built_in_slices_is_the_bitmap_built_at_once(monkeypatch):
+@pytest.mark.parametrize("window, with_perm", [(16, False), (8, True)])
+def test_layout_built_in_slices_is_the_layout_built_at_once(monkeypatch, window, with_perm):
     row, col, values = random_coo(100, 100, 0.3, seed=6, dtype=torch.float32)
     csr = csr_mod.from_coo(row, col, values, 100, 100)
-    expected = build_layout(csr).block_bitmap
-    monkeypatch.setattr(metcf, "_SLICE", 7)
-    assert torch.equal(build_layout(csr).block_bitmap, expected)
+    perm = random_permutation(100, 7) if with_perm else None
+    expected = build_layout(csr, window, perm)
+    monkeypatch.setattr(packed, "SLICE", 7)
+    layout = build_layout(csr, window, perm)
+    for name in expected.TENSOR_FIELDS:
+        assert torch.equal(getattr(layout, name), getattr(expected, name)), name
+
+
+@given(sparse_matrices())
+def test_layout_without_packed_keys_is_the_same(case):
+    """Where window, column and row fields would not fit one int64 key (huge column counts), a
+    stable sort takes over: same layout."""
+    csr, perm, window = case
+    expected = build_layout(csr, window, perm)
+    blocks = count_blocks(csr, window, perm)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(packed, "KEY_BITS", 0)
+        layout = build_layout(csr, window, perm)
+        assert torch.equal(count_blocks(csr, window, perm), blocks)
+    for name in expected.TENSOR_FIELDS:
+        assert torch.equal(getattr(layout, name), getattr(expected, name)), name
+
+
+
+def test_huge_column_count_with_small_column_ids():
+    """Columns past 2**50 leave no room for a packed sort key; the layout stays right."""
+    row, col, values = random_coo(40, 60, 0.3, seed=8, dtype=torch.float64)
+    csr = csr_mod.from_coo(row, col, values, 40, 2**57)
+    for window in (8, 16):
+        layout, block_values = build_metcf(csr, window)
+        _, rows, cols = layout.nonzero_coordinates()
+        in_csr_order = layout.csr_gather.long()
+        assert torch.equal(rows[in_csr_order], csr.row_indices())
+        assert torch.equal(cols[in_csr_order], csr.col.long())
+        assert torch.equal(block_values[in_csr_order], csr.values)

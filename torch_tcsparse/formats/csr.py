@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import torch
 
 from ..paths import VALUE_DTYPES
+from . import packed
 from .arrays import INT32_MAX, compress, first_of_runs, floor_divide, sort_keys, sort_with_positions
+from .packed import bit_width
 
 @dataclass(frozen=True)
 class CSR:
@@ -29,12 +31,9 @@ class CSR:
         return self.col.numel()
 
     def row_indices(self, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-        """Row id of every nonzero (int64, or ``dtype``), the COO view of this CSR: a mark where
-        each row after the first starts, summed up (twice as fast as ``repeat_interleave``)."""
-        marks = torch.zeros(self.nnz + 1, dtype=dtype, device=self.col.device)
-        starts = self.rowptr[1:-1]
-        marks.index_add_(0, starts, torch.ones(starts.numel(), dtype=dtype, device=marks.device))
-        return torch.cumsum(marks[: self.nnz], 0, dtype=dtype)
+        """Row id of every nonzero (int64, or ``dtype``), the COO view of this CSR."""
+        rows = torch.arange(self.num_rows, dtype=dtype, device=self.col.device)
+        return packed.expand(rows, (self.rowptr[1:] - self.rowptr[:-1]).long(), self.nnz)
 
     def to(self, device=None, dtype=None) -> "CSR":
         values = self.values.to(device=device, dtype=dtype)
@@ -137,9 +136,17 @@ def from_coo(
     check_range(row_name, row, num_rows)
     check_range(col_name, col, num_cols)
 
-    width = max(num_cols, 1)
+    # Row-major keys row * width + col. A power-of-two width (wherever row and column bits fit
+    # 63) splits them back with a shift and a mask: no integer division per nonzero.
+    col_bits = bit_width(num_cols - 1)
+    shift = col_bits if bit_width(num_rows - 1) + col_bits <= packed.KEY_BITS else None
+    width = max(num_cols, 1) if shift is None else 1 << shift
+    counts = torch.bincount(row, minlength=num_rows) if row.numel() else row.new_zeros(num_rows, dtype=torch.long)
     key = row.to(torch.long) * width
-    key += col
+    keys, cols = packed.host(key), packed.host(col)
+    for start, stop in packed.slices(key.numel()):  # an int32 col whole would be widened to a copy
+        keys[start:stop] += cols[start:stop]
+    del keys, cols
     if values is None:
         key, order = sort_keys(key), None
     else:
@@ -148,15 +155,24 @@ def from_coo(
     values = _summed_values(is_first, order, values, dtype)
     del order
     if values.numel() != key.numel():
+        counts -= torch.bincount(_rows_of(compress(key, ~is_first), width, shift), minlength=num_rows)
         key = compress(key, is_first)
     del is_first
     index_dtype = index_dtype_for(num_rows, num_cols, key.numel())
-    # Split each key into its row (counted) and its column, in place: no second int64 array.
-    rows = floor_divide(key, width)
-    rowptr = _exclusive_cumsum(torch.bincount(rows, minlength=num_rows)).to(index_dtype)
-    key -= rows.mul_(width)
-    del rows
-    return CSR(rowptr, key.to(index_dtype), values, num_rows, num_cols)
+    rowptr = _exclusive_cumsum(counts).to(index_dtype)
+    if shift is None:
+        key -= _rows_of(key, width, shift).mul_(width)
+        return CSR(rowptr, key.to(index_dtype), values, num_rows, num_cols)
+    # The column is the key's low bits: cast first where they fit int32 (the cast keeps the low 32
+    # bits), so the mask runs over half the bytes and no int64 copy is made.
+    col = key.to(index_dtype) if index_dtype == torch.int32 else key
+    del key
+    return CSR(rowptr, col.bitwise_and_(width - 1), values, num_rows, num_cols)
+
+
+def _rows_of(key: torch.Tensor, width: int, shift: int | None) -> torch.Tensor:
+    """Rows of row-major keys (a new tensor)."""
+    return floor_divide(key, width) if shift is None else key >> shift
 
 
 def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: torch.Tensor | None, dtype: torch.dtype):
@@ -167,14 +183,17 @@ def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: t
     if bool(is_first.all()):
         return torch.ones(n, dtype=dtype, device=device) if values is None else values.index_select(0, order).to(dtype)
     run_dtype = torch.int32 if n <= INT32_MAX else torch.int64
+    if values is None:
+        # Each distinct key counts one, plus one per repeat: only the repeats are scattered. The
+        # k-th repeat (from 0) at position p belongs to distinct key p - k - 1: no prefix sum over
+        # every entry.
+        repeats = torch.nonzero(~is_first).view(-1)
+        repeats -= torch.arange(1, repeats.numel() + 1, device=device)
+        counts = torch.ones(n - repeats.numel(), dtype=run_dtype, device=device)
+        counts.index_add_(0, repeats, torch.ones_like(repeats, dtype=run_dtype))
+        return counts.to(dtype)
     run = torch.cumsum(is_first, 0, dtype=run_dtype).sub_(1)  # the distinct key of each entry
     distinct = int(run[-1]) + 1
-    if values is None:
-        # Each distinct key counts one, plus one per repeat: only the repeats are scattered.
-        repeats = compress(run, ~is_first)
-        counts = torch.ones(distinct, dtype=run_dtype, device=device)
-        counts.index_add_(0, repeats, torch.ones_like(repeats))
-        return counts.to(dtype)
     accumulate = accumulation_dtype(values.dtype, dtype)
     summed = torch.zeros(distinct, dtype=accumulate, device=device)
     return summed.index_add(0, run, values.to(accumulate).index_select(0, order)).to(dtype)
@@ -223,11 +242,19 @@ def from_csr_arrays(
     return from_coo(row, col, values, num_rows, num_cols, dtype)
 
 
-def transpose(csr: CSR) -> tuple[CSR, torch.Tensor]:
-    """CSR of the transpose, and for each of its nonzeros the position of that entry in ``csr``
-    (in the index dtype). A stable sort by column keeps each column's rows ascending, as the
-    rows are in ``csr``: one sort of the column ids, no row * width + col key."""
-    _, order = sort_with_positions(csr.col.to(torch.long, copy=True), csr.num_cols)
+def transpose_pattern(csr: CSR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """rowptr and col of the transpose's CSR, and for each of its nonzeros the position of that
+    entry in ``csr`` (the indices in the index dtype, the positions in int32 where the nonzeros'
+    count fits). A stable sort by column keeps each column's rows ascending, as the rows are in
+    ``csr``: the transpose of a canonical CSR is canonical with one sort of the column ids, no
+    row * width + col key and no second canonicalisation."""
+    order = packed.stable_order(csr.col, csr.num_cols, torch.int32 if csr.nnz <= INT32_MAX else torch.int64)
     rowptr = _exclusive_cumsum(torch.bincount(csr.col, minlength=csr.num_cols)).to(csr.rowptr.dtype)
-    rows = csr.row_indices(csr.col.dtype).index_select(0, order)
-    return CSR(rowptr, rows, csr.values.index_select(0, order), csr.num_cols, csr.num_rows), order
+    return rowptr, csr.row_indices(csr.col.dtype).index_select(0, order), order
+
+
+def transpose(csr: CSR) -> tuple[CSR, torch.Tensor]:
+    """CSR of the transpose, and for each of its nonzeros the position of that entry in ``csr``;
+    see ``transpose_pattern``."""
+    rowptr, col, order = transpose_pattern(csr)
+    return CSR(rowptr, col, csr.values.index_select(0, order), csr.num_cols, csr.num_rows), order

@@ -56,8 +56,11 @@ import numpy as np
 import torch
 
 from .. import _ext
-from .arrays import INT32_MAX, compress, first_of_runs, remainder_, sort_keys, sort_with_positions
+from .. import csr_rows
+from . import packed
+from .arrays import INT32_MAX, compress, first_of_runs, sort_keys
 from .csr import CSR, index_dtype_for
+from .packed import bit_width
 
 # TC blocks handled by one thread block of the balanced kernel. 32 blocks of 16x8 are 4096
 # candidate products: long enough to hide the gather latency, short enough that a hub window
@@ -68,8 +71,6 @@ WINDOWS = (8, 16)
 BLOCK_WIDTH = 8
 # Bits of a block's occupancy bitmap (four int32 words): one per entry of the largest block.
 BITMAP_BITS = 128
-# Nonzeros per slice where a pass over all of them at once would need int64 temporaries.
-_SLICE = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -224,20 +225,6 @@ def count_blocks(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = Non
     return _builder(csr, window, row_perm).blocks_per_window()
 
 
-def occupancy_bitmap(key: torch.Tensor, num_blocks: int) -> torch.Tensor:
-    """Four int32 words per block with bit ``local % 32`` of word ``local // 32`` set for each
-    nonzero, from its int64 key ``block * 128 + local`` (``local = row_in_window * 8 +
-    col_in_block`` is unique inside its block). Slices of the keys at a time: the word index and
-    bit of every nonzero at once would be two more int64 arrays per nonzero."""
-    words = torch.zeros(num_blocks * 4, dtype=torch.int64, device=key.device)
-    for start in range(0, key.numel(), _SLICE):
-        part = key[start : start + _SLICE]
-        words.index_add_(0, part >> 5, torch.ones_like(part).bitwise_left_shift_(part & 31))
-    # Distinct bits, so the sum is their OR; fold into int32's range keeping the bit pattern.
-    words[words >= 2**31] -= 2**32
-    return words.to(torch.int32)
-
-
 def build_metcf(
     csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None, use_kernels: bool | None = None
 ) -> tuple[MetcfLayout, torch.Tensor]:
@@ -298,50 +285,129 @@ def _row_map(num_rows: int, window: int, row_perm: torch.Tensor | None, device) 
 
 
 class _TorchBuild:
-    """The layout with torch ops, on any device, from two sorts: the nonzeros by (window, column)
-    give the distinct pairs, their ranks, blocks and lanes; then by (block, local id), the block
-    order. Per-nonzero arrays are int32 where the index dtype is (an int64 array per nonzero
-    costs 160 MB at 20M nonzeros) and each is released once used."""
+    """The layout with torch ops, on any device, from one sort: the nonzeros by (window, column,
+    row in window). Equal (window, column) pairs come together in it, ranked inside their
+    window, which gives each nonzero its block and lane. The block order needs no second sort:
+    inside a block the nonzeros go by local id, so a nonzero's place is the number of bits of
+    the block-order occupancy bitmap before its own. Per-nonzero arrays are int32 where the
+    index dtype is (an int64 array per nonzero costs 160 MB at 20M nonzeros) and int64 work is
+    done in slices."""
 
     def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None):
         device = csr.col.device
         self.csr, self.window = csr, window
         self.row_map = _row_map(csr.num_rows, window, row_perm, device)
-        rows = csr.row_indices(csr.col.dtype)
-        if row_perm is None:
-            self.slot = rows
-        else:
-            self.slot = row_slots(csr.num_rows, row_perm, device).to(csr.col.dtype).index_select(0, rows)
         self.num_windows = -(-csr.num_rows // window)
+        # The nonzeros in slot order (the rows as the windows take them): a window's nonzeros are
+        # one range, the same before and after the sort. ``to_csr``: the canonical nonzero of each.
+        if row_perm is None:
+            self.rowptr, self.col, self.to_csr = csr.rowptr, csr.col, None
+        else:
+            self.rowptr, self.col, self.to_csr = csr_rows.permuted_rows(csr.rowptr, csr.col, row_perm)
+        slots = torch.arange(self.num_windows + 1, device=device) * window
+        self.window_starts = self.rowptr.long()[slots.clamp_(max=csr.num_rows)]
+        self.index_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
 
-    def _pair_keys(self) -> torch.Tensor:
-        """window * width + column of every nonzero (int64, in CSR order)."""
-        keys = self.slot.long()
-        keys >>= _log2(self.window)
-        keys *= max(self.csr.num_cols, 1)
-        keys += self.csr.col
-        return keys
+    def _sort(self, for_fill: bool) -> None:
+        """Sorts the nonzeros by (window, column, row in window) and keeps ``is_first`` (where
+        each (window, column) pair starts); ``for_fill`` also keeps, in that order, each pair's
+        column (``pair_col``), and each nonzero's row in its window (``row_in_window``, uint8)
+        and canonical position (``source``)."""
+        csr, nnz = self.csr, self.csr.nnz
+        lengths = self.rowptr[1:] - self.rowptr[:-1]
+        row_bits = bit_width(int(lengths.max()) - 1) if nnz else 0
+        col_bits = bit_width(csr.num_cols - 1)
+        window_bits = bit_width(self.num_windows - 1)
+        if window_bits + col_bits + _log2(self.window) + row_bits <= packed.KEY_BITS:
+            self._sort_packed(lengths, row_bits, col_bits, for_fill)
+        else:
+            self._sort_stable(lengths, for_fill)
+
+    def _sort_packed(self, lengths: torch.Tensor, row_bits: int, col_bits: int, for_fill: bool) -> None:
+        """One int64 per nonzero, window | column | row in window | position in row, sorted in
+        place: distinct keys, and every field comes back from the key."""
+        nnz, device, shift = self.csr.nnz, self.col.device, _log2(self.window)
+        num_rows = self.csr.num_rows
+        pair_shift = shift + row_bits  # the bits under the (window, column) pair
+        slots = torch.arange(num_rows, device=device)
+        base = (slots >> shift) << (col_bits + pair_shift)
+        base |= (slots & (self.window - 1)) << row_bits
+        base -= self.rowptr[:-1]  # adding the nonzero's position leaves its position in its row
+        del slots
+        key = packed.expand(base, lengths, nnz)
+        del base
+        # In slices, on numpy arrays on the CPU (``packed.host``): an int32 operand whole would be
+        # widened to an int64 copy of every nonzero.
+        keys, col = packed.host(key), packed.host(self.col)
+        for start, stop in packed.slices(nnz):
+            part = keys[start:stop]
+            part += packed.arange(start, stop, part)
+            part += packed.cast(col[start:stop], torch.int64) << pair_shift
+        key = sort_keys(key)
+        keys = packed.host(key)
+        self.is_first = torch.empty(nnz, dtype=torch.bool, device=device)
+        is_first = packed.host(self.is_first)
+        for start, stop in packed.slices(nnz):
+            pair = keys[max(start - 1, 0) : stop] >> pair_shift
+            is_first[start + (start == 0) : stop] = pair[1:] != pair[:-1]
+        if nnz:
+            is_first[0] = True
+        if not for_fill:
+            return
+        self.row_in_window = torch.empty(nnz, dtype=torch.uint8, device=device)
+        self.source = torch.empty(nnz, dtype=self.index_dtype, device=device)
+        self.pair_col = torch.empty(int(torch.count_nonzero(self.is_first)), dtype=torch.int32, device=device)
+        rows_in_window, source, pair_cols = (packed.host(t) for t in (self.row_in_window, self.source, self.pair_col))
+        rowptr_long = self.rowptr.long()
+        rowptr = packed.host(rowptr_long)
+        to_csr = None if self.to_csr is None else packed.host(self.to_csr)
+        pairs_done = 0
+        for start, stop in packed.slices(nnz):
+            part = keys[start:stop]
+            row_in_window = part >> row_bits
+            row_in_window &= self.window - 1
+            rows_in_window[start:stop] = row_in_window
+            slot = part >> (col_bits + pair_shift)
+            slot <<= shift
+            slot |= row_in_window
+            del row_in_window
+            position = packed.take(rowptr, slot)
+            del slot
+            position += part & ((1 << row_bits) - 1)
+            source[start:stop] = position if to_csr is None else packed.take(to_csr, position)
+            del position
+            pair_col = part[is_first[start:stop]] >> pair_shift
+            pair_col &= (1 << col_bits) - 1
+            pair_cols[pairs_done : pairs_done + len(pair_col)] = pair_col
+            pairs_done += len(pair_col)
+
+    def _sort_stable(self, lengths: torch.Tensor, for_fill: bool) -> None:
+        """Where the packed fields would not fit 63 bits (columns or windows past 2**40 or so): a
+        stable sort of window * width + column, whose order gives the rows."""
+        nnz, device = self.csr.nnz, self.col.device
+        width = max(self.csr.num_cols, 1)
+        slot = packed.expand(torch.arange(self.csr.num_rows, device=device), lengths, nnz)
+        key = (slot >> _log2(self.window)) * width + self.col
+        key, order = torch.sort(key, stable=True)
+        self.is_first = first_of_runs(key)
+        if for_fill:
+            self.pair_col = (compress(key, self.is_first) % width).to(torch.int32)
+            self.row_in_window = (slot.index_select(0, order) & (self.window - 1)).to(torch.uint8)
+            source = order if self.to_csr is None else self.to_csr.index_select(0, order)
+            self.source = source.to(self.index_dtype)
 
     def blocks_per_window(self, for_fill: bool = False) -> torch.Tensor:
-        """``for_fill`` also keeps the order of the nonzeros by pair and each one's pair, which
-        only ``fill`` needs: counting alone (reordering) skips them."""
-        width = max(self.csr.num_cols, 1)
-        keys = self._pair_keys()
-        if for_fill:
-            keys, self.order = sort_with_positions(keys, self.num_windows * width)
-            # Row in its window of each nonzero in pair order: one byte, the slots can go.
-            self.row_in_window = self.slot.index_select(0, self.order).bitwise_and_(self.window - 1).to(torch.uint8)
-            self.slot = None
+        """Blocks of every window (int64); ``for_fill`` also keeps what ``fill`` needs."""
+        self._sort(for_fill)
+        # Pairs before each window: the pair starts before its range of sorted nonzeros.
+        self.pair_ids = torch.cumsum(self.is_first, 0, dtype=self.index_dtype)
+        self.is_first = self.is_first if for_fill else None
+        last_before = self.window_starts - 1
+        if self.csr.nnz:
+            counted = self.pair_ids.index_select(0, last_before.clamp(min=0)).long()
+            self.pairs_before = torch.where(last_before >= 0, counted, 0)
         else:
-            keys = sort_keys(keys)
-        is_first = first_of_runs(keys)
-        if for_fill:
-            self.pair_of_sorted = torch.cumsum(is_first, 0, dtype=self.csr.col.dtype).sub_(1)
-        self.pair_key = compress(keys, is_first)
-        del keys, is_first
-        # Pairs are sorted by window: a binary search per window counts them, no division per pair.
-        window_starts = torch.arange(self.num_windows + 1, device=self.pair_key.device) * width
-        self.pairs_before = torch.searchsorted(self.pair_key, window_starts)
+            self.pairs_before = torch.zeros_like(last_before)
         pairs_per_window = self.pairs_before[1:] - self.pairs_before[:-1]
         return (pairs_per_window + BLOCK_WIDTH - 1) // BLOCK_WIDTH
 
@@ -354,45 +420,57 @@ class _TorchBuild:
         return window_offsets.to(torch.int32), chunk_offsets.to(torch.int32), host_counts
 
     def fill(self, window_offsets: torch.Tensor, num_blocks: int):
-        csr, device = self.csr, self.csr.col.device
-        width = max(csr.num_cols, 1)
-        # Condensed columns, ascending, ranked inside their window; a window's blocks are
-        # consecutive, so a pair's entry in block_cols is its window's first entry plus its rank.
-        num_pairs = self.pair_key.numel()
-        pair_col = remainder_(self.pair_key, width).to(torch.int32)
-        self.pair_key = None
+        csr, device, nnz = self.csr, self.csr.col.device, self.csr.nnz
+        # Entry of every nonzero in block_cols (block * 8 + lane): its pair's rank in its window
+        # (pair id less the pairs before the window) past the window's first entry.
         entry_dtype = torch.int32 if num_blocks * BITMAP_BITS <= INT32_MAX else torch.int64
-        pairs_before = self.pairs_before
-        shift = (window_offsets.long()[:-1] * BLOCK_WIDTH - pairs_before[:-1]).to(entry_dtype)
-        pair_entry = shift.repeat_interleave(pairs_before[1:] - pairs_before[:-1], output_size=num_pairs)
-        pair_entry += torch.arange(num_pairs, dtype=entry_dtype, device=device)
-        # Entries are distinct: adding column + 1 to zeros and 1 from all leaves -1 for padding.
-        # (index_add_ takes int32 indices as they are; assignment would copy them to int64.)
+        shift = window_offsets.long()[:-1] * BLOCK_WIDTH - self.pairs_before[:-1] - 1
+        entry = self.pair_ids.to(entry_dtype)
+        self.pair_ids = None
+        entry += packed.expand(shift.to(entry_dtype), self.window_starts[1:] - self.window_starts[:-1], nnz)
+        # Entries of distinct pairs are distinct: adding column + 1 to zeros and 1 from all leaves
+        # -1 for padding (index_add_ takes int32 indices as they are; assignment would copy them
+        # to int64).
         block_cols = torch.zeros(num_blocks * BLOCK_WIDTH, dtype=torch.int32, device=device)
-        block_cols.index_add_(0, pair_entry, pair_col.add_(1))
+        block_cols.index_add_(0, compress(entry, self.is_first), self.pair_col.add_(1))
         block_cols -= 1
-        del pair_col
+        self.pair_col = self.is_first = None
 
-        # Block-order key of every nonzero: block * 128 + row_in_window * 8 + lane, distinct. The
-        # stride of 128 for either window puts a nonzero's bitmap word at key // 32. Pairs give
-        # block * 128 + lane; the nonzeros (taken in pair order) add their row.
-        pair_entry += (pair_entry >> _log2(BLOCK_WIDTH)) * (BITMAP_BITS - BLOCK_WIDTH)
-        key = pair_entry.index_select(0, self.pair_of_sorted).long()
-        del pair_entry
-        self.pair_of_sorted = None
-        key.add_(self.row_in_window, alpha=BLOCK_WIDTH)
-        self.row_in_window = None
-        key, source = sort_with_positions(key, num_blocks * BITMAP_BITS, self.order)
-        self.order = None
-
-        gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
-        csr_gather = torch.zeros(csr.nnz, dtype=gather_dtype, device=device)
-        csr_gather.index_add_(0, source, torch.arange(csr.nnz, dtype=gather_dtype, device=device))
-        del source
-        block_offsets = _exclusive_cumsum(torch.bincount(key >> _log2(BITMAP_BITS), minlength=num_blocks))
-        local_ids = key.to(torch.uint8).bitwise_and_(BITMAP_BITS - 1)  # the cast keeps the low byte
-        bitmap = occupancy_bitmap(key, num_blocks)
-        return block_cols, bitmap, block_offsets.to(torch.int32), local_ids, csr_gather
+        # Bit of every nonzero in the bitmap, in place of its entry: block * 128 + local id (the
+        # stride of 128 for either window puts its word at bit // 32). Bits are distinct, so adding
+        # them is their OR, exact in int32 (no carry ever reaches the sign bit).
+        words = torch.zeros(num_blocks * 4, dtype=torch.int32, device=device)
+        entries, rows_in_window = packed.host(entry), packed.host(self.row_in_window)
+        for start, stop in packed.slices(nnz):
+            bit = entries[start:stop]
+            bit += (bit >> _log2(BLOCK_WIDTH)) * (BITMAP_BITS - BLOCK_WIDTH)
+            bit += packed.cast(rows_in_window[start:stop], entry_dtype) * BLOCK_WIDTH
+            words.index_add_(0, packed.as_tensor(bit >> 5), packed.as_tensor(packed.cast(1 << (bit & 31), torch.int32)))
+        self.row_in_window = rows_in_window = None
+        # Place in block order: the bits before the nonzero's own, counted whole words at a time
+        # (an exclusive prefix sum over the words, whose every fourth entry is a block's offset)
+        # plus those below it in its word. Places and positions are distinct: adding onto zeros is
+        # the assignment (and index_add_ takes int32 indices as they are).
+        gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, nnz)
+        before_word = torch.zeros(words.numel() + 1, dtype=gather_dtype, device=device)
+        torch.cumsum(packed.popcount(words), 0, dtype=gather_dtype, out=before_word[1:])
+        csr_gather = torch.zeros(nnz, dtype=gather_dtype, device=device)
+        local_ids = torch.zeros(nnz, dtype=torch.uint8, device=device)
+        word_bits, before, source = packed.host(words), packed.host(before_word), packed.host(self.source)
+        for start, stop in packed.slices(nnz):
+            bit = entries[start:stop]
+            word = bit >> 5
+            below = ~(-1 << (bit & 31))
+            below &= packed.take(word_bits, word)
+            place = packed.take(before, word)
+            del word
+            place += packed.popcount(below)
+            del below
+            place = packed.as_tensor(place)
+            csr_gather.index_add_(0, packed.as_tensor(source[start:stop]), place)
+            local_ids.index_add_(0, place, packed.as_tensor(packed.cast(bit & (BITMAP_BITS - 1), torch.uint8)))
+        self.source = None
+        return block_cols, words, before_word[::4].to(torch.int32), local_ids, csr_gather
 
 
 class _KernelBuild:
