@@ -142,13 +142,14 @@ def poke(rng, state):
     if array.numel() == 0 or array.dtype == torch.bool or array.dtype.is_complex:
         return state
     flat, position = array.view(-1), int(rng.integers(array.numel()))
-    candidates = [-1, 0, 1, array.numel(), 2**31 - 1, -(2**31)] + [int(flat[position]) + d for d in (-1, 1)]
-    value = candidates[rng.integers(len(candidates))]
     if array.dtype.is_floating_point:
         value = float(rng.choice([np.inf, -np.inf, np.nan, 0.0, 1e30, -3.5]))
-    info = torch.iinfo(array.dtype) if not array.dtype.is_floating_point else None
-    if info is not None:
-        value = min(max(value, info.min), info.max)
+    else:
+        # Integer candidates only for integer arrays: int() of an inf an earlier poke left in a
+        # float array would raise.
+        candidates = [-1, 0, 1, array.numel(), 2**31 - 1, -(2**31)] + [int(flat[position]) + d for d in (-1, 1)]
+        info = torch.iinfo(array.dtype)
+        value = min(max(candidates[rng.integers(len(candidates))], info.min), info.max)
     flat[position] = value
     return state | {name: array}
 

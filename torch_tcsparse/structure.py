@@ -72,7 +72,13 @@ class Structure:
     def to_block_order(self, csr_values: torch.Tensor) -> torch.Tensor:
         """CSR-order values in block order (the kernels'), scattered through ``csr_gather``:
         differentiable, and no inverse permutation kept (it would be an index per nonzero)."""
-        return csr_values.new_empty(csr_values.shape).index_put((self.layout.csr_gather,), csr_values)
+        gather = self.layout.csr_gather
+        if csr_values.device.type == "cpu":
+            # index_put copies the int32 index to int64 (8 bytes per nonzero) on the CPU; adding
+            # into -0.0 reads it as it is and is exact (-0.0 + v is v, signed zeros included).
+            # On a GPU index_add is an atomic add, where index_put is a plain store.
+            return csr_values.new_full(csr_values.shape, -0.0).index_add(0, gather, csr_values)
+        return csr_values.new_empty(csr_values.shape).index_put((gather,), csr_values)
 
     def row_pieces(self, piece_nnz: int, canonical: bool = False) -> csr_rows.RowPieces:
         """The "rows" kernel's split of the rows of ``rows_csr`` into pieces of ``piece_nnz``

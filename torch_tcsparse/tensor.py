@@ -147,8 +147,9 @@ class TCSparseTensor(torch.Tensor):
         values are gathered through the block orders (differentiable), the links the kernels'
         backward keeps anyway, so no CSR-to-CSR order is stored."""
         structure_t = self._structure.transposed()
-        block_values_t = self._structure.to_block_order(self._values)[structure_t.layout.transpose_gather]
-        return TCSparseTensor(structure_t, block_values_t[structure_t.layout.csr_gather])
+        # index_select reads the int32 index as it is; indexing with [] first copies it to int64.
+        block_values_t = self._structure.to_block_order(self._values).index_select(0, structure_t.layout.transpose_gather)
+        return TCSparseTensor(structure_t, block_values_t.index_select(0, structure_t.layout.csr_gather))
 
     @property
     def T(self) -> "TCSparseTensor":

@@ -66,11 +66,3 @@ def floor_divide(values: torch.Tensor, divisor: int) -> torch.Tensor:
         return torch.from_numpy(values.numpy() // divisor)
     return torch.div(values, divisor, rounding_mode="floor")
 
-
-def remainder_(values: torch.Tensor, divisor: int) -> torch.Tensor:
-    """``values % divisor`` in place, for non-negative integers."""
-    if values.device.type == "cpu":
-        array = values.numpy()
-        np.remainder(array, divisor, out=array)
-        return values
-    return values.remainder_(divisor)
