@@ -343,7 +343,8 @@ def predict_main(args) -> None:
         setattr(args, name, int(one[name]))
     widths = product_widths(args.features, args.hidden, args.classes, args.layers)
     parts = [int(p) for p in args.parts.split(",")]
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # The graph must be the measured one: R-MAT draws differ between CPU and CUDA generators.
+    device = generator_device(args, torch.device(one["device"]))
     results = []
     for graph in dict.fromkeys(r["graph"] for r in rows):
         rowptr, col, num_nodes = graph_csr(int(graph.removeprefix("rmat")), args.edge_factor, device)
