@@ -344,7 +344,7 @@ def predict_main(args) -> None:
     widths = product_widths(args.features, args.hidden, args.classes, args.layers)
     parts = [int(p) for p in args.parts.split(",")]
     # The graph must be the measured one: R-MAT draws differ between CPU and CUDA generators.
-    device = generator_device(args, torch.device(one["device"]))
+    device = generator_device(args, torch.device("cpu" if one["device"] == "cpu" else "cuda"))
     results = []
     for graph in dict.fromkeys(r["graph"] for r in rows):
         rowptr, col, num_nodes = graph_csr(int(graph.removeprefix("rmat")), args.edge_factor, device)
