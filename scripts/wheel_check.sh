@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wheel on a GPU machine without a compiler: build it with this machine's torch and nvcc (no
-# network), install it in a fresh venv that sees the system's packages, hide nvcc (off the PATH,
+# network), install it into a folder of its own first on the path, hide nvcc (off the PATH,
 # CUDA_HOME unset, an empty build cache), check that the prebuilt kernels serve, then run the GPU
 # tests against the installed package from a folder outside the checkout. Ends with one line.
 #
@@ -43,14 +43,16 @@ if [ -z "${WHEEL:-}" ]; then
 fi
 WHEEL=$(cd "$(dirname "$WHEEL")" && pwd)/$(basename "$WHEEL")
 
-# The venv takes pip, torch and the package's needs from the system; the wheel alone goes into it.
-venv="$work/venv"
-$PY -m venv --system-site-packages --without-pip "$venv"
-"$venv/bin/python" -m pip install -q --no-deps --no-index "$WHEEL" || { echo "wheel_check: FAILED to install $WHEEL"; exit 1; }
+# The wheel alone goes into a folder of its own, first on the path; torch and the package's needs
+# come from $PY's environment (a venv with --system-site-packages would not see them when $PY is
+# itself a venv's interpreter).
+site="$work/site"
+$PY -m pip install -q --no-deps --no-index --target "$site" "$WHEEL" || { echo "wheel_check: FAILED to install $WHEEL"; exit 1; }
 
 path_without_nvcc=$(tr ':' '\n' <<<"$PATH" | while read -r dir; do
   [ -n "$dir" ] && [ ! -e "$dir/nvcc" ] && printf '%s:' "$dir"; done)
-no_compiler=(env -u CUDA_HOME -u CUDA_PATH PATH="$venv/bin:${path_without_nvcc%:}" TCSPARSE_BUILD_DIR="$work/empty_cache")
+no_compiler=(env -u CUDA_HOME -u CUDA_PATH PATH="${path_without_nvcc%:}" PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+             TCSPARSE_BUILD_DIR="$work/empty_cache")
 
 # The tests and their conftest files, outside the checkout: torch_tcsparse is then the installed one.
 mkdir -p "$work/run/tests"
@@ -59,10 +61,10 @@ cp -r "$repo/tests/gpu" "$work/run/tests/"
 printf '[pytest]\nmarkers =\n    gpu: needs a CUDA device\n    slow: takes more than a few seconds\n' >"$work/run/pytest.ini"
 cd "$work/run"
 
-if ! served=$("${no_compiler[@]}" python -c "
+if ! served=$("${no_compiler[@]}" $PY -c "
 import torch_tcsparse
 from torch_tcsparse import _ext
-assert torch_tcsparse.__file__.startswith('$venv/'), 'not the installed package: ' + torch_tcsparse.__file__
+assert torch_tcsparse.__file__.startswith('$site/'), 'not the installed package: ' + torch_tcsparse.__file__
 module, why_not = _ext._prebuilt()
 assert module is not None, why_not or 'the wheel holds no prebuilt kernels'
 assert _ext.is_prebuilt(_ext.load())
@@ -71,9 +73,9 @@ print(module.__file__)" 2>&1); then
   echo "wheel_check: FAILED on $gpu: the installed wheel's prebuilt kernels do not serve"
   exit 1
 fi
-echo "prebuilt kernels: ${served#"$venv"/}"
+echo "prebuilt kernels: ${served#"$site"/}"
 
-"${no_compiler[@]}" timeout "${STAGE_LIMIT:-420}" python -m pytest -q -p no:cacheprovider tests/gpu >"$OUT/wheel_tests.log" 2>&1
+"${no_compiler[@]}" timeout "${STAGE_LIMIT:-420}" $PY -m pytest -q -p no:cacheprovider tests/gpu >"$OUT/wheel_tests.log" 2>&1
 rc=$?
 grep -E "^(FAILED|ERROR)" "$OUT/wheel_tests.log" | head -20
 echo "wheel_check: $(basename "$WHEEL") on $gpu without nvcc: rc=$rc $(tail -1 "$OUT/wheel_tests.log")"
