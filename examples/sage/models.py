@@ -1,0 +1,66 @@
+"""GraphSAGE on PyG's SAGEConv, with the adjacency as our TCSparseTensor or as PyG's own formats.
+
+``prepare_adjacency`` builds, once per graph, what every layer takes as ``adj_t``
+(``A[target, source]``): a TCSparseTensor for ``backend="ours"``; for ``backend="pyg"`` a torch
+sparse CSR matrix or the ``edge_index`` itself (PyG's scatter route).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import SAGEConv
+
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.nn import fused
+
+BACKENDS = ("ours", "pyg")
+AGGRS = ("mean", "max")
+PYG_FORMATS = ("csr", "edge_index")
+
+
+def pyg_format_for(aggr: str, device: torch.device) -> str:
+    """PyG's fastest route for ``aggr``: its CSR ``adj_t`` product, except max on CUDA, which PyG's
+    ``spmm`` refuses for every sparse matrix, so max there scatters over ``edge_index``."""
+    return "edge_index" if aggr == "max" and device.type == "cuda" else "csr"
+
+
+def prepare_adjacency(backend: str, edge_index: torch.Tensor, num_nodes: int, pyg_format: str = "csr"):
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if pyg_format not in PYG_FORMATS:
+        raise ValueError(f"pyg_format must be one of {PYG_FORMATS}, got {pyg_format!r}")
+    if backend == "ours":
+        adj = TCSparseTensor.from_edge_index(edge_index, num_nodes=num_nodes)
+        # The backward pass multiplies by the transpose, built on first use and cached on the
+        # matrix: building it here keeps every conversion inside the preprocessing time.
+        adj.t()
+        return adj
+    if pyg_format == "edge_index":
+        return edge_index
+    values = torch.ones(edge_index.size(1), device=edge_index.device)
+    return torch.sparse_coo_tensor(edge_index.flip(0), values, (num_nodes, num_nodes),
+                                   check_invariants=False).coalesce().to_sparse_csr()
+
+
+class SAGE(torch.nn.Module):
+    """OGB's GraphSAGE: SAGEConv -> ReLU -> dropout, repeated, then a last SAGEConv."""
+
+    def __init__(self, backend, in_channels, hidden_channels, out_channels, num_layers, dropout, aggr="mean"):
+        super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if aggr not in AGGRS:
+            raise ValueError(f"aggr must be one of {AGGRS}, got {aggr!r}")
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+        # fused(SAGEConv) multiplies a TCSparseTensor itself, max on CUDA included, where PyG's
+        # own spmm would refuse it; any other adj_t takes PyG's route.
+        conv = fused(SAGEConv) if backend == "ours" else SAGEConv
+        sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.convs = torch.nn.ModuleList(conv(a, b, aggr=aggr) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.dropout = dropout
+
+    def forward(self, x, adj_t):
+        for conv in self.convs[:-1]:
+            x = F.dropout(F.relu(conv(x, adj_t)), p=self.dropout, training=self.training)
+        return self.convs[-1](x, adj_t)
