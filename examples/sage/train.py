@@ -114,8 +114,9 @@ def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     task = datasets.load_default(num_nodes=args.nodes, **PRODUCTS_SHAPE) if args.synthetic else load_task(args)
-    if task.metric != "acc":
-        raise SystemExit(f"{args.dataset} is scored by {task.metric}: this example trains single-label classifiers")
+    if not isinstance(task, datasets.NodeTask) or task.metric != "acc":
+        raise SystemExit(f"{args.dataset} is not a single-label node classification dataset: this example "
+                         f"trains node classifiers scored by accuracy")
     num_nodes = task.x.size(0)
     use_loader = args.neighbor_loader and neighbor_sampling_available()
     if args.neighbor_loader and not use_loader:
