@@ -4,6 +4,7 @@ graphs with their fit/unseen split (``graph_data.corpus``)."""
 from __future__ import annotations
 
 import math
+import csv
 import os
 import statistics
 import time
@@ -18,6 +19,17 @@ def out_dir(chosen: str | None = None) -> Path:
     """The folder a benchmark writes into: ``--out`` where given, else ``$OUT``, else ``out``."""
     path = Path(chosen) if chosen else Path(os.environ.get("OUT", "out"))
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_csv(path: Path, rows: list[dict], fields=None) -> Path:
+    """``rows`` as a CSV with a header: ``fields``, else every key of the rows in order of first
+    appearance."""
+    fields = list(fields or dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
     return path
 
 

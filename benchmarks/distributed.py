@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from benchmarks.common import out_dir
+from benchmarks.common import out_dir, write_csv
 from examples.gcn.train_distributed import DistributedGCN, dropout_seed
 from graph_data import synthetic
 from torch_tcsparse.distributed import NodePartition, gcn_part, partition_rows
@@ -365,12 +365,7 @@ def predict_main(args) -> None:
             print(", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in results[-1].items()),
                   flush=True)
         del rowptr, col
-    path = out_dir(args.out) / "distributed_model.csv"
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(results[0]))
-        writer.writeheader()
-        writer.writerows(results)
-    print(f"wrote {path}")
+    print(f"wrote {write_csv(out_dir(args.out) / 'distributed_model.csv', results)}")
 
 
 def measure(args, device: torch.device) -> list[dict]:
@@ -398,12 +393,7 @@ def measure(args, device: torch.device) -> list[dict]:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if dist.get_rank() == 0:
-        path = out_dir(args.out) / "distributed.csv"
-        with open(path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
-        print(f"wrote {path}")
+        print(f"wrote {write_csv(out_dir(args.out) / 'distributed.csv', rows, FIELDS)}")
     # No rank leaves while another still talks to it (gloo aborts on a peer's closed socket).
     dist.barrier()
     return rows

@@ -29,7 +29,6 @@ Results: a table on stdout, CSV and PNG files in $OUT (default ./out).
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import os
@@ -43,7 +42,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import out_dir
+from benchmarks.common import out_dir, write_csv
 from examples.gcn.models import GCN, prepare_graph
 from graph_data import npz, synthetic
 from graph_data.folders import data_root
@@ -368,16 +367,6 @@ def run_one(options, backend: str, seed: int, path: Path, env) -> dict:
 
 
 # Output.
-
-def write_csv(path: Path, rows) -> None:
-    if not rows:
-        return
-    fields = list(dict.fromkeys(key for row in rows for key in row))
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-
 
 def plot_timing(path: Path, rows) -> None:
     import matplotlib

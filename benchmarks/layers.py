@@ -21,7 +21,6 @@ it (empty on the CPU). Writes ``layers.csv`` into ``--out`` (default ``$OUT``, e
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
 
@@ -29,7 +28,7 @@ import torch
 import torch_geometric.nn as pyg_nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
 
-from benchmarks.common import out_dir
+from benchmarks.common import out_dir, write_csv
 from graph_data import npz, synthetic
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.nn import fused
@@ -169,12 +168,7 @@ def main(argv=None) -> list[dict]:
                 print(f"{name:>18} {layer_name:>13} {route:>14}  preprocess {preprocess_s:8.4f} s  "
                       f"epoch {epoch_ms:9.3f} ms" + ("" if peak is None else f"  peak {peak:8.1f} MiB"))
                 del graph_args, layer
-    path = out_dir(args.out) / "layers.csv"
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {path}")
+    print(f"wrote {write_csv(out_dir(args.out) / 'layers.csv', rows, FIELDS)}")
     return rows
 
 

@@ -12,12 +12,11 @@ interleaved rounds; both matrices have the same blocks per window. Writes permut
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 
 import torch
 
-from benchmarks.common import batch_for, out_dir, rotation_count, time_cuda
+from benchmarks.common import batch_for, out_dir, rotation_count, time_cuda, write_csv
 from benchmarks.reorder import graph_table
 from torch_tcsparse import TCSparseTensor, kernels
 from torch_tcsparse.formats.csr import from_coo
@@ -100,10 +99,7 @@ def main() -> None:
         del inside, before, row, col
         torch.cuda.empty_cache()
 
-    with open(folder / "permutation.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(folder / "permutation.csv", rows)
     print(f"\n# permutation cost on {torch.cuda.get_device_name()}, {args.method} order, N={args.n} {args.dtype}; "
           f"csv: {folder / 'permutation.csv'}")
     print(HEADER)

@@ -16,15 +16,14 @@ reorder.csv into --out (default $OUT, else ./out) and prints the table last.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import time
 
 import torch
 
-from benchmarks.common import batch_for, out_dir, rotation_count, settle, time_cuda
+from benchmarks.common import batch_for, out_dir, rotation_count, settle, time_cuda, write_csv
 from benchmarks.common import add_corpus_arguments, corpus_table, geomean, split_of_name
-from graph_data import npz, synthetic
+from graph_data import corpus, npz, synthetic
 from torch_tcsparse import kernels, selector
 from torch_tcsparse.formats.csr import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
@@ -41,14 +40,7 @@ SYNTHETIC = {
 
 
 def real_graphs() -> dict:
-    def loader(path):
-        def load(device):
-            adj = npz.load_adjacency(path).tocoo()
-            row, col = torch.from_numpy(adj.row).long(), torch.from_numpy(adj.col).long()
-            return row.to(device), col.to(device), adj.shape[0]
-        return load
-
-    return {path.stem: loader(path) for path in npz.list_graphs()}
+    return {path.stem: corpus.real_loader(path) for path in npz.list_graphs()}
 
 
 def graph_table(selection: str) -> dict:
@@ -186,10 +178,7 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    with open(folder / "reorder.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(folder / "reorder.csv", rows)
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     print(f"\n# reorder benchmark on {device_name}, window {args.window}, seed {args.seed}, "
           f"SpMM N={args.n if with_spmm else 'not run (no CUDA kernels)'}; csv: {folder / 'reorder.csv'}")

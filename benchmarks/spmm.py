@@ -22,14 +22,13 @@ the clone or a CUDA compiler the benchmark says why in one line and runs without
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 
 import torch
 
 from benchmarks.common import (add_corpus_arguments, batch_for, copy_bandwidth, corpus_table, geomean, out_dir,
-                               rotation_count, split_of_name, time_cuda, time_per_call_us)
+                               rotation_count, split_of_name, time_cuda, time_per_call_us, write_csv)
 
 from torch_tcsparse import TCSparseTensor, kernels
 from torch_tcsparse.engines import ENGINES
@@ -280,10 +279,7 @@ def print_summary(rows):
 
 
 def write_outputs(rows, folder: Path):
-    with open(folder / "spmm.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(folder / "spmm.csv", rows)
     try:
         import matplotlib
 

@@ -250,7 +250,8 @@ def real_family(stem: str) -> str:
     return stem.split("_", 1)[0]
 
 
-def _real_loader(path):
+def real_loader(path):
+    """``load(device) -> (row, col, num_nodes)`` of a real graph's ``.npz`` file."""
     def load(device):
         adj = npz.load_adjacency(path).tocoo()
         row, col = torch.from_numpy(adj.row).long(), torch.from_numpy(adj.col).long()
@@ -275,7 +276,7 @@ def entries(split: str = "all", tier: str = "small", real: bool = True, seed: in
         for path in npz.list_graphs():
             family = real_family(path.stem)
             if split in ("all", split_of(family)):
-                out.append(Entry(path.stem, family, split_of(family), None, _real_loader(path)))
+                out.append(Entry(path.stem, family, split_of(family), None, real_loader(path)))
     return out
 
 

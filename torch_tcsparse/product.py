@@ -24,18 +24,21 @@ def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None, 
     if autocast_dtype is not None:
         bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
         return matmul(_in_dtype(matrix, autocast_dtype), other.to(autocast_dtype), path, bias, reduce)
-    mean = False
     if reduce != "sum":
         reduce = check_reduce(reduce)
-        if reduce in ("max", "min"):
-            return _extreme(matrix, other, path, bias, reduce)
-        mean = reduce == "mean"
     x = _check_operand(matrix, other)
     if bias is not None:
         _check_bias(bias, x)
     vector = x.dim() == 1
     if vector:
         x = x.unsqueeze(1)
+    y = _extreme(matrix, x, path, bias, reduce) if reduce in ("max", "min") else _sum(matrix, x, path, bias, reduce)
+    return y.squeeze(1) if vector else y
+
+
+def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: str) -> torch.Tensor:
+    """A @ X with ``reduce`` "sum" or "mean" (+ bias on every row) for a checked 2-D X."""
+    mean = reduce == "mean"
     if mean and not torch.compiler.is_compiling():
         # The mean is the sum over the matrix whose values are divided by their row's nonzero
         # count: every sum path, its backward and the kernels' precision serve it unchanged.
@@ -46,10 +49,9 @@ def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None, 
         path, trial = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
     path = resolve(path, x)
     if trial is None:
-        y = _run(matrix, x, path, bias, mean)
-    else:  # this product measures the choice (torch_tcsparse.trials)
-        y = s.selection.measure(trial, lambda candidate: _run(matrix, x, candidate, bias, mean))
-    return y.squeeze(1) if vector else y
+        return _run(matrix, x, path, bias, mean)
+    # this product measures the choice (torch_tcsparse.trials)
+    return s.selection.measure(trial, lambda candidate: _run(matrix, x, candidate, bias, mean))
 
 
 def check_reduce(reduce) -> str:
@@ -62,14 +64,9 @@ def check_reduce(reduce) -> str:
     return reduce
 
 
-def _extreme(matrix, other, path: str, bias: torch.Tensor | None, reduce: str) -> torch.Tensor:
-    """A @ X with ``reduce`` "max" or "min" (+ bias on every row): ``engines/extreme.py``."""
-    x = _check_operand(matrix, other)
-    if bias is not None:
-        _check_bias(bias, x)
-    vector = x.dim() == 1
-    if vector:
-        x = x.unsqueeze(1)
+def _extreme(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: str) -> torch.Tensor:
+    """A @ X with ``reduce`` "max" or "min" (+ bias on every row) for a checked 2-D X:
+    ``engines/extreme.py``."""
     s, values = matrix._structure, matrix._values
     path = extreme.resolve(path, x, s.rowptr)
     if torch.compiler.is_compiling():
@@ -78,9 +75,7 @@ def _extreme(matrix, other, path: str, bias: torch.Tensor | None, reduce: str) -
         y = extreme.ExtremeProduct.apply(x, values, s.rowptr, s.col, reduce, path)
     else:
         y = extreme.output(x, values, s.rowptr, s.col, reduce, path)
-    if bias is not None:
-        y = y + bias
-    return y.squeeze(1) if vector else y
+    return y if bias is None else y + bias
 
 
 def _mean_matrix(matrix):
