@@ -2,6 +2,7 @@
 in the header so a failure can be replayed), and one CPU thread for the tiny-graph folders."""
 import os
 import random
+import tempfile
 
 import pytest
 import torch
@@ -29,13 +30,23 @@ def pytest_report_header(config):
     return f"torch seed: {SEED} (set TCSPARSE_SEED={SEED} to replay this run)"
 
 
-@pytest.fixture(autouse=True, scope="session")
-def private_cache(tmp_path_factory):
+def pytest_configure(config):
     """Datasets generated, downloaded or processed during the run go to a folder of the run's own:
     no test reads what an example or an earlier run left in the user's cache, nor writes there."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TCSPARSE_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
+    config.add_cleanup(_private_cache(os.environ.get("TCSPARSE_CACHE")))
+
+
+def _private_cache(previous):
+    folder = tempfile.TemporaryDirectory(prefix="tcsparse-cache-")
+    os.environ["TCSPARSE_CACHE"] = folder.name
+
+    def restore():
+        if previous is None:
+            os.environ.pop("TCSPARSE_CACHE", None)
+        else:
+            os.environ["TCSPARSE_CACHE"] = previous
+        folder.cleanup()
+    return restore
 
 
 @pytest.fixture(autouse=True)
