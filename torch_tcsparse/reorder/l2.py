@@ -19,8 +19,8 @@ row order changes. ``XTraffic`` estimates it with a cache model of the stream:
   segments of the stream (footprints averaged), so the cost is one sort of the sample whatever
   the matrix's size: a few milliseconds on a GPU, a fraction of a second on a CPU core
   (``SAMPLE_NNZ`` on a CPU is an eighth of the GPU's). Where a segment is too short to fill the
-  cache, the rate of new columns at its end stands for the steady state: an over-estimate of
-  misses, alike for every order.
+  cache, the rate of new columns over the last reliable windows (w up to half the segment)
+  stands for the steady state: an over-estimate of misses, alike for every order.
 
 A product's traffic is then A (column index and value per nonzero, row pointers), Y, the X rows
 fetched from DRAM, and the X rows served by L2 at ``HIT_COST`` of a DRAM byte (L2 bandwidth is a
@@ -117,9 +117,15 @@ class XTraffic:
         if self.num_cols <= capacity_rows:
             return compulsory
         fp = self.fp
-        w = int(torch.searchsorted(fp, torch.tensor([capacity_rows], dtype=torch.float64)))
-        w = min(max(w, 0), fp.numel() - 2)
-        return max(compulsory, float(fp[w + 1] - fp[w]))
+        # fp(w) averages the L - w + 1 windows of a segment: near w = L it rests on a handful of
+        # windows and its steps are noise. Past the half, where at least L / 2 windows agree, the
+        # rate of new columns over the last reliable quarter of windows stands for the steady state.
+        reliable = (fp.numel() - 1) // 2
+        w = int(torch.searchsorted(fp[:reliable + 1], torch.tensor([capacity_rows], dtype=torch.float64)))
+        if w < reliable:
+            return max(compulsory, float(fp[w + 1] - fp[w]))
+        span = max(reliable // 4, 1)
+        return max(compulsory, float(fp[reliable] - fp[reliable - span]) / span)
 
     def bytes(self, n: int, value_bytes: int, l2_bytes: int) -> float:
         """Bytes a product with ``n`` columns of ``value_bytes`` moves, L2 hits at ``HIT_COST``."""
