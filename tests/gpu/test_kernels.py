@@ -181,7 +181,7 @@ def test_rejects_bad_inputs(kernels):
 
 # The binding's own checks (TCS_CHECK in bindings.cpp) for callers that skip the Python layer.
 # Run in a child process: messages streamed through c10::str crashed the interpreter (SIGSEGV)
-# instead of raising, and a crash must fail this test, not end the whole session.
+# instead of raising, and a crash must fail this test, not end the whole pytest run.
 BINDING_CHECK = """
 import torch
 from torch_tcsparse import _ext
