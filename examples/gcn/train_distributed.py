@@ -173,7 +173,7 @@ def train_partitioned(task, config: dict, partition: NodePartition, device: torc
                 print(f"epoch {epoch}: loss {losses[-1]:.4f} valid {last['valid']:.4f} test {last['test']:.4f}",
                       file=sys.stderr)
     return {"losses": losses, "epoch_times": epoch_times, "best": best, "last": last,
-            "rows": part.num_own, "halo": part.num_halo, "nnz": part.matrix.nnz}
+            "rows": part.num_own, "halo": part.num_halo, "nnz": part.nnz}
 
 
 def parse_args(argv=None):

@@ -1,6 +1,7 @@
 """torch_tcsparse.distributed on 2 and 3 gloo processes against one process: the product and
 its gradients (uneven parts, an empty part, isolated nodes, a rank without halo, the GCN
-normalization from own rows, rows relabeled by a partition), the cost model's part shapes
+normalization from own rows, rows relabeled by a partition; the exchange overlapped or not, in
+16 bits or not), the cost model's part shapes
 against the parts built, and the loss curve of the
 distributed GCN example. One set of processes per world size runs every check."""
 import csv
@@ -24,7 +25,34 @@ CLOSED = 12
 
 
 def expected_products(matrix: torch.Tensor, x: torch.Tensor, grad: torch.Tensor) -> dict:
-    return {"y": matrix @ x, "x_grad": matrix.t() @ grad}
+    """The products, and the sums of their terms' magnitudes, which bound the error of rounding
+    every term's X (or gradient) row once."""
+    return {"y": matrix @ x, "x_grad": matrix.t() @ grad,
+            "y_bound": matrix.abs() @ x.abs(), "x_grad_bound": matrix.t().abs() @ grad.abs()}
+
+
+# Unit roundoff of the 16-bit halo dtypes.
+HALO_ROUNDING = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def check_exchanges(part, case, nodes, y: torch.Tensor, x_grad: torch.Tensor) -> None:
+    """Without overlap the product adds the same blocks' sums: equal to the bit. 16-bit halos
+    round each received row once, forward and backward."""
+    for overlap, halo_dtype in ((False, None), (True, torch.bfloat16), (False, torch.float16)):
+        other = part.exchanging(overlap, halo_dtype)
+        x = case["x"][nodes].clone().requires_grad_()
+        y_other = spmm(other, x)
+        y_other.backward(case["grad"][nodes])
+        label = f"{case['name']}, overlap={overlap}, halo_dtype={halo_dtype}"
+        if halo_dtype is None:
+            assert torch.equal(y_other, y) and torch.equal(x.grad, x_grad), label
+            continue
+        rounding = HALO_ROUNDING[halo_dtype]
+        for got, want, bound in ((y_other, y, case["y_bound"][nodes]), (x.grad, x_grad, case["x_grad_bound"][nodes])):
+            excess = (got - want).abs() - (rounding * bound + 1e-5)
+            assert bool((excess <= 0).all()), f"{label}: {float(excess.max())} beyond the rounding bound"
+        if part.num_halo and sum(part.send_counts):
+            assert not torch.equal(y_other, y) or not torch.equal(x.grad, x_grad), f"{label}: nothing was rounded"
 
 
 def normalized_dense(rowptr, col, values, num_nodes):
@@ -81,16 +109,21 @@ def check_products(all_cases) -> None:
         torch.testing.assert_close(y, case["y"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
         y.backward(case["grad"][nodes])
         torch.testing.assert_close(x.grad, case["x_grad"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
+        check_exchanges(part, case, nodes, y.detach(), x.grad)
         shape = part_shape(partition, *case["csr"][:2], self_loops=False)
         assert (shape.halo_in[rank], shape.halo_out[rank]) == (part.num_halo, sum(part.send_counts)), case["name"]
         if not case["normalize"]:
-            assert shape.nnz[rank] == part.matrix.nnz, case["name"]
+            assert shape.nnz[rank] == part.nnz, case["name"]
         if case["no_halo_rank"] == rank:
             assert part.num_halo == 0 and sum(part.send_counts) > 0, f"{case['name']}: {part}"
         if part.num_own == 0:
             assert y.shape == (0, 5)
     with pytest.raises(ValueError, match=r"x must have shape"):
         spmm(part, torch.zeros(part.num_own + 1, 5, dtype=part.dtype))
+    with pytest.raises(ValueError, match=r"halo_dtype must be one of .* got torch.int8"):
+        part.exchanging(True, torch.int8)
+    with pytest.raises(TypeError, match=r"overlap must be a bool, got int"):
+        part.exchanging(1, None)
     with pytest.raises(ValueError, match=r"bounds must have world_size \+ 1"):
         GraphPart.from_rows(torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, (0, NUM_NODES))
 
