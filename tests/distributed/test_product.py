@@ -128,9 +128,9 @@ def check_products(all_cases) -> None:
         GraphPart.from_rows(torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, (0, NUM_NODES))
 
 
-# The benchmark's smallest run: a graph of 256 nodes, one timed epoch.
+# The benchmark's smallest run: a graph of 256 nodes, one timed epoch, two exchanges.
 BENCHMARK_ARGS = ["--device", "cpu", "--scales", "8", "--epochs", "1", "--features", "8", "--hidden", "8",
-                  "--partitioner", "contiguous", "--link-mb", "1"]
+                  "--partitioner", "contiguous", "--link-mb", "1", "--configs", "plain,overlap-bf16"]
 
 # The example's model at a size that trains in a second: 3 layers with batch normalization and
 # dropout, which depend on every rank's rows.
@@ -206,21 +206,27 @@ def test_loss_curve_matches_one_process(distributed_run):
 
 
 def test_benchmark_rows_and_model(distributed_run, tmp_path):
-    """The benchmark's CPU run wrote a one-process and a P-process row; the cost model reads them
-    and predicts the measured P from the one-process numbers."""
+    """The benchmark's CPU run wrote a one-process row and a P-process row per exchange; the cost
+    model reads them and predicts the measured P from the one-process numbers."""
     _, _, csv_path = distributed_run
     with open(csv_path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     world_size = int(rows[-1]["gpus"])
-    assert [r["gpus"] for r in rows] == ["1", str(world_size)] and all(r["status"] == "ok" for r in rows)
-    multi = rows[-1]
-    assert int(multi["halo_rows"]) <= int(multi["cut_nonzeros"])
-    assert int(multi["halo_bytes_per_epoch"]) == int(multi["halo_rows"]) * int(multi["exchanged_width"]) * 4
-    assert sum(int(n) for n in multi["nnz_per_rank"].split(";")) == int(rows[0]["nnz"])
+    assert [r["gpus"] for r in rows] == ["1", str(world_size), str(world_size)]
+    assert all(r["status"] == "ok" for r in rows)
+    plain, bf16 = rows[1:]
+    assert (plain["config"], plain["halo_bits"], bf16["config"], bf16["halo_bits"]) == ("plain", "32", "overlap-bf16", "16")
+    assert int(plain["row_weight"]) >= 0 and plain["row_weight"] == bf16["row_weight"]
+    assert int(plain["halo_rows"]) <= int(plain["cut_nonzeros"])
+    for row, element in ((plain, 4), (bf16, 2)):
+        assert int(row["halo_bytes_per_epoch"]) == int(row["halo_rows"]) * int(row["exchanged_width"]) * element
+    assert sum(int(n) for n in plain["nnz_per_rank"].split(";")) == int(rows[0]["nnz"])
+    assert sum(int(n) for n in plain["rows_per_rank"].split(";")) == int(rows[0]["nodes"])
+    assert sum(int(n) for n in plain["halo_per_rank"].split(";")) == int(plain["halo_rows"])
     benchmark.main(["--predict", str(csv_path), "--parts", f"1,{world_size},4", "--partitioner", "contiguous",
                     "--out", str(tmp_path)])
     with open(tmp_path / "distributed_model.csv", newline="") as handle:
         predicted = list(csv.DictReader(handle))
     assert [int(r["gpus"]) for r in predicted] == [1, world_size, 4]
-    assert predicted[1]["measured_epoch_ms"] == multi["epoch_ms"]
+    assert predicted[1]["measured_epoch_ms"] == plain["epoch_ms"] and predicted[1]["measured_config"] == "plain"
     assert float(predicted[0]["predicted_epoch_ms"]) == pytest.approx(float(rows[0]["epoch_ms"]), rel=1e-6)

@@ -55,24 +55,32 @@ class PartShape:
 
 def part_shape(partition: NodePartition, rowptr: Tensor, col: Tensor, self_loops: bool = True) -> PartShape:
     """The shape of every rank's part for a global CSR in original numbering, computed in one
-    process (no torch.distributed)."""
+    process (no torch.distributed). One pass per part over its own entries and a bitmap of the
+    nodes: memory stays near one part's entries, however many parts."""
     num_parts = partition.num_parts
-    part = _part_of_positions(partition.bounds, partition.position().to(col.device))
+    owner = _part_of_positions(partition.bounds, partition.position().to(col.device))
     lengths = rowptr.diff().long()
-    row_part = torch.repeat_interleave(part, lengths)
-    col_part = part[col.long()]
-    cut = row_part != col_part
-    # A halo row is one (receiving part, column) pair; sorted unique keys count each once.
-    keys = torch.unique(row_part[cut] * partition.num_nodes + col.long()[cut])
-    receiver, column = keys // partition.num_nodes, keys % partition.num_nodes
-    bounds = torch.tensor(partition.bounds, device=col.device)
-    rows = bounds.diff()
-    nnz = torch.zeros(num_parts, dtype=torch.long, device=col.device).index_add_(0, part, lengths)
+    rows = torch.tensor(partition.bounds).diff()
+    nnz = torch.zeros(num_parts, dtype=torch.long)
+    halo_in = torch.zeros(num_parts, dtype=torch.long)
+    halo_out = torch.zeros(num_parts, dtype=torch.long, device=col.device)
+    referenced = torch.empty(partition.num_nodes, dtype=torch.bool, device=col.device)
+    for rank in range(num_parts):
+        nodes = partition.nodes(rank).to(rowptr.device)
+        starts, counts = rowptr[nodes].long(), lengths[nodes]
+        # Entry k of the part sits at starts[row of k] + (k - first entry of that row in the part).
+        first = torch.cumsum(counts, 0) - counts
+        entries = torch.repeat_interleave(starts - first, counts) + torch.arange(int(counts.sum()), device=rowptr.device)
+        referenced.zero_()
+        referenced[col[entries].long()] = True
+        referenced[owner == rank] = False
+        halo = owner[referenced]
+        nnz[rank] = entries.numel()
+        halo_in[rank] = halo.numel()
+        halo_out += torch.bincount(halo, minlength=num_parts)
     if self_loops:
         nnz = nnz + rows
-    halo_in = torch.bincount(receiver, minlength=num_parts)
-    halo_out = torch.bincount(part[column], minlength=num_parts)
-    return PartShape(rows.cpu(), nnz.cpu(), halo_in.cpu(), halo_out.cpu())
+    return PartShape(rows, nnz, halo_in, halo_out.cpu())
 
 
 @dataclass(frozen=True)
