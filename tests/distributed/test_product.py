@@ -110,6 +110,9 @@ def check_products(all_cases) -> None:
         y.backward(case["grad"][nodes])
         torch.testing.assert_close(x.grad, case["x_grad"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
         check_exchanges(part, case, nodes, y.detach(), x.grad)
+        if not case["normalize"]:
+            narrow = GraphPart.from_rows(rowptr.int(), col.int(), values, partition.bounds)
+            assert torch.equal(spmm(narrow, x.detach()), y.detach()), f"{case['name']}: int32 indices"
         shape = part_shape(partition, *case["csr"][:2], self_loops=False)
         assert (shape.halo_in[rank], shape.halo_out[rank]) == (part.num_halo, sum(part.send_counts)), case["name"]
         if not case["normalize"]:

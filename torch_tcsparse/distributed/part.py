@@ -60,22 +60,24 @@ class GraphPart:
         bounds = _check_bounds(bounds, dist.get_world_size(group))
         rank = dist.get_rank(group)
         first, end = bounds[rank], bounds[rank + 1]
-        num_own = check_csr(rowptr, col, values, end - first, bounds[-1])
+        check_csr(rowptr, col, values, end - first, bounds[-1])
         _check_device(rowptr.device, group)
-        if values is None:
-            values = torch.ones(col.numel(), dtype=torch.float32, device=col.device)
-        col = col.long()
         own = (col >= first) & (col < end)
-        halo = torch.unique(col[~own])
+        # Kept in the columns' dtype for the search below, which takes both operands alike.
+        halo_ids = torch.unique(col[~own])
+        halo = halo_ids.long()
         owners = torch.searchsorted(torch.tensor(bounds[1:-1], device=halo.device), halo, right=True)
         recv = torch.bincount(owners, minlength=len(bounds) - 1)
         recv_counts = recv.tolist()
         send_counts = exchange.exchange_counts(recv, group).tolist()
         requested = exchange.exchange_ids(halo, recv_counts, send_counts, group)
-        row = torch.repeat_interleave(torch.arange(num_own, device=col.device), rowptr.diff().long())
-        interior = _block(row, own, col - first, values, num_own, num_own)
-        boundary_col = torch.searchsorted(halo, col[~own])
-        boundary = _block(row, ~own, boundary_col, values, num_own, halo.numel(), masked_col=True)
+        interior_col = col[own]
+        interior_col = (interior_col - first).to(_index_dtype(end - first))
+        interior = _block(rowptr, own, interior_col, values, end - first)
+        del interior_col
+        boundary_col = torch.searchsorted(halo_ids, col[~own], out_int32=_index_dtype(halo.numel()) == torch.int32)
+        del halo_ids
+        boundary = _block(rowptr, ~own, boundary_col, values, halo.numel())
         return cls(interior, boundary, halo, requested - first, send_counts, recv_counts, bounds, rank, group,
                    overlap, halo_dtype)
 
@@ -145,13 +147,23 @@ class GraphPart:
                 f"device={self.device}, overlap={self.overlap}, halo_dtype={self.halo_dtype})")
 
 
-def _block(row: Tensor, keep: Tensor, col: Tensor, values: Tensor, num_rows: int, num_cols: int,
-           masked_col: bool = False) -> TCSparseTensor:
-    """The entries ``keep`` of a row-sorted entry list as a ``TCSparseTensor``; ``col`` holds one
-    column per kept entry when ``masked_col``, else one per entry."""
-    rowptr = torch.zeros(num_rows + 1, dtype=torch.long, device=row.device)
-    torch.cumsum(torch.bincount(row[keep], minlength=num_rows), 0, out=rowptr[1:])
-    return TCSparseTensor.from_csr(rowptr, col if masked_col else col[keep], values[keep], shape=(num_rows, num_cols))
+def _block(rowptr: Tensor, keep: Tensor, col: Tensor, values: Tensor | None, num_cols: int) -> TCSparseTensor:
+    """The entries ``keep`` of a CSR as a ``TCSparseTensor``; ``col`` holds their columns. No
+    temporary over every entry beside the mask: the kept entries' row pointers come from a
+    running count of the mask read at the row starts."""
+    count_dtype = _index_dtype(keep.numel())
+    kept = torch.zeros(keep.numel() + 1, dtype=count_dtype, device=keep.device)
+    torch.cumsum(keep, 0, dtype=count_dtype, out=kept[1:])
+    block_rowptr = kept[rowptr]
+    del kept
+    block_values = (torch.ones(col.numel(), dtype=torch.float32, device=col.device) if values is None
+                    else values[keep])
+    return TCSparseTensor.from_csr(block_rowptr, col, block_values, shape=(rowptr.numel() - 1, num_cols))
+
+
+def _index_dtype(bound: int) -> torch.dtype:
+    """int32 where every index below ``bound`` fits it."""
+    return torch.int32 if bound <= torch.iinfo(torch.int32).max else torch.int64
 
 
 def _check_overlap(overlap) -> bool:
