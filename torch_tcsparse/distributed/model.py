@@ -7,8 +7,9 @@ all-reduce. A rank's compute is the one-GPU sparse time (its products, measured)
 share of the nonzeros, plus the one-GPU dense time (the rest of the epoch) scaled by its share
 of the rows. An exchange moves the rank's larger side of the halo (rows sent or received) at the
 link bandwidth, plus a latency per exchange. Memory per GPU = graph bytes per nonzero times its
-nonzeros, plus training bytes per row times its rows, plus the halo buffers of the widest
-exchange (the received rows and their copy beside the own rows).
+nonzeros, plus training bytes per row times its rows, plus the buffers of the widest exchange
+(the rows received and the rows sent). The exchange is not overlapped in the model: it predicts
+the ``overlap=False`` epoch, which bounds the overlapped one from above.
 """
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ def predict(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]]
     reduce = 2 * parameter_bytes * (parts - 1) / parts / measured.link_bytes_per_s if parts > 1 else 0.0
     widest = max(width for width, _ in widths)
     memory = (measured.graph_bytes * nnz_share + measured.train_bytes * row_share
-              + 2.0 * shape.halo_in.double() * widest * element_size)
+              + (shape.halo_in + shape.halo_out).double() * widest * element_size)
     slowest = int(torch.argmax(compute + exchange))
     return Prediction(parts, float(compute[slowest] + exchange[slowest]) + reduce, float(compute[slowest]),
                       float(exchange[slowest]), reduce, float(memory.max()), int(shape.halo_in.sum()))
