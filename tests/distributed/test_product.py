@@ -40,6 +40,7 @@ def check_exchanges(part, case, nodes, y: torch.Tensor, x_grad: torch.Tensor) ->
     round each received row once, forward and backward."""
     for overlap, halo_dtype in ((False, None), (True, torch.bfloat16), (False, torch.float16)):
         other = part.exchanging(overlap, halo_dtype)
+        assert other.interior_t is part.interior_t and other.boundary_t is part.boundary_t
         x = case["x"][nodes].clone().requires_grad_()
         y_other = spmm(other, x)
         y_other.backward(case["grad"][nodes])

@@ -29,12 +29,12 @@ class GraphPart:
 
     def __init__(self, interior: TCSparseTensor, boundary: TCSparseTensor, halo: Tensor, send_index: Tensor,
                  send_counts: list[int], recv_counts: list[int], bounds: tuple[int, ...], rank: int, group,
-                 overlap: bool = True, halo_dtype=None):
+                 overlap: bool = True, halo_dtype=None, transposes: tuple[TCSparseTensor, TCSparseTensor] | None = None):
         self.interior = interior
         self.boundary = boundary
-        # The backward pass multiplies by the transposes: built once here, with the part.
-        self.interior_t = interior.t()
-        self.boundary_t = boundary.t()
+        # The backward pass multiplies by the transposes: built once here, with the part, unless
+        # the blocks' own are given (a part sharing the blocks shares them too).
+        self.interior_t, self.boundary_t = (interior.t(), boundary.t()) if transposes is None else transposes
         self.halo = halo
         self.send_index = send_index
         self.send_counts = send_counts
@@ -120,7 +120,7 @@ class GraphPart:
         """The same part (shared blocks) with another exchange: ``overlap`` and ``halo_dtype``
         as ``from_rows`` takes them."""
         return GraphPart(self.interior, self.boundary, self.halo, self.send_index, self.send_counts, self.recv_counts,
-                         self.bounds, self.rank, self.group, overlap, halo_dtype)
+                         self.bounds, self.rank, self.group, overlap, halo_dtype, (self.interior_t, self.boundary_t))
 
     def _replaced(self, interior: TCSparseTensor, boundary: TCSparseTensor) -> "GraphPart":
         return GraphPart(interior, boundary, self.halo, self.send_index, self.send_counts, self.recv_counts,
