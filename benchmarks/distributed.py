@@ -483,6 +483,8 @@ def predict_main(args) -> None:
         rowptr, col, num_nodes = graph_csr(int(graph.removeprefix("rmat")), args.edge_factor, device)
         nnz = col.numel() + num_nodes
         measured_rows = baseline(rows, graph)
+        overlapped = {int(r["gpus"]): r for r in rows
+                      if r["graph"] == graph and r["status"] == "ok" and r.get("config") == "overlap"}
         weights = [int(r["row_weight"]) for r in measured_rows.values() if r.get("row_weight")]
         row_weight = args.row_weight if args.row_weight is not None else (weights[0] if weights else 0)
         for count in parts:
@@ -493,11 +495,15 @@ def predict_main(args) -> None:
             guess = predict(shape, scaled(measured, num_nodes, nnz, link), widths, parameter_bytes(args))
             seen = measured_rows.get(count, {})
             results.append({"graph": graph, "gpus": count, "partitioner": partition.method, "row_weight": row_weight,
-                            "predicted_epoch_ms": 1000 * guess.epoch_s, "predicted_compute_ms": 1000 * guess.compute_s,
+                            "predicted_epoch_ms": 1000 * guess.epoch_s,
+                            "predicted_overlapped_epoch_ms": 1000 * guess.overlapped_epoch_s,
+                            "predicted_compute_ms": 1000 * guess.compute_s,
                             "predicted_exchange_ms": 1000 * guess.exchange_s,
                             "predicted_peak_gb": guess.memory_bytes / 2**30, "halo_rows": guess.halo_rows,
                             "measured_epoch_ms": seen.get("epoch_ms", ""), "measured_peak_gb": seen.get("peak_gb", ""),
-                            "measured_config": seen.get("config", ""), "model_s": time.perf_counter() - start})
+                            "measured_config": seen.get("config", ""),
+                            "measured_overlapped_epoch_ms": overlapped.get(count, {}).get("epoch_ms", ""),
+                            "model_s": time.perf_counter() - start})
             print(", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in results[-1].items()),
                   flush=True)
             if seen and count > 1:
@@ -508,10 +514,15 @@ def predict_main(args) -> None:
 
 def validation_line(result: dict) -> str:
     epoch, peak = float(result["measured_epoch_ms"]), float(result["measured_peak_gb"])
-    return (f"{result['graph']} on {result['gpus']} GPUs [{result['partitioner']}, {result['measured_config']}]: "
+    line = (f"{result['graph']} on {result['gpus']} GPUs [{result['partitioner']}, {result['measured_config']}]: "
             f"predicted epoch {result['predicted_epoch_ms']:.1f} ms vs measured {epoch:.1f} ms "
             f"({result['predicted_epoch_ms'] / epoch:.2f}x), peak {result['predicted_peak_gb']:.2f} GB vs "
             f"measured {peak:.2f} GB ({result['predicted_peak_gb'] / peak:.2f}x)")
+    if result["measured_overlapped_epoch_ms"]:
+        overlapped = float(result["measured_overlapped_epoch_ms"])
+        line += (f"; overlapped epoch {result['predicted_overlapped_epoch_ms']:.1f} ms vs measured {overlapped:.1f} ms "
+                 f"({result['predicted_overlapped_epoch_ms'] / overlapped:.2f}x)")
+    return line
 
 
 def measure(args, device: torch.device) -> list[dict]:

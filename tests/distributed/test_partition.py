@@ -100,8 +100,10 @@ def test_model_of_one_part_is_the_measured_epoch():
     measured = Measured(NUM_NODES, col.numel() + NUM_NODES, 0.3, 0.2, 1000.0, 5000.0, 1e9)
     one = predict(part_shape(partition_rows(rowptr, col, 1, "contiguous"), rowptr, col), measured, widths, 0)
     assert one.epoch_s == pytest.approx(0.5) and one.exchange_s == 0 and one.memory_bytes == pytest.approx(6000.0)
+    assert one.overlapped_epoch_s == pytest.approx(0.5)
     two = predict(part_shape(partition_rows(rowptr, col, 2, "contiguous"), rowptr, col), measured, widths, 4096)
     assert 0.25 < two.compute_s < 0.3 and two.exchange_s > 0 and two.reduce_s > 0
+    assert two.epoch_s - two.exchange_s <= two.overlapped_epoch_s < two.epoch_s
 
 
 @pytest.mark.parametrize("method", ["contiguous", "metis"])

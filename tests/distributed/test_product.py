@@ -118,6 +118,7 @@ def check_products(all_cases) -> None:
         assert (shape.halo_in[rank], shape.halo_out[rank]) == (part.num_halo, sum(part.send_counts)), case["name"]
         if not case["normalize"]:
             assert shape.nnz[rank] == part.nnz, case["name"]
+            assert shape.cut[rank] == part.boundary.nnz, case["name"]
         if case["no_halo_rank"] == rank:
             assert part.num_halo == 0 and sum(part.send_counts) > 0, f"{case['name']}: {part}"
         if part.num_own == 0:
@@ -132,9 +133,9 @@ def check_products(all_cases) -> None:
         GraphPart.from_rows(torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, (0, NUM_NODES))
 
 
-# The benchmark's smallest run: a graph of 256 nodes, one timed epoch, two exchanges.
+# The benchmark's smallest run: a graph of 256 nodes, one timed epoch, three exchanges.
 BENCHMARK_ARGS = ["--device", "cpu", "--scales", "8", "--epochs", "1", "--features", "8", "--hidden", "8",
-                  "--partitioner", "contiguous", "--link-mb", "1", "--configs", "plain,overlap-bf16"]
+                  "--partitioner", "contiguous", "--link-mb", "1", "--configs", "plain,overlap-bf16,overlap"]
 
 # The example's model at a size that trains in a second: 3 layers with batch normalization and
 # dropout, which depend on every rank's rows.
@@ -216,9 +217,9 @@ def test_benchmark_rows_and_model(distributed_run, tmp_path):
     with open(csv_path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     world_size = int(rows[-1]["gpus"])
-    assert [r["gpus"] for r in rows] == ["1", str(world_size), str(world_size)]
+    assert [r["gpus"] for r in rows] == ["1"] + [str(world_size)] * 3
     assert all(r["status"] == "ok" for r in rows)
-    plain, bf16 = rows[1:]
+    plain, bf16, overlap = rows[1:]
     assert (plain["config"], plain["halo_bits"], bf16["config"], bf16["halo_bits"]) == ("plain", "32", "overlap-bf16", "16")
     assert int(plain["row_weight"]) >= 0 and plain["row_weight"] == bf16["row_weight"]
     assert int(plain["halo_rows"]) <= int(plain["cut_nonzeros"])
@@ -233,4 +234,7 @@ def test_benchmark_rows_and_model(distributed_run, tmp_path):
         predicted = list(csv.DictReader(handle))
     assert [int(r["gpus"]) for r in predicted] == [1, world_size, 4]
     assert predicted[1]["measured_epoch_ms"] == plain["epoch_ms"] and predicted[1]["measured_config"] == "plain"
+    assert predicted[1]["measured_overlapped_epoch_ms"] == overlap["epoch_ms"]
+    for row in predicted:
+        assert float(row["predicted_overlapped_epoch_ms"]) <= float(row["predicted_epoch_ms"])
     assert float(predicted[0]["predicted_epoch_ms"]) == pytest.approx(float(rows[0]["epoch_ms"]), rel=1e-6)

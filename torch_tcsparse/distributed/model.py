@@ -43,12 +43,14 @@ def exchanged_width(widths: list[tuple[int, bool]]) -> int:
 
 @dataclass(frozen=True)
 class PartShape:
-    """Per-rank rows, nonzeros (self-loops included) and halo rows received and sent."""
+    """Per-rank rows, nonzeros (self-loops included), halo rows received and sent, and the
+    nonzeros in halo columns (the boundary block's)."""
 
     rows: Tensor
     nnz: Tensor
     halo_in: Tensor
     halo_out: Tensor
+    cut: Tensor
 
     @property
     def num_parts(self) -> int:
@@ -66,6 +68,7 @@ def part_shape(partition: NodePartition, rowptr: Tensor, col: Tensor, self_loops
     rows = torch.tensor(partition.bounds).diff()
     nnz = torch.zeros(num_parts, dtype=torch.long)
     halo_in = torch.zeros(num_parts, dtype=torch.long)
+    cut = torch.zeros(num_parts, dtype=torch.long)
     halo_out = torch.zeros(num_parts, dtype=torch.long, device=col.device)
     for rank in range(num_parts):
         first, end = partition.bounds[rank], partition.bounds[rank + 1]
@@ -75,13 +78,15 @@ def part_shape(partition: NodePartition, rowptr: Tensor, col: Tensor, self_loops
         offsets = torch.cumsum(counts, 0) - counts
         entries = torch.repeat_interleave(starts - offsets, counts) + torch.arange(int(counts.sum()), device=rowptr.device)
         columns = position[col[entries].long()]
-        halo = _distinct(columns[(columns < first) | (columns >= end)])
+        outside = columns[(columns < first) | (columns >= end)]
+        halo = _distinct(outside)
         nnz[rank] = entries.numel()
+        cut[rank] = outside.numel()
         halo_in[rank] = halo.numel()
         halo_out += torch.bincount(torch.searchsorted(inner, halo, right=True), minlength=num_parts)
     if self_loops:
         nnz = nnz + rows
-    return PartShape(rows, nnz, halo_in, halo_out.cpu())
+    return PartShape(rows, nnz, halo_in, halo_out.cpu(), cut)
 
 
 def _distinct(values: Tensor) -> Tensor:
@@ -113,6 +118,10 @@ class Measured:
 
 @dataclass(frozen=True)
 class Prediction:
+    """``epoch_s``: the exchange after the products' start (``overlap=False``);
+    ``overlapped_epoch_s``: each exchange hidden behind the interior block's products, up to
+    their time."""
+
     parts: int
     epoch_s: float
     compute_s: float
@@ -120,6 +129,7 @@ class Prediction:
     reduce_s: float
     memory_bytes: float
     halo_rows: int
+    overlapped_epoch_s: float
 
 
 def predict(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]], parameter_bytes: int,
@@ -138,6 +148,9 @@ def predict(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]]
     widest = max(width for width, _ in widths)
     memory = (measured.graph_bytes * nnz_share + measured.train_bytes * row_share
               + (shape.halo_in + shape.halo_out).double() * widest * element_size)
+    interior = measured.sparse_s * (shape.nnz - shape.cut).double() / measured.nnz
+    overlapped = compute + exchange - torch.minimum(exchange, interior)
     slowest = int(torch.argmax(compute + exchange))
     return Prediction(parts, float(compute[slowest] + exchange[slowest]) + reduce, float(compute[slowest]),
-                      float(exchange[slowest]), reduce, float(memory.max()), int(shape.halo_in.sum()))
+                      float(exchange[slowest]), reduce, float(memory.max()), int(shape.halo_in.sum()),
+                      float(overlapped.max()) + reduce)
