@@ -148,9 +148,9 @@ class GraphPart:
 
 
 def _block(rowptr: Tensor, keep: Tensor, col: Tensor, values: Tensor | None, num_cols: int) -> TCSparseTensor:
-    """The entries ``keep`` of a CSR as a ``TCSparseTensor``; ``col`` holds their columns. No
-    temporary over every entry beside the mask: the kept entries' row pointers come from a
-    running count of the mask read at the row starts."""
+    """The entries ``keep`` of a CSR as a ``TCSparseTensor``; ``col`` holds their columns. The
+    kept entries' row pointers are a running count of the mask (int32 where it fits) read at
+    the row starts: no int64 row index per entry."""
     count_dtype = _index_dtype(keep.numel())
     kept = torch.zeros(keep.numel() + 1, dtype=count_dtype, device=keep.device)
     torch.cumsum(keep, 0, dtype=count_dtype, out=kept[1:])
