@@ -6,6 +6,7 @@ reduced by DistributedDataParallel. Run from the repository root:
     torchrun --nproc-per-node 1 -m examples.gcn.train_distributed                  # the same loss curve, one process
     torchrun --nproc-per-node 2 -m examples.gcn.train_distributed --dataset Cora   # datasets as examples.gcn.train
     torchrun --nproc-per-node 4 -m examples.gcn.train_distributed --partitioner contiguous --json run.json
+    torchrun --nproc-per-node 2 -m examples.gcn.train_distributed --halo-dtype bfloat16 --no-overlap
 
 NCCL on GPUs (one per process, ``--device cuda``, the default when CUDA is present), gloo on
 CPUs. The model is examples.gcn.models.GCN on distributed layers: with the same seed it starts
@@ -37,6 +38,8 @@ from torch_tcsparse.distributed import (
     partition_rows,
 )
 from torch_tcsparse.distributed.partition import METHODS
+
+HALO_DTYPES = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # Dropout seeds are 32-bit: one per (run seed, epoch, layer).
 _SEED_SPACE = 1 << 32
@@ -81,9 +84,10 @@ def graph_csr(edge_index: torch.Tensor, num_nodes: int):
     return rowptr, source[order]
 
 
-def shared_partition(rowptr, col, method: str, seed: int) -> NodePartition:
+def shared_partition(rowptr, col, method: str, seed: int, row_weight: int = 0) -> NodePartition:
     """Rank 0 partitions; every rank gets its result (METIS need not run alike everywhere)."""
-    box = [partition_rows(rowptr, col, dist.get_world_size(), method, seed) if dist.get_rank() == 0 else None]
+    box = [partition_rows(rowptr, col, dist.get_world_size(), method, seed, row_weight)
+           if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
 
@@ -126,16 +130,18 @@ def evaluate(model, task, x, y, part, nodes, masks, device) -> dict:
 
 
 def train_partitioned(task, config: dict, partition: NodePartition, device: torch.device, seed: int,
-                      progress: bool = False) -> dict:
+                      progress: bool = False, overlap: bool = True, halo_dtype=None) -> dict:
     """Train on this rank's part; every rank of the world calls it. ``task`` holds the whole
     graph (``x``, ``y``, ``edge_index``, ``split``, ``num_outputs``, ``metric``, ``evaluator``);
-    the rank keeps its rows. Returns the losses (global means), epoch times and the best and
-    last evaluations."""
+    the rank keeps its rows. ``overlap`` and ``halo_dtype``: the part's halo exchange
+    (``gcn_part``). Returns the losses (global means), epoch times and the best and last
+    evaluations."""
     rank, world = dist.get_rank(), dist.get_world_size()
     num_nodes = task.x.size(0)
     rowptr, col = graph_csr(task.edge_index, num_nodes)
     rows = partition.rows(rowptr, col, None, rank)
-    part = gcn_part(rows[0].to(device), rows[1].to(device), None, partition.bounds)
+    part = gcn_part(rows[0].to(device), rows[1].to(device), None, partition.bounds, overlap=overlap,
+                    halo_dtype=halo_dtype)
     nodes = partition.nodes(rank)
     x, y = task.x[nodes].to(device), task.y[nodes].to(device)
     masks = split_masks(task.split, nodes, num_nodes, device)
@@ -173,7 +179,7 @@ def train_partitioned(task, config: dict, partition: NodePartition, device: torc
                 print(f"epoch {epoch}: loss {losses[-1]:.4f} valid {last['valid']:.4f} test {last['test']:.4f}",
                       file=sys.stderr)
     return {"losses": losses, "epoch_times": epoch_times, "best": best, "last": last,
-            "rows": part.num_own, "halo": part.num_halo, "nnz": part.matrix.nnz}
+            "rows": part.num_own, "halo": part.num_halo, "nnz": part.nnz}
 
 
 def parse_args(argv=None):
@@ -184,6 +190,12 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                         help="cuda: one GPU per process (LOCAL_RANK), NCCL; cpu: gloo")
     parser.add_argument("--partitioner", choices=METHODS, default="auto")
+    parser.add_argument("--row-weight", type=int, default=0,
+                        help="a row's weight beside its nonzeros when partitioning (partition_rows)")
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="exchange the halo before the products instead of during the interior one")
+    parser.add_argument("--halo-dtype", choices=tuple(HALO_DTYPES), default="none",
+                        help="send halo rows in 16 bits (rounded once per exchange)")
     parser.add_argument("--seed", type=int, default=0)
     for name, kind in (("epochs", int), ("layers", int), ("hidden", int), ("dropout", float), ("lr", float),
                        ("weight_decay", float), ("eval_steps", int)):
@@ -191,7 +203,10 @@ def parse_args(argv=None):
                             help="overrides the preset")
     parser.add_argument("--quiet", action="store_true", help="no per-evaluation line")
     parser.add_argument("--json", default=None, help="rank 0 writes the summary to this file")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.row_weight < 0:
+        raise SystemExit(f"--row-weight must be at least 0, got {args.row_weight}")
+    return args
 
 
 def main(argv=None) -> None:
@@ -216,8 +231,9 @@ def main(argv=None) -> None:
         except datasets.MissingData as error:
             raise SystemExit(f"error: {error}") from None
         rowptr, col = graph_csr(task.edge_index, task.x.size(0))
-        partition = shared_partition(rowptr, col, args.partitioner, args.seed)
-        result = train_partitioned(task, config, partition, device, args.seed, progress=not args.quiet)
+        partition = shared_partition(rowptr, col, args.partitioner, args.seed, args.row_weight)
+        result = train_partitioned(task, config, partition, device, args.seed, progress=not args.quiet,
+                                   overlap=not args.no_overlap, halo_dtype=HALO_DTYPES[args.halo_dtype])
         halo = torch.tensor([result["halo"]], device=device)
         dist.all_reduce(halo)
         if dist.get_rank() == 0:

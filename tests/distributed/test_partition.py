@@ -69,6 +69,7 @@ def test_rows_relabel_columns_to_partition_positions():
     (lambda r, c: partition_rows(r, c, 0), ValueError, r"num_parts must be at least 1, got 0"),
     (lambda r, c: partition_rows(r, c, 2.0), TypeError, r"num_parts must be an int, got float"),
     (lambda r, c: partition_rows(r, c, 2, "spectral"), ValueError, r"method must be one of .* got 'spectral'"),
+    (lambda r, c: partition_rows(r, c, 2, row_weight=-1), ValueError, r"row_weight must be at least 0, got -1"),
     (lambda r, c: partition_rows(r.float(), c, 2), TypeError, r"rowptr must hold integers, got dtype torch.float32"),
     (lambda r, c: partition_rows(r, c + NUM_NODES, 2), ValueError, r"col holds \d+, out of range for 400 columns"),
     (lambda r, c: partition_rows(r[:-1], c, 2), ValueError, r"rowptr ends at \d+ but col holds"),
@@ -99,5 +100,40 @@ def test_model_of_one_part_is_the_measured_epoch():
     measured = Measured(NUM_NODES, col.numel() + NUM_NODES, 0.3, 0.2, 1000.0, 5000.0, 1e9)
     one = predict(part_shape(partition_rows(rowptr, col, 1, "contiguous"), rowptr, col), measured, widths, 0)
     assert one.epoch_s == pytest.approx(0.5) and one.exchange_s == 0 and one.memory_bytes == pytest.approx(6000.0)
+    assert one.overlapped_epoch_s == pytest.approx(0.5)
     two = predict(part_shape(partition_rows(rowptr, col, 2, "contiguous"), rowptr, col), measured, widths, 4096)
     assert 0.25 < two.compute_s < 0.3 and two.exchange_s > 0 and two.reduce_s > 0
+    assert two.epoch_s - two.exchange_s <= two.overlapped_epoch_s < two.epoch_s
+
+
+@pytest.mark.parametrize("method", ["contiguous", "metis"])
+def test_row_weight_balances_rows_beside_nonzeros(method):
+    """Half the nodes isolated, the others dense: nonzeros alone put nearly every isolated node
+    in one part; a row weight near the mean degree balances rows and nonzeros both."""
+    if method == "metis":
+        pytest.importorskip("pymetis", reason="pymetis (the [distributed] extra) is not installed")
+    row, col = graphs.symmetric_sbm(NUM_NODES // 2, seed=5)
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randperm(NUM_NODES, generator=gen)[: NUM_NODES // 2]
+    rowptr, col, _ = graphs.csr_of(ids[row], ids[col], NUM_NODES)
+    degree = rowptr.diff()
+
+    def spread(partition):
+        rows = torch.tensor([partition.nodes(r).numel() for r in range(2)])
+        nnz = torch.tensor([int(degree[partition.nodes(r)].sum()) for r in range(2)])
+        return float(rows.max() / rows.float().mean()), float(nnz.max() / nnz.float().mean())
+
+    by_nonzeros = spread(partition_rows(rowptr, col, 2, method))
+    mean_degree = int(degree.float().mean())
+    balanced = spread(partition_rows(rowptr, col, 2, method, row_weight=mean_degree))
+    assert balanced[0] < 1.15 and balanced[1] < 1.3, balanced
+    assert balanced[0] < by_nonzeros[0], (balanced, by_nonzeros)
+
+
+def test_metis_weights_fit_32_bits():
+    from torch_tcsparse.distributed.partition import _METIS_TOTAL, _metis_weights
+
+    weights = torch.tensor([3, 1 << 40, 1 << 40, 5])
+    scaled = _metis_weights(weights)
+    assert int(scaled.sum()) <= _METIS_TOTAL and int(scaled.min()) == 1 and scaled[1] == scaled[2]
+    assert torch.equal(_metis_weights(torch.tensor([3, 4])), torch.tensor([3, 4]))

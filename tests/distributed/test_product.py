@@ -1,6 +1,7 @@
 """torch_tcsparse.distributed on 2 and 3 gloo processes against one process: the product and
 its gradients (uneven parts, an empty part, isolated nodes, a rank without halo, the GCN
-normalization from own rows, rows relabeled by a partition), the cost model's part shapes
+normalization from own rows, rows relabeled by a partition; the exchange overlapped or not, in
+16 bits or not), the cost model's part shapes
 against the parts built, and the loss curve of the
 distributed GCN example. One set of processes per world size runs every check."""
 import csv
@@ -24,7 +25,35 @@ CLOSED = 12
 
 
 def expected_products(matrix: torch.Tensor, x: torch.Tensor, grad: torch.Tensor) -> dict:
-    return {"y": matrix @ x, "x_grad": matrix.t() @ grad}
+    """The products, and the sums of their terms' magnitudes, which bound the error of rounding
+    every term's X (or gradient) row once."""
+    return {"y": matrix @ x, "x_grad": matrix.t() @ grad,
+            "y_bound": matrix.abs() @ x.abs(), "x_grad_bound": matrix.t().abs() @ grad.abs()}
+
+
+# Unit roundoff of the 16-bit halo dtypes.
+HALO_ROUNDING = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def check_exchanges(part, case, nodes, y: torch.Tensor, x_grad: torch.Tensor) -> None:
+    """Without overlap the product adds the same blocks' sums: equal to the bit. 16-bit halos
+    round each received row once, forward and backward."""
+    for overlap, halo_dtype in ((False, None), (True, torch.bfloat16), (False, torch.float16)):
+        other = part.exchanging(overlap, halo_dtype)
+        assert other.interior_t is part.interior_t and other.boundary_t is part.boundary_t
+        x = case["x"][nodes].clone().requires_grad_()
+        y_other = spmm(other, x)
+        y_other.backward(case["grad"][nodes])
+        label = f"{case['name']}, overlap={overlap}, halo_dtype={halo_dtype}"
+        if halo_dtype is None:
+            assert torch.equal(y_other, y) and torch.equal(x.grad, x_grad), label
+            continue
+        rounding = HALO_ROUNDING[halo_dtype]
+        for got, want, bound in ((y_other, y, case["y_bound"][nodes]), (x.grad, x_grad, case["x_grad_bound"][nodes])):
+            excess = (got - want).abs() - (rounding * bound + 1e-5)
+            assert bool((excess <= 0).all()), f"{label}: {float(excess.max())} beyond the rounding bound"
+        if part.num_halo and sum(part.send_counts):
+            assert not torch.equal(y_other, y) or not torch.equal(x.grad, x_grad), f"{label}: nothing was rounded"
 
 
 def normalized_dense(rowptr, col, values, num_nodes):
@@ -81,23 +110,32 @@ def check_products(all_cases) -> None:
         torch.testing.assert_close(y, case["y"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
         y.backward(case["grad"][nodes])
         torch.testing.assert_close(x.grad, case["x_grad"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
+        check_exchanges(part, case, nodes, y.detach(), x.grad)
+        if not case["normalize"]:
+            narrow = GraphPart.from_rows(rowptr.int(), col.int(), values, partition.bounds)
+            assert torch.equal(spmm(narrow, x.detach()), y.detach()), f"{case['name']}: int32 indices"
         shape = part_shape(partition, *case["csr"][:2], self_loops=False)
         assert (shape.halo_in[rank], shape.halo_out[rank]) == (part.num_halo, sum(part.send_counts)), case["name"]
         if not case["normalize"]:
-            assert shape.nnz[rank] == part.matrix.nnz, case["name"]
+            assert shape.nnz[rank] == part.nnz, case["name"]
+            assert shape.cut[rank] == part.boundary.nnz, case["name"]
         if case["no_halo_rank"] == rank:
             assert part.num_halo == 0 and sum(part.send_counts) > 0, f"{case['name']}: {part}"
         if part.num_own == 0:
             assert y.shape == (0, 5)
     with pytest.raises(ValueError, match=r"x must have shape"):
         spmm(part, torch.zeros(part.num_own + 1, 5, dtype=part.dtype))
+    with pytest.raises(ValueError, match=r"halo_dtype must be one of .* got torch.int8"):
+        part.exchanging(True, torch.int8)
+    with pytest.raises(TypeError, match=r"overlap must be a bool, got int"):
+        part.exchanging(1, None)
     with pytest.raises(ValueError, match=r"bounds must have world_size \+ 1"):
         GraphPart.from_rows(torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, (0, NUM_NODES))
 
 
-# The benchmark's smallest run: a graph of 256 nodes, one timed epoch.
+# The benchmark's smallest run: a graph of 256 nodes, one timed epoch, three exchanges.
 BENCHMARK_ARGS = ["--device", "cpu", "--scales", "8", "--epochs", "1", "--features", "8", "--hidden", "8",
-                  "--partitioner", "contiguous", "--link-mb", "1"]
+                  "--partitioner", "contiguous", "--link-mb", "1", "--configs", "plain,overlap-bf16,overlap"]
 
 # The example's model at a size that trains in a second: 3 layers with batch normalization and
 # dropout, which depend on every rank's rows.
@@ -173,21 +211,30 @@ def test_loss_curve_matches_one_process(distributed_run):
 
 
 def test_benchmark_rows_and_model(distributed_run, tmp_path):
-    """The benchmark's CPU run wrote a one-process and a P-process row; the cost model reads them
-    and predicts the measured P from the one-process numbers."""
+    """The benchmark's CPU run wrote a one-process row and a P-process row per exchange; the cost
+    model reads them and predicts the measured P from the one-process numbers."""
     _, _, csv_path = distributed_run
     with open(csv_path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     world_size = int(rows[-1]["gpus"])
-    assert [r["gpus"] for r in rows] == ["1", str(world_size)] and all(r["status"] == "ok" for r in rows)
-    multi = rows[-1]
-    assert int(multi["halo_rows"]) <= int(multi["cut_nonzeros"])
-    assert int(multi["halo_bytes_per_epoch"]) == int(multi["halo_rows"]) * int(multi["exchanged_width"]) * 4
-    assert sum(int(n) for n in multi["nnz_per_rank"].split(";")) == int(rows[0]["nnz"])
+    assert [r["gpus"] for r in rows] == ["1"] + [str(world_size)] * 3
+    assert all(r["status"] == "ok" for r in rows)
+    plain, bf16, overlap = rows[1:]
+    assert (plain["config"], plain["halo_bits"], bf16["config"], bf16["halo_bits"]) == ("plain", "32", "overlap-bf16", "16")
+    assert int(plain["row_weight"]) >= 0 and plain["row_weight"] == bf16["row_weight"]
+    assert int(plain["halo_rows"]) <= int(plain["cut_nonzeros"])
+    for row, element in ((plain, 4), (bf16, 2)):
+        assert int(row["halo_bytes_per_epoch"]) == int(row["halo_rows"]) * int(row["exchanged_width"]) * element
+    assert sum(int(n) for n in plain["nnz_per_rank"].split(";")) == int(rows[0]["nnz"])
+    assert sum(int(n) for n in plain["rows_per_rank"].split(";")) == int(rows[0]["nodes"])
+    assert sum(int(n) for n in plain["halo_per_rank"].split(";")) == int(plain["halo_rows"])
     benchmark.main(["--predict", str(csv_path), "--parts", f"1,{world_size},4", "--partitioner", "contiguous",
                     "--out", str(tmp_path)])
     with open(tmp_path / "distributed_model.csv", newline="") as handle:
         predicted = list(csv.DictReader(handle))
     assert [int(r["gpus"]) for r in predicted] == [1, world_size, 4]
-    assert predicted[1]["measured_epoch_ms"] == multi["epoch_ms"]
+    assert predicted[1]["measured_epoch_ms"] == plain["epoch_ms"] and predicted[1]["measured_config"] == "plain"
+    assert predicted[1]["measured_overlapped_epoch_ms"] == overlap["epoch_ms"]
+    for row in predicted:
+        assert float(row["predicted_overlapped_epoch_ms"]) <= float(row["predicted_epoch_ms"])
     assert float(predicted[0]["predicted_epoch_ms"]) == pytest.approx(float(rows[0]["epoch_ms"]), rel=1e-6)

@@ -14,12 +14,14 @@ from .part import GraphPart, _check_bounds
 
 
 def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, improved: bool = False,
-             add_self_loops: bool = True) -> GraphPart:
+             add_self_loops: bool = True, *, overlap: bool = True, halo_dtype=None) -> GraphPart:
     """``GraphPart.from_rows`` of the normalized adjacency: rows ``A[target, source]`` of this
     rank (columns in partition numbering), with the missing self-loops added (weight 2 if
     ``improved`` else 1; a row that has its self-loop keeps its weight, as in PyG) and every
     entry scaled by ``deg(source)^-1/2 deg(target)^-1/2``, computed in float32 (float64 for
-    float64 values) and rounded once to the values' dtype. A collective call."""
+    float64 values) and rounded once to the values' dtype. ``overlap`` and ``halo_dtype``: the
+    part's exchange (``GraphPart``); the degrees always travel in the compute dtype. A collective
+    call."""
     check_flag("improved", improved)
     check_flag("add_self_loops", add_self_loops)
     if not dist.is_available() or not dist.is_initialized():
@@ -32,18 +34,21 @@ def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=N
         values = torch.ones(col.numel(), dtype=torch.float32, device=col.device)
     if add_self_loops:
         rowptr, col, values = _with_self_loops(rowptr, col.long(), values, first, num_rows, 2.0 if improved else 1.0)
-    part = GraphPart.from_rows(rowptr, col, values, bounds, group)
-    csr = part.matrix.csr
-    compute = compute_dtype(csr.values.dtype)
-    weight = csr.values.to(compute)
-    row = csr.row_indices()
-    degree = torch.zeros(num_rows, dtype=compute, device=weight.device).index_add_(0, row, weight)
+    part = GraphPart.from_rows(rowptr, col, values, bounds, group, overlap=overlap, halo_dtype=halo_dtype)
+    interior, boundary = part.interior.csr, part.boundary.csr
+    compute = compute_dtype(interior.values.dtype)
+    interior_weight, boundary_weight = interior.values.to(compute), boundary.values.to(compute)
+    interior_row, boundary_row = interior.row_indices(), boundary.row_indices()
+    degree = torch.zeros(num_rows, dtype=compute, device=interior_weight.device)
+    degree.index_add_(0, interior_row, interior_weight).index_add_(0, boundary_row, boundary_weight)
     inv_sqrt = degree.pow(-0.5)
     inv_sqrt.masked_fill_(inv_sqrt == float("inf"), 0.0)
-    inv_sqrt_ext = torch.cat([inv_sqrt, part.gather_halo(inv_sqrt.unsqueeze(1)).squeeze(1)])
+    halo_inv_sqrt = part.gather_halo(inv_sqrt.unsqueeze(1)).wait().squeeze(1)
     # PyG's order of the products: deg(source)^-1/2 * weight * deg(target)^-1/2.
-    normalized = inv_sqrt_ext[csr.col.long()] * weight * inv_sqrt[row]
-    return part.with_values(normalized.to(csr.values.dtype))
+    interior_values = inv_sqrt[interior.col.long()] * interior_weight * inv_sqrt[interior_row]
+    boundary_values = halo_inv_sqrt[boundary.col.long()] * boundary_weight * inv_sqrt[boundary_row]
+    dtype = interior.values.dtype
+    return part.with_values(interior_values.to(dtype), boundary_values.to(dtype))
 
 
 def _with_self_loops(rowptr: Tensor, col: Tensor, values: Tensor, first: int, num_rows: int, fill: float):

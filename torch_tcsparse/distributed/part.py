@@ -1,9 +1,10 @@
 """One rank's part of a row-partitioned graph matrix.
 
 The rank owns the rows (nodes) at positions ``bounds[rank]:bounds[rank + 1]`` of the partition
-numbering. Its matrix is a ``TCSparseTensor`` of shape ``(own, own + halo)``: columns
-``0..own-1`` are its own nodes, the rest its halo, the other ranks' nodes its rows reference,
-ordered by owner rank, then by position. The send lists say which own rows every other rank
+numbering. Its rows are two ``TCSparseTensor`` blocks: the *interior* ``(own, own)`` over its own
+columns, and the *boundary* ``(own, halo)`` over its halo, the other ranks' nodes its rows
+reference, ordered by owner rank, then by position. The split lets the interior product run
+while the halo rows are still on the link. The send lists say which own rows every other rank
 needs; since halo columns come sorted by position, what rank ``s`` receives from rank ``r`` is
 exactly the slice of its halo that ``r`` owns, in the order ``r`` sends it.
 """
@@ -19,13 +20,21 @@ from .checks import check_csr, check_int
 
 
 class GraphPart:
-    """Build it with ``GraphPart.from_rows`` on every rank (a collective call)."""
+    """Build it with ``GraphPart.from_rows`` on every rank (a collective call).
 
-    def __init__(self, matrix: TCSparseTensor, halo: Tensor, send_index: Tensor, send_counts: list[int],
-                 recv_counts: list[int], bounds: tuple[int, ...], rank: int, group):
-        self.matrix = matrix
-        # The backward pass multiplies by the transpose: built once here, with the part.
-        self.matrix_t = matrix.t()
+    ``overlap``: the product starts the halo exchange, multiplies the interior block meanwhile
+    and then the boundary block (``False``: exchange first, then both products; the same sums).
+    ``halo_dtype``: ``torch.bfloat16`` or ``torch.float16`` sends the halo rows and their
+    gradients in 16 bits, ``None`` in the rows' own dtype."""
+
+    def __init__(self, interior: TCSparseTensor, boundary: TCSparseTensor, halo: Tensor, send_index: Tensor,
+                 send_counts: list[int], recv_counts: list[int], bounds: tuple[int, ...], rank: int, group,
+                 overlap: bool = True, halo_dtype=None, transposes: tuple[TCSparseTensor, TCSparseTensor] | None = None):
+        self.interior = interior
+        self.boundary = boundary
+        # The backward pass multiplies by the transposes: built once here, with the part, unless
+        # the blocks' own are given (a part sharing the blocks shares them too).
+        self.interior_t, self.boundary_t = (interior.t(), boundary.t()) if transposes is None else transposes
         self.halo = halo
         self.send_index = send_index
         self.send_counts = send_counts
@@ -33,9 +42,12 @@ class GraphPart:
         self.bounds = bounds
         self.rank = rank
         self.group = group
+        self.overlap = _check_overlap(overlap)
+        self.halo_dtype = _check_halo_dtype(halo_dtype)
 
     @classmethod
-    def from_rows(cls, rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None) -> "GraphPart":
+    def from_rows(cls, rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, *,
+                  overlap: bool = True, halo_dtype=None) -> "GraphPart":
         """This rank's part from its own rows only: ``rowptr`` (own + 1 entries) and ``col``
         (columns in partition numbering, any order, duplicates summed) of the rows at positions
         ``bounds[rank]:bounds[rank + 1]``, ``values`` (default ones, float32). Every rank of
@@ -43,32 +55,44 @@ class GraphPart:
         device with NCCL, the CPU with gloo."""
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("GraphPart.from_rows needs torch.distributed initialized (dist.init_process_group)")
+        _check_overlap(overlap)
+        _check_halo_dtype(halo_dtype)
         bounds = _check_bounds(bounds, dist.get_world_size(group))
         rank = dist.get_rank(group)
         first, end = bounds[rank], bounds[rank + 1]
         check_csr(rowptr, col, values, end - first, bounds[-1])
         _check_device(rowptr.device, group)
-        col = col.long()
         own = (col >= first) & (col < end)
-        halo = torch.unique(col[~own])
-        local_col = torch.where(own, col - first, (end - first) + torch.searchsorted(halo, col))
+        # Kept in the columns' dtype for the search below, which takes both operands alike.
+        halo_ids = torch.unique(col[~own])
+        halo = halo_ids.long()
         owners = torch.searchsorted(torch.tensor(bounds[1:-1], device=halo.device), halo, right=True)
         recv = torch.bincount(owners, minlength=len(bounds) - 1)
         recv_counts = recv.tolist()
         send_counts = exchange.exchange_counts(recv, group).tolist()
         requested = exchange.exchange_ids(halo, recv_counts, send_counts, group)
-        if values is None:
-            values = torch.ones(col.numel(), dtype=torch.float32, device=col.device)
-        matrix = TCSparseTensor.from_csr(rowptr, local_col, values, shape=(end - first, end - first + halo.numel()))
-        return cls(matrix, halo, requested - first, send_counts, recv_counts, bounds, rank, group)
+        interior_col = col[own]
+        interior_col = (interior_col - first).to(_index_dtype(end - first))
+        interior = _block(rowptr, own, interior_col, values, end - first)
+        del interior_col
+        boundary_col = torch.searchsorted(halo_ids, col[~own], out_int32=_index_dtype(halo.numel()) == torch.int32)
+        del halo_ids
+        boundary = _block(rowptr, ~own, boundary_col, values, halo.numel())
+        return cls(interior, boundary, halo, requested - first, send_counts, recv_counts, bounds, rank, group,
+                   overlap, halo_dtype)
 
     @property
     def num_own(self) -> int:
-        return self.matrix.shape[0]
+        return self.interior.shape[0]
 
     @property
     def num_halo(self) -> int:
         return self.halo.numel()
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries of both blocks."""
+        return self.interior.nnz + self.boundary.nnz
 
     @property
     def first(self) -> int:
@@ -77,34 +101,40 @@ class GraphPart:
 
     @property
     def device(self) -> torch.device:
-        return self.matrix.device
+        return self.interior.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.matrix.dtype
+        return self.interior.dtype
 
-    def with_values(self, values: Tensor) -> "GraphPart":
-        """The same part with new values in ``matrix.csr`` order (the structure, halo and send
-        lists are shared)."""
-        return self._replaced(self.matrix.with_values(values))
+    def with_values(self, interior_values: Tensor, boundary_values: Tensor) -> "GraphPart":
+        """The same part with new values, each block's in its ``csr`` order (the structures,
+        halo and send lists are shared)."""
+        return self._replaced(self.interior.with_values(interior_values), self.boundary.with_values(boundary_values))
 
     def to(self, dtype: torch.dtype) -> "GraphPart":
         """The same part with values cast to ``dtype``."""
-        return self._replaced(self.matrix.to(dtype))
+        return self._replaced(self.interior.to(dtype), self.boundary.to(dtype))
 
-    def _replaced(self, matrix: TCSparseTensor) -> "GraphPart":
-        return GraphPart(matrix, self.halo, self.send_index, self.send_counts, self.recv_counts, self.bounds,
-                         self.rank, self.group)
+    def exchanging(self, overlap: bool, halo_dtype) -> "GraphPart":
+        """The same part (shared blocks) with another exchange: ``overlap`` and ``halo_dtype``
+        as ``from_rows`` takes them."""
+        return GraphPart(self.interior, self.boundary, self.halo, self.send_index, self.send_counts, self.recv_counts,
+                         self.bounds, self.rank, self.group, overlap, halo_dtype, (self.interior_t, self.boundary_t))
 
-    def gather_halo(self, x: Tensor, out: Tensor | None = None) -> Tensor:
-        """The halo rows of X (``x``: this rank's own rows), from their owners; received into
-        ``out`` when given."""
-        return exchange.send_halo(x, self.send_index, self.send_counts, self.recv_counts, self.group, out)
+    def _replaced(self, interior: TCSparseTensor, boundary: TCSparseTensor) -> "GraphPart":
+        return GraphPart(interior, boundary, self.halo, self.send_index, self.send_counts, self.recv_counts,
+                         self.bounds, self.rank, self.group, self.overlap, self.halo_dtype)
 
-    def scatter_halo(self, grad_halo: Tensor, grad_own: Tensor) -> Tensor:
-        """``grad_own`` plus the halo gradients the other ranks hold for this rank's rows."""
-        return exchange.return_halo(grad_halo, self.send_index, self.send_counts, self.recv_counts, self.group,
-                                    grad_own)
+    def gather_halo(self, x: Tensor, halo_dtype=None) -> exchange.Pending:
+        """Starts receiving the halo rows of X (``x``: this rank's own rows) from their owners;
+        the wait returns them, one row per halo column."""
+        return exchange.send_halo(x, self.send_index, self.send_counts, self.recv_counts, self.group, halo_dtype)
+
+    def scatter_halo(self, grad_halo: Tensor, halo_dtype=None) -> exchange.Pending:
+        """Starts returning the halo gradients to their owners; the wait returns the gradients
+        the other ranks hold for this rank's rows ``send_index`` (to be added there)."""
+        return exchange.return_halo(grad_halo, self.send_counts, self.recv_counts, self.group, halo_dtype)
 
     def halo_bytes(self, width: int, element_size: int) -> int:
         """Bytes one exchange of ``width`` columns sends from this rank (its receives are its
@@ -112,8 +142,40 @@ class GraphPart:
         return sum(self.send_counts) * width * element_size
 
     def __repr__(self) -> str:
-        return (f"GraphPart(rank={self.rank}, rows={self.num_own}, halo={self.num_halo}, nnz={self.matrix.nnz}, "
-                f"send={sum(self.send_counts)}, dtype={self.dtype}, device={self.device})")
+        return (f"GraphPart(rank={self.rank}, rows={self.num_own}, halo={self.num_halo}, "
+                f"nnz={self.interior.nnz}+{self.boundary.nnz}, send={sum(self.send_counts)}, dtype={self.dtype}, "
+                f"device={self.device}, overlap={self.overlap}, halo_dtype={self.halo_dtype})")
+
+
+def _block(rowptr: Tensor, keep: Tensor, col: Tensor, values: Tensor | None, num_cols: int) -> TCSparseTensor:
+    """The entries ``keep`` of a CSR as a ``TCSparseTensor``; ``col`` holds their columns. The
+    kept entries' row pointers are a running count of the mask (int32 where it fits) read at
+    the row starts: no int64 row index per entry."""
+    count_dtype = _index_dtype(keep.numel())
+    kept = torch.zeros(keep.numel() + 1, dtype=count_dtype, device=keep.device)
+    torch.cumsum(keep, 0, dtype=count_dtype, out=kept[1:])
+    block_rowptr = kept[rowptr]
+    del kept
+    block_values = (torch.ones(col.numel(), dtype=torch.float32, device=col.device) if values is None
+                    else values[keep])
+    return TCSparseTensor.from_csr(block_rowptr, col, block_values, shape=(rowptr.numel() - 1, num_cols))
+
+
+def _index_dtype(bound: int) -> torch.dtype:
+    """int32 where every index below ``bound`` fits it."""
+    return torch.int32 if bound <= torch.iinfo(torch.int32).max else torch.int64
+
+
+def _check_overlap(overlap) -> bool:
+    if not isinstance(overlap, bool):
+        raise TypeError(f"overlap must be a bool, got {type(overlap).__name__}")
+    return overlap
+
+
+def _check_halo_dtype(halo_dtype):
+    if not any(halo_dtype is choice for choice in exchange.HALO_DTYPES):
+        raise ValueError(f"halo_dtype must be one of {exchange.HALO_DTYPES}, got {halo_dtype!r}")
+    return halo_dtype
 
 
 def _check_bounds(bounds, world_size: int) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from .checks import check_csr, check_int
 
 METHODS = ("auto", "metis", "contiguous")
 _INSTALL = "pip install torch-tcsparse[distributed]"
+_METIS_TOTAL = (1 << 30) - 1
 
 
 @dataclass(frozen=True)
@@ -78,21 +79,27 @@ def _part_of_positions(bounds: tuple[int, ...], positions: Tensor) -> Tensor:
     return torch.searchsorted(inner, positions, right=True)
 
 
-def partition_rows(rowptr: Tensor, col: Tensor, num_parts: int, method: str = "auto", seed: int = 0) -> NodePartition:
+def partition_rows(rowptr: Tensor, col: Tensor, num_parts: int, method: str = "auto", seed: int = 0,
+                   row_weight: int = 0) -> NodePartition:
     """Partition the rows of a square graph matrix (CSR in original numbering) into
-    ``num_parts`` parts of balanced nonzeros.
+    ``num_parts`` parts of balanced weight.
 
     ``method``: ``"metis"`` (METIS through pymetis, the ``[distributed]`` extra: fewest cut
-    edges), ``"contiguous"`` (ranges of the original order, cut at equal nonzero counts), or
+    edges), ``"contiguous"`` (ranges of the original order, cut at equal weights), or
     ``"auto"`` (METIS when pymetis is installed, else contiguous ranges with a warning). Each
-    row weighs its nonzeros plus one, the nonzeros of the row once a self-loop is added.
+    row weighs its nonzeros plus one (the nonzeros of the row once a self-loop is added), plus
+    ``row_weight``: what a row costs beside its nonzeros, in nonzeros. Balancing nonzeros alone
+    suits the sparse product; full-graph training also spends time and memory per row
+    (activations, their gradients, the optimizer's dense work), which on graphs with many
+    low-degree nodes leaves the part with the most rows far slower and larger.
     """
     num_nodes = check_csr(rowptr, col, None, None)
     check_int("num_parts", num_parts, 1, None)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     check_int("seed", seed, 0, None)
-    weights = rowptr.diff().long().cpu() + 1
+    check_int("row_weight", row_weight, 0, None)
+    weights = rowptr.diff().long().cpu() + 1 + row_weight
     if method == "auto":
         method = "metis" if _pymetis(required=False) is not None else "contiguous"
     if num_parts == 1 or method == "contiguous":
@@ -120,12 +127,24 @@ def _metis(rowptr: Tensor, col: Tensor, weights: Tensor, num_parts: int, seed: i
     graph.setdiag(0)
     graph.eliminate_zeros()
     adjacency = pymetis.CSRAdjacency(graph.indptr.astype(np.int64), graph.indices.astype(np.int64))
-    result = pymetis.part_graph(num_parts, adjacency, vweights=weights.numpy(), options=pymetis.Options(seed=seed))
+    result = pymetis.part_graph(num_parts, adjacency, vweights=_metis_weights(weights).numpy(),
+                                options=pymetis.Options(seed=seed))
     membership = torch.from_numpy(np.asarray(result.vertex_part, dtype=np.int64))
     order = torch.sort(membership, stable=True).indices
     counts = torch.bincount(membership, minlength=num_parts)
     bounds = (0, *torch.cumsum(counts, 0).tolist())
     return NodePartition(order, bounds, "metis")
+
+
+def _metis_weights(weights: Tensor) -> Tensor:
+    """The weights scaled down (each at least 1) where their sum would not fit METIS's 32-bit
+    integers, with room for its partial sums. Raising a weight to 1 adds at most 1 per node:
+    the scale leaves that room."""
+    total = int(weights.sum())
+    if total <= _METIS_TOTAL:
+        return weights
+    scale = (_METIS_TOTAL - weights.numel()) / total
+    return torch.clamp(torch.floor(weights.double() * scale), min=1).long()
 
 
 def _pymetis(required: bool):

@@ -1,6 +1,11 @@
 """``Y = A @ X`` over a row-partitioned A: each rank gets its halo rows of X, multiplies its
-rows, and in the backward pass multiplies by its part's transpose and sends the halo rows of the
-gradient back to their owners, which add them to their own."""
+rows, and in the backward pass multiplies by its blocks' transposes and sends the halo rows of
+the gradient back to their owners, which add them to their own.
+
+With ``part.overlap`` each exchange runs while the product that does not need it does: forward,
+the interior block multiplies the own rows while the halo rows arrive; backward, the boundary
+block's transpose computes the halo gradients first, and the interior's runs while they travel.
+"""
 from __future__ import annotations
 
 import torch
@@ -14,19 +19,27 @@ class DistributedProduct(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, part: GraphPart) -> Tensor:
         ctx.part = part
-        own = part.num_own
-        # The halo is received in place below the own rows: no halo-sized buffer beside X's.
-        extended = x.new_empty((own + part.num_halo, x.size(1)))
-        extended[:own].copy_(x)
-        part.gather_halo(x, extended[own:])
-        return part.matrix.matmul(extended)
+        pending = part.gather_halo(x, part.halo_dtype)
+        if part.overlap:
+            y = part.interior.matmul(x)
+            halo = pending.wait()
+        else:
+            halo = pending.wait()
+            y = part.interior.matmul(x)
+        return y.add_(part.boundary.matmul(halo))
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         part = ctx.part
-        grad_ext = part.matrix_t.matmul(grad_out.contiguous())
-        own = part.num_own
-        return part.scatter_halo(grad_ext[own:], grad_ext[:own]), None
+        grad_out = grad_out.contiguous()
+        pending = part.scatter_halo(part.boundary_t.matmul(grad_out), part.halo_dtype)
+        if part.overlap:
+            grad_x = part.interior_t.matmul(grad_out)
+            returned = pending.wait()
+        else:
+            returned = pending.wait()
+            grad_x = part.interior_t.matmul(grad_out)
+        return grad_x.index_add_(0, part.send_index, returned), None
 
 
 def spmm(part: GraphPart | TCSparseTensor, x: Tensor) -> Tensor:
