@@ -6,7 +6,7 @@ reduced by DistributedDataParallel. Run from the repository root:
     torchrun --nproc-per-node 1 -m examples.gcn.train_distributed                  # the same loss curve, one process
     torchrun --nproc-per-node 2 -m examples.gcn.train_distributed --dataset Cora   # datasets as examples.gcn.train
     torchrun --nproc-per-node 4 -m examples.gcn.train_distributed --partitioner contiguous --json run.json
-    torchrun --nproc-per-node 2 -m examples.gcn.train_distributed --halo-dtype bfloat16 --no-overlap
+    torchrun --nproc-per-node 2 -m examples.gcn.train_distributed --halo-dtype bfloat16 --overlap
 
 NCCL on GPUs (one per process, ``--device cuda``, the default when CUDA is present), gloo on
 CPUs. The model is examples.gcn.models.GCN on distributed layers: with the same seed it starts
@@ -130,7 +130,7 @@ def evaluate(model, task, x, y, part, nodes, masks, device) -> dict:
 
 
 def train_partitioned(task, config: dict, partition: NodePartition, device: torch.device, seed: int,
-                      progress: bool = False, overlap: bool = True, halo_dtype=None) -> dict:
+                      progress: bool = False, overlap: bool = False, halo_dtype=None) -> dict:
     """Train on this rank's part; every rank of the world calls it. ``task`` holds the whole
     graph (``x``, ``y``, ``edge_index``, ``split``, ``num_outputs``, ``metric``, ``evaluator``);
     the rank keeps its rows. ``overlap`` and ``halo_dtype``: the part's halo exchange
@@ -192,8 +192,8 @@ def parse_args(argv=None):
     parser.add_argument("--partitioner", choices=METHODS, default="auto")
     parser.add_argument("--row-weight", type=int, default=0,
                         help="a row's weight beside its nonzeros when partitioning (partition_rows)")
-    parser.add_argument("--no-overlap", action="store_true",
-                        help="exchange the halo before the products instead of during the interior one")
+    parser.add_argument("--overlap", action="store_true",
+                        help="exchange the halo during the interior block's product instead of before the products")
     parser.add_argument("--halo-dtype", choices=tuple(HALO_DTYPES), default="none",
                         help="send halo rows in 16 bits (rounded once per exchange)")
     parser.add_argument("--seed", type=int, default=0)
@@ -233,7 +233,7 @@ def main(argv=None) -> None:
         rowptr, col = graph_csr(task.edge_index, task.x.size(0))
         partition = shared_partition(rowptr, col, args.partitioner, args.seed, args.row_weight)
         result = train_partitioned(task, config, partition, device, args.seed, progress=not args.quiet,
-                                   overlap=not args.no_overlap, halo_dtype=HALO_DTYPES[args.halo_dtype])
+                                   overlap=args.overlap, halo_dtype=HALO_DTYPES[args.halo_dtype])
         halo = torch.tensor([result["halo"]], device=device)
         dist.all_reduce(halo)
         if dist.get_rank() == 0:

@@ -2,11 +2,10 @@
 
 The rows of the graph matrix are partitioned (:func:`partition_rows`: METIS through pymetis, the
 ``[distributed]`` extra, or contiguous ranges); each rank holds its rows as a
-:class:`GraphPart`, a ``TCSparseTensor`` over its own and halo columns with the lists of rows it
-sends to the other ranks, built from its own rows only (:meth:`GraphPart.from_rows`, or
-:func:`gcn_part` for the normalized adjacency), split into an interior block (own columns) and a
-boundary block (halo columns). :func:`spmm` multiplies it with the rank's rows of X, exchanging
-halo rows with ``all_to_all_single`` while the interior block multiplies (``overlap``),
+:class:`GraphPart` built from its own rows only (:meth:`GraphPart.from_rows`, or :func:`gcn_part`
+for the normalized adjacency): an interior block (own columns), a boundary block (halo columns)
+and the lists of rows it sends to the other ranks. :func:`spmm` multiplies it with the rank's rows of X, exchanging
+halo rows with ``all_to_all_single``, optionally while the interior block multiplies (``overlap``),
 optionally in 16 bits (``halo_dtype``); :class:`DistributedGCNConv` is
 ``GCNConv`` on a part. Weights are replicated; wrap the model in ``DistributedDataParallel``.
 """

@@ -14,7 +14,7 @@ from .part import GraphPart, _check_bounds
 
 
 def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, improved: bool = False,
-             add_self_loops: bool = True, *, overlap: bool = True, halo_dtype=None) -> GraphPart:
+             add_self_loops: bool = True, *, overlap: bool = False, halo_dtype=None) -> GraphPart:
     """``GraphPart.from_rows`` of the normalized adjacency: rows ``A[target, source]`` of this
     rank (columns in partition numbering), with the missing self-loops added (weight 2 if
     ``improved`` else 1; a row that has its self-loop keeps its weight, as in PyG) and every

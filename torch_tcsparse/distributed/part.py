@@ -23,13 +23,14 @@ class GraphPart:
     """Build it with ``GraphPart.from_rows`` on every rank (a collective call).
 
     ``overlap``: the product starts the halo exchange, multiplies the interior block meanwhile
-    and then the boundary block (``False``: exchange first, then both products; the same sums).
+    and then the boundary block (``False``, the default: exchange first, then both products; the
+    same sums). Off by default until a GPU measurement shows that the overlap pays.
     ``halo_dtype``: ``torch.bfloat16`` or ``torch.float16`` sends the halo rows and their
     gradients in 16 bits, ``None`` in the rows' own dtype."""
 
     def __init__(self, interior: TCSparseTensor, boundary: TCSparseTensor, halo: Tensor, send_index: Tensor,
                  send_counts: list[int], recv_counts: list[int], bounds: tuple[int, ...], rank: int, group,
-                 overlap: bool = True, halo_dtype=None, transposes: tuple[TCSparseTensor, TCSparseTensor] | None = None):
+                 overlap: bool = False, halo_dtype=None, transposes: tuple[TCSparseTensor, TCSparseTensor] | None = None):
         self.interior = interior
         self.boundary = boundary
         # The backward pass multiplies by the transposes: built once here, with the part, unless
@@ -47,7 +48,7 @@ class GraphPart:
 
     @classmethod
     def from_rows(cls, rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, *,
-                  overlap: bool = True, halo_dtype=None) -> "GraphPart":
+                  overlap: bool = False, halo_dtype=None) -> "GraphPart":
         """This rank's part from its own rows only: ``rowptr`` (own + 1 entries) and ``col``
         (columns in partition numbering, any order, duplicates summed) of the rows at positions
         ``bounds[rank]:bounds[rank + 1]``, ``values`` (default ones, float32). Every rank of
