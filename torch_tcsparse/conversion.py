@@ -7,7 +7,7 @@ import torch
 
 from .formats.csr import CSR
 from .formats.metcf import WINDOWS
-from .structure import Structure
+from .structure import CsrStructure, Structure
 
 
 def build_structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed: int) -> Structure:
@@ -21,6 +21,13 @@ def build_structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed
     structure = Structure(csr, window, row_perm, col_perm, method, share_ratio)
     structure.prepare_selection()
     return structure
+
+
+def build_batch_structure(csr: CSR, window: int) -> CsrStructure:
+    """The structure of a matrix used a few times (``TCSparseTensor.from_batch``): its CSR, the
+    Tensor-Core layout built only when a product needs it (``structure.CsrStructure``)."""
+    window, _, _ = check_options(window, None, 0)
+    return CsrStructure(csr, window)
 
 
 def check_options(window, symmetric, seed) -> tuple[int, bool | None, int]:

@@ -15,6 +15,7 @@ from .device import device_query
 from .explanation import Explanation
 from .native import MatrixFeatures
 from .paths import CHOICES, n_bucket
+from .pending import BUILD_AFTER_USES, PendingLayout
 
 
 class SelectionCache:
@@ -74,9 +75,11 @@ class SelectionCache:
             )
         return explanation
 
-    def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None):
+    def choose(self, layout: MetcfLayout | PendingLayout, n: int, dtype: torch.dtype, device=None):
         """(path, trial) of one product: the ``trials.Trial`` to run it through (``measure``)
-        when this product is to measure the choice, else None."""
+        when this product is to measure the choice, else None. A layout not built yet
+        (``pending``) runs its first ``BUILD_AFTER_USES`` products on the rows kernel and is built
+        for the next, which is chosen as any matrix's."""
         # Called on every product: one dict lookup on the caller's own arguments, no bucketing
         # or device normalisation once the choice for an N has settled.
         key = (n, dtype, device)
@@ -85,6 +88,11 @@ class SelectionCache:
             return choice, None
         normalized = device if isinstance(device, torch.device) else torch.device(
             layout.device if device is None else device)
+        if isinstance(layout, PendingLayout) and not layout.is_built:
+            if layout.uses < BUILD_AFTER_USES:
+                layout.uses += 1
+                return layout.light_path(dtype, normalized), None
+            layout = layout.build()
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
