@@ -227,6 +227,13 @@ class Structure:
         moved.selection = SelectionCache(self.selection.rows_share_ratio, moved.grouped_size)
         return moved
 
+    def transposed_values(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """The transpose's values in its canonical CSR order (``transposed()``'s), gathered through
+        the block orders (differentiable)."""
+        t = self.transposed()
+        block_values_t = self.to_block_order(csr_values).index_select(0, t.layout.transpose_gather)
+        return block_values_t.index_select(0, t.layout.csr_gather)
+
     def stats(self, value_bytes: int = 4) -> dict:
         return {**self.layout.stats(value_bytes), "reorder": self.method}
 
@@ -278,9 +285,16 @@ class CsrStructure(Structure):
         return int((self.rowptr[1:] - self.rowptr[:-1]).max()) if self.num_rows else 0
 
     def to_block_order(self, csr_values: torch.Tensor) -> torch.Tensor:
-        if self._layout is None:
-            return csr_values
+        """As any structure's: the layout built first, since callers read it after the values."""
+        self._pending.build()
         return super().to_block_order(csr_values)
+
+    def transposed_values(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """The transpose's values in its CSR order: one gather while the layout is pending."""
+        if self._layout is not None:
+            return super().transposed_values(csr_values)
+        t = self.transposed()
+        return csr_values.index_select(0, t.layout.partner_positions)
 
     def transposed(self) -> "Structure":
         if self._layout is not None:
@@ -294,8 +308,8 @@ class CsrStructure(Structure):
             # sum is the assignment).
             positions = torch.arange(order.numel(), dtype=order.dtype, device=order.device)
             inverse = torch.zeros_like(order).index_add_(0, order, positions)
-            t._pending.link_transpose(order)
-            self._pending.link_transpose(inverse)
+            t._pending.link_transpose(order, self._pending)
+            self._pending.link_transpose(inverse, t._pending)
             t._derived["transpose"], self._derived["transpose"] = self, t
         return t
 

@@ -10,6 +10,7 @@ products (a matrix that stays is then converted for good, at most doubling what 
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -30,12 +31,13 @@ class PendingLayout:
     identity and ``transpose_gather`` (set by a CSR-only transpose) the transpose's link in that
     order. ``on_build`` is called with the layout when it is built."""
 
-    __slots__ = ("_csr", "_window", "_on_build", "_built", "_transpose_gather", "uses")
+    __slots__ = ("_csr", "_window", "_on_build", "_built", "_link", "_partner", "uses", "__weakref__")
 
     def __init__(self, csr: CSR, window: int, on_build: Callable[[MetcfLayout], None] | None = None):
         self._csr, self._window, self._on_build = csr, window, on_build
         self._built: MetcfLayout | None = None
-        self._transpose_gather: torch.Tensor | None = None
+        self._link: torch.Tensor | None = None
+        self._partner = None
         self.uses = 0
 
     @property
@@ -82,15 +84,26 @@ class PendingLayout:
 
     @property
     def transpose_gather(self) -> torch.Tensor:
+        """For each nonzero in our (CSR) order, its position in the transpose's block order: the
+        transpose's CSR order while its layout is pending, else through its layout."""
         if self._built is not None:
             return self._built.transpose_gather
-        if self._transpose_gather is None:
+        partner = None if self._partner is None else self._partner()
+        if self._link is None or partner is None:
             raise ValueError("this pending layout has no transpose linked")
-        return self._transpose_gather
+        if partner.is_built:
+            return partner.csr_gather.index_select(0, self._link)
+        return self._link
 
-    def link_transpose(self, gather: torch.Tensor) -> None:
-        """The CSR-order link to the transpose (``transpose_gather`` while not built)."""
-        self._transpose_gather = gather
+    @property
+    def partner_positions(self) -> torch.Tensor | None:
+        """Where each of our nonzeros is in the linked transpose's CSR order (None if unlinked)."""
+        return self._link
+
+    def link_transpose(self, positions: torch.Tensor, partner: "PendingLayout") -> None:
+        """Link to the transpose's pending layout ``partner`` (held weakly): our nonzero k is its
+        CSR entry ``positions[k]``."""
+        self._link, self._partner = positions, weakref.ref(partner)
 
     def light_path(self, dtype: torch.dtype, device: torch.device) -> str:
         """The path of a product that does not build the layout: the rows kernel where the kernels
