@@ -164,6 +164,83 @@ def test_from_batch_checks_sizes_and_weights():
         TCSparseTensor.from_batch(edges, torch.ones(edges.shape[1], 2))
 
 
+def csr_of(matrix):
+    return matrix.crow_indices(), matrix.col_indices(), matrix.values()
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("weights", [None, torch.float64, torch.float16, torch.bfloat16])
+def test_distinct_edges_take_one_sort_and_equal_from_edge_index(index_dtype, weights):
+    edges, w = block()
+    edges = torch.unique(edges, dim=1)[:, torch.randperm(torch.unique(edges, dim=1).shape[1])].to(index_dtype)
+    w = None if weights is None else w[: edges.shape[1]].to(weights)
+    light = TCSparseTensor.from_batch(edges, w, num_nodes=(NUM_SRC, NUM_DST))
+    full = TCSparseTensor.from_edge_index(edges, w, num_nodes=(NUM_SRC, NUM_DST))
+    degree = torch.bincount(edges[1], minlength=NUM_DST)
+    assert light._structure._derived["max_row_nnz"] == int(degree.max())  # read by the one-sort build
+    for ours, theirs in zip(csr_of(light), csr_of(full)):
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
+def test_the_one_sort_build_is_differentiable_and_casts():
+    edges = torch.unique(block()[0], dim=1)
+    w = torch.rand(edges.shape[1], dtype=torch.float64, requires_grad=True)
+    light = TCSparseTensor.from_batch(edges, w, num_nodes=(NUM_SRC, NUM_DST), dtype=torch.float32)
+    full = TCSparseTensor.from_edge_index(edges, w, num_nodes=(NUM_SRC, NUM_DST), dtype=torch.float32)
+    assert light.dtype == torch.float32 and torch.equal(light.values(), full.values())
+    grad, = torch.autograd.grad((light.values() * torch.arange(light.nnz)).sum(), w)
+    expected, = torch.autograd.grad((full.values() * torch.arange(full.nnz)).sum(), w)
+    torch.testing.assert_close(grad, expected)
+
+
+@pytest.mark.parametrize("case", ["duplicates", "inferred sizes", "square int", "integer weights", "edge index"])
+def test_other_inputs_take_the_general_conversion(case):
+    edges, w = block()  # holds repeated edges
+    kwargs = {"num_nodes": (NUM_SRC, NUM_DST)}
+    if case != "duplicates":
+        keep = torch.unique(edges, dim=1)
+        edges, w = keep, w[: keep.shape[1]]
+    if case == "inferred sizes":
+        kwargs = {}
+    elif case == "square int":
+        kwargs = {"num_nodes": NUM_SRC}
+    elif case == "integer weights":
+        w, kwargs = torch.arange(edges.shape[1]), {**kwargs, "dtype": torch.float64}
+    elif case == "edge index":
+        from torch_geometric import EdgeIndex
+
+        edges, kwargs = EdgeIndex(edges.contiguous(), sparse_size=(NUM_SRC, NUM_DST)), {}
+    light = TCSparseTensor.from_batch(edges, w, **kwargs)
+    full = TCSparseTensor.from_edge_index(edges, w, **kwargs)
+    assert is_pending(light)
+    for ours, theirs in zip(csr_of(light), csr_of(full)):
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("bad", ["negative source", "source too large", "target too large"])
+def test_out_of_range_edges_are_named(bad):
+    edges = torch.unique(block()[0], dim=1).clone()
+    if bad == "negative source":
+        edges[0, 3] = -1
+    elif bad == "source too large":
+        edges[0, 3] = NUM_SRC
+    else:
+        edges[1, 3] = NUM_DST
+    with pytest.raises(ValueError) as ours:
+        TCSparseTensor.from_batch(edges, num_nodes=(NUM_SRC, NUM_DST))
+    with pytest.raises(ValueError) as theirs:
+        TCSparseTensor.from_edge_index(edges, num_nodes=(NUM_SRC, NUM_DST))
+    assert str(ours.value) == str(theirs.value) and "edge_index" in str(ours.value)
+
+
+def test_empty_batches():
+    none = torch.zeros(2, 0, dtype=torch.long)
+    for num_nodes in ((NUM_SRC, NUM_DST), (0, 0), (NUM_SRC, 0)):
+        light = TCSparseTensor.from_batch(none, num_nodes=num_nodes)
+        assert light.shape == (num_nodes[1], num_nodes[0]) and light.nnz == 0
+        torch.testing.assert_close(light @ torch.randn(num_nodes[0], 3), torch.zeros(num_nodes[1], 3))
+
+
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
 LAYERS = {

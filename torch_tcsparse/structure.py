@@ -90,7 +90,7 @@ class Structure:
 
         def build() -> csr_rows.RowPieces:
             rowptr = self.rowptr if of_canonical else self.rows_csr().rowptr
-            return csr_rows.row_pieces(rowptr, piece_nnz)
+            return csr_rows.row_pieces(rowptr, piece_nnz, self.max_row_nnz())
 
         return self._kept(("row_pieces", piece_nnz, of_canonical), build)
 
@@ -246,13 +246,14 @@ class CsrStructure(Structure):
     CSR-only structure too (one sort of the column ids), linked in that order; building either
     layout unlinks the pair, and the next transpose is built as any matrix's."""
 
-    def __init__(self, csr: CSR, window: int):
+    def __init__(self, csr: CSR, window: int, max_row_nnz: int | None = None):
         self.num_rows, self.num_cols = csr.num_rows, csr.num_cols
         self.rowptr, self.col = csr.rowptr, csr.col
         self.window = window
         self.row_perm = self.col_perm = None
         self.method = "none"
-        self._derived: dict = {}
+        # ``max_row_nnz``: the longest row where the conversion read it (else read on first need).
+        self._derived: dict = {} if max_row_nnz is None else {"max_row_nnz": max_row_nnz}
         self._layout = None
         # A weak link: the pending layout lives in products' autograd state, which must not keep
         # the structure (and its index arrays) alive.

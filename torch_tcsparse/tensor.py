@@ -65,8 +65,7 @@ class TCSparseTensor(torch.Tensor):
         torch.sparse where the kernels do not run) until the matrix has been used often enough to
         pay for the Tensor-Core layout, which it then builds for itself (``selector.pending``);
         a path named by the caller or a gradient of the values builds it at once. No reordering."""
-        csr = inputs.from_edge_index(edge_index, edge_weight, num_nodes, dtype)
-        return cls(build_batch_structure(csr, window), csr.values)
+        return cls(*build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window))
 
     @classmethod
     def from_coo(cls, row, col, values=None, shape=None, *, dtype=None, **options):
