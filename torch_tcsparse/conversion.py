@@ -74,12 +74,12 @@ def _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) -> tuple[CSR,
     rowptr = torch.searchsorted(row, torch.arange(num_dst + 1, device=device), out_int32=index_dtype == torch.int32)
     # Every check in one read: the indices' range, a repeated key, the longest row.
     bounds = torch.aminmax(edge_index, dim=1)
-    checks = torch.stack([bounds.min.min().long(), bounds.max[0].long(), bounds.max[1].long(),
-                          (key[1:] == key[:-1]).any().long(), (rowptr[1:] - rowptr[:-1]).max().long()])
-    low, high_src, high_dst, repeated, longest = checks.tolist()
-    if low < 0 or high_src >= num_src or high_dst >= num_dst or repeated:
+    checks = torch.cat([bounds.min.long(), bounds.max.long(), (key[1:] == key[:-1]).any().long().view(1),
+                        (rowptr[1:] - rowptr[:-1]).max().long().view(1)])
+    low_src, low_dst, high_src, high_dst, repeated, longest = checks.tolist()
+    if min(low_src, low_dst) < 0 or high_src >= num_src or high_dst >= num_dst or repeated:
         return None
-    col = (key - row * num_src).to(index_dtype)
+    col = torch.remainder(key, num_src).to(index_dtype)
     if edge_weight is None:
         values = torch.ones(num_edges, dtype=dtype or torch.float32, device=device)
     else:
