@@ -39,6 +39,7 @@ class SelectionCache:
         self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
         self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
         self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> settled path
+        self._light: dict = {}  # the same keys -> path while the layout is pending
 
     def _features_of(self, layout: MetcfLayout) -> MatrixFeatures:
         if self._features is None:
@@ -86,13 +87,15 @@ class SelectionCache:
         choice = self._choices.get(key)
         if choice is not None:
             return choice, None
-        normalized = device if isinstance(device, torch.device) else torch.device(
-            layout.device if device is None else device)
-        if isinstance(layout, PendingLayout) and not layout.is_built:
+        if type(layout) is PendingLayout and not layout.is_built:
             if layout.uses < BUILD_AFTER_USES:
                 layout.uses += 1
-                return layout.light_path(dtype, normalized), None
+                path = self._light.get(key)
+                if path is None:
+                    path = self._light[key] = layout.light_path(dtype, _device(device, layout))
+                return path, None
             layout = layout.build()
+        normalized = _device(device, layout)
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
@@ -148,3 +151,8 @@ class SelectionCache:
 
     def __len__(self) -> int:
         return len(self._by_bucket.keys() | self._explanations.keys())
+
+
+def _device(device, layout) -> torch.device:
+    """``device`` as given to ``choose`` (a torch.device, a name, or None for the layout's)."""
+    return device if isinstance(device, torch.device) else torch.device(layout.device if device is None else device)
