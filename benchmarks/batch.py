@@ -21,7 +21,16 @@ products (no synchronisation in between, as ``benchmarks.host_overhead`` times t
 ``convert_per_spmm``, ``convert_us / spmm_us``. Writes ``batch.csv`` into ``--out`` (default
 ``$OUT``, else ``out``); on the CPU it runs as a quick smoke test.
 
+``--train`` then times training epochs over the same batches (their subgraphs, as
+``NeighborLoader`` yields them): a GraphSAGE of one PyG ``SAGEConv`` per hop
+(``examples.sage.models``), ``--features`` random features and ``--classes`` random labels,
+forward, backward and Adam step per batch, each batch's ``adj_t`` built inside the epoch
+(``models.batch_adjacency``: ours ``from_batch``; PyG's CSR, or its edge_index for max on CUDA,
+where PyG refuses a sparse max). ``epoch_ms`` is the median of ``--epochs`` epochs after one
+warm-up epoch, ``convert_ms`` the conversions' share, timed alone. Writes ``batch_epoch.csv``.
+
     python -m benchmarks.batch --device cuda --scale 21 --edge-factor 15 --batches 5
+    python -m benchmarks.batch --device cuda --scale 21 --edge-factor 15 --batches 50 --train --routes ours-batch
 """
 from __future__ import annotations
 
@@ -40,6 +49,7 @@ from torch_tcsparse import TCSparseTensor
 ROUTES = ("ours-batch", "ours-full", "pyg-csr")
 FIELDS = ("batch", "matrix", "rows", "cols", "nnz", "route", "device", "n", "convert_us", "first_product_us",
           "spmm_us", "host_us", "convert_per_spmm")
+EPOCH_FIELDS = ("route", "aggr", "device", "batches", "epoch_ms", "convert_ms")
 
 
 def parse_args(argv=None):
@@ -57,8 +67,15 @@ def parse_args(argv=None):
     parser.add_argument("--calls", type=int, default=200, help="back-to-back calls timed for host_us")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="folder of batch.csv (default $OUT, else out)")
+    parser.add_argument("--train", action="store_true", help="also time training epochs over the batches")
+    parser.add_argument("--aggr", nargs="+", default=["mean", "max"], choices=["mean", "max"])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--features", type=int, default=100)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--classes", type=int, default=47)
     args = parser.parse_args(argv)
-    for key in ("edge_factor", "batch_size", "batches", "n", "reps", "calls"):
+    for key in ("edge_factor", "batch_size", "batches", "n", "reps", "calls", "epochs", "features", "hidden",
+                "classes"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be at least 1, got {getattr(args, key)}")
     if args.scale is not None and not 1 <= args.scale <= 30:
@@ -194,6 +211,55 @@ def measure(route, edge_index, num_sources, num_targets, args, device) -> dict:
     }
 
 
+def train_epochs(batches: list, num_nodes: int, args, device: torch.device, name: str) -> list[dict]:
+    """Training epochs over ``batches`` ((nodes, subgraph edge_index) each, seeds first) per
+    aggregation and backend; rows of batch_epoch.csv."""
+    import torch.nn.functional as F
+
+    from examples.sage.models import BACKENDS, SAGE, batch_adjacency, pyg_format_for
+
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    x = torch.randn(num_nodes, args.features, device=device, generator=gen)
+    y = torch.randint(0, args.classes, (num_nodes,), device=device, generator=gen)
+    rows = []
+    for aggr in args.aggr:
+        pyg_format = pyg_format_for(aggr, device)
+        for backend in BACKENDS:
+            torch.manual_seed(args.seed)
+            model = SAGE(backend, args.features, args.hidden, args.classes, len(args.fanout), 0.0, aggr).to(device)
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+            def epoch():
+                for nodes, edge_index in batches:
+                    adj_t = batch_adjacency(backend, edge_index, nodes.numel(), pyg_format)
+                    seeds = nodes[: args.batch_size]
+                    optimizer.zero_grad()
+                    out = model(x[nodes], adj_t)[: seeds.numel()]
+                    F.cross_entropy(out, y[seeds]).backward()
+                    optimizer.step()
+
+            epoch()
+            times = []
+            for _ in range(args.epochs):
+                synchronize(device)
+                start = time.perf_counter()
+                epoch()
+                synchronize(device)
+                times.append(time.perf_counter() - start)
+            synchronize(device)
+            start = time.perf_counter()
+            for nodes, edge_index in batches:
+                batch_adjacency(backend, edge_index, nodes.numel(), pyg_format)
+            synchronize(device)
+            route = "ours" if backend == "ours" else f"pyg-{pyg_format}"
+            rows.append({"route": route, "aggr": aggr, "device": name, "batches": len(batches),
+                         "epoch_ms": round(statistics.median(times) * 1e3, 2),
+                         "convert_ms": round((time.perf_counter() - start) * 1e3, 2)})
+            print(f"  train {aggr:<5}{route:<16}{rows[-1]['epoch_ms']:>10.2f} ms/epoch"
+                  f"{rows[-1]['convert_ms']:>10.2f} ms converting")
+    return rows
+
+
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
@@ -207,10 +273,12 @@ def main(argv=None) -> list[dict]:
           f"fan-out {args.fanout}, N = {args.n}, on {name}")
     print(f"{'batch':>5} {'matrix':<9}{'rows':>8}{'cols':>8}{'nnz':>9}  {'route':<11}{'convert':>9}{'first':>9}"
           f"{'spmm':>9}{'host':>8}{'conv/spmm':>10}")
-    rows = []
+    rows, batches = [], []
     for batch in range(args.batches):
         seeds = torch.randperm(num_nodes, generator=gen, device=device)[: min(args.batch_size, num_nodes)]
-        for matrix, edge_index, num_sources, num_targets in sample(graph, seeds, args.fanout, gen)[1]:
+        nodes, matrices = sample(graph, seeds, args.fanout, gen)
+        batches.append((nodes, matrices[0][1]))
+        for matrix, edge_index, num_sources, num_targets in matrices:
             for route in args.routes:
                 result = measure(route, edge_index, num_sources, num_targets, args, device)
                 row = {"batch": batch, "matrix": matrix, "rows": num_targets, "cols": num_sources,
@@ -221,6 +289,10 @@ def main(argv=None) -> list[dict]:
                       f"{result['host_us']:>8.1f}{result['convert_per_spmm']:>10.2f}")
     path = write_csv(out_dir(args.out) / "batch.csv", rows, FIELDS)
     print(f"wrote {path}")
+    if args.train:
+        epochs = train_epochs(batches, num_nodes, args, device, name)
+        print(f"wrote {write_csv(out_dir(args.out) / 'batch_epoch.csv', epochs, EPOCH_FIELDS)}")
+        return rows + epochs
     return rows
 
 

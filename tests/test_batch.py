@@ -6,7 +6,8 @@ import copy
 import pytest
 import torch
 
-from torch_tcsparse import TCSparseTensor
+from torch_tcsparse import TCSparseTensor, conversion
+from torch_tcsparse.formats import inputs
 from torch_tcsparse.selector.pending import BUILD_AFTER_USES, PendingLayout
 from torch_tcsparse.structure import CsrStructure
 
@@ -174,23 +175,49 @@ def test_distinct_edges_take_one_sort_and_equal_from_edge_index(index_dtype, wei
     edges, w = block()
     edges = torch.unique(edges, dim=1)[:, torch.randperm(torch.unique(edges, dim=1).shape[1])].to(index_dtype)
     w = None if weights is None else w[: edges.shape[1]].to(weights)
-    light = TCSparseTensor.from_batch(edges, w, num_nodes=(NUM_SRC, NUM_DST))
-    full = TCSparseTensor.from_edge_index(edges, w, num_nodes=(NUM_SRC, NUM_DST))
-    degree = torch.bincount(edges[1], minlength=NUM_DST)
-    assert light._structure._derived["max_row_nnz"] == int(degree.max())  # read by the one-sort build
-    for ours, theirs in zip(csr_of(light), csr_of(full)):
+    csr, longest = conversion._distinct_edges_csr(edges, w, (NUM_SRC, NUM_DST), None)
+    expected = inputs.from_edge_index(edges, w, (NUM_SRC, NUM_DST), None)
+    assert longest == int(torch.bincount(edges[1], minlength=NUM_DST).max())
+    assert (csr.num_rows, csr.num_cols) == (expected.num_rows, expected.num_cols)
+    for ours, theirs in ((csr.rowptr, expected.rowptr), (csr.col, expected.col), (csr.values, expected.values)):
         assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
 
 
 def test_the_one_sort_build_is_differentiable_and_casts():
     edges = torch.unique(block()[0], dim=1)
     w = torch.rand(edges.shape[1], dtype=torch.float64, requires_grad=True)
-    light = TCSparseTensor.from_batch(edges, w, num_nodes=(NUM_SRC, NUM_DST), dtype=torch.float32)
+    csr, _ = conversion._distinct_edges_csr(edges, w, (NUM_SRC, NUM_DST), torch.float32)
     full = TCSparseTensor.from_edge_index(edges, w, num_nodes=(NUM_SRC, NUM_DST), dtype=torch.float32)
-    assert light.dtype == torch.float32 and torch.equal(light.values(), full.values())
-    grad, = torch.autograd.grad((light.values() * torch.arange(light.nnz)).sum(), w)
+    assert csr.values.dtype == torch.float32 and torch.equal(csr.values, full.values())
+    grad, = torch.autograd.grad((csr.values * torch.arange(csr.nnz)).sum(), w)
     expected, = torch.autograd.grad((full.values() * torch.arange(full.nnz)).sum(), w)
     torch.testing.assert_close(grad, expected)
+
+
+@pytest.mark.parametrize("case", ["duplicates", "negative source", "source too large", "negative target",
+                                  "target too large", "inferred sizes", "edge index", "integer weights"])
+def test_the_one_sort_build_leaves_other_inputs_to_the_general_conversion(case):
+    edges = torch.unique(block()[0], dim=1).clone()
+    weights, sizes = None, (NUM_SRC, NUM_DST)
+    if case == "duplicates":
+        edges = torch.cat([edges, edges[:, :3]], dim=1)
+    elif case == "negative source":
+        edges[0, 3] = -1
+    elif case == "source too large":
+        edges[0, 3] = NUM_SRC
+    elif case == "negative target":
+        edges[1, 3] = -1
+    elif case == "target too large":
+        edges[1, 3] = NUM_DST
+    elif case == "inferred sizes":
+        sizes = None
+    elif case == "edge index":
+        from torch_geometric import EdgeIndex
+
+        edges = EdgeIndex(edges.contiguous(), sparse_size=sizes)
+    else:
+        weights = torch.arange(edges.shape[1])
+    assert conversion._distinct_edges_csr(edges, weights, sizes, None) is None
 
 
 @pytest.mark.parametrize("case", ["duplicates", "inferred sizes", "square int", "integer weights", "edge index"])

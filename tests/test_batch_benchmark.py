@@ -53,3 +53,15 @@ def test_arguments_are_checked(argument, value, capsys):
     with pytest.raises(SystemExit):
         batch.parse_args([argument, value])
     assert argument.lstrip("-").split("-")[0] in capsys.readouterr().err
+
+
+def test_training_epochs_over_the_same_batches(tmp_path):
+    rows = batch.main([*TINY, "--routes", "ours-batch", "--train", "--epochs", "1", "--features", "4",
+                       "--hidden", "4", "--classes", "3", "--out", str(tmp_path)])
+    epochs = [row for row in rows if "epoch_ms" in row]
+    assert {(row["route"], row["aggr"]) for row in epochs} == {
+        (route, aggr) for route in ("ours", "pyg-csr") for aggr in ("mean", "max")}
+    with open(tmp_path / "batch_epoch.csv") as handle:
+        written = list(csv.DictReader(handle))
+    assert tuple(written[0]) == batch.EPOCH_FIELDS and len(written) == 4
+    assert all(float(row["epoch_ms"]) > 0 and float(row["convert_ms"]) > 0 for row in written)

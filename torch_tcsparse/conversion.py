@@ -30,7 +30,9 @@ def build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window) -> 
     (``TCSparseTensor.from_batch``, arguments as ``from_edge_index``'s): its CSR, the Tensor-Core
     layout built only when a product needs it (``structure.CsrStructure``)."""
     window, _, _ = check_options(window, None, 0)
-    built = _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype)
+    # The one-sort build saves host reads, which cost a synchronisation on a GPU only.
+    on_gpu = isinstance(edge_index, torch.Tensor) and edge_index.is_cuda
+    built = _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) if on_gpu else None
     if built is None:
         csr, longest = inputs.from_edge_index(edge_index, edge_weight, num_nodes, dtype), None
     else:
@@ -72,12 +74,14 @@ def _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) -> tuple[CSR,
     row = torch.div(key, num_src, rounding_mode="floor")
     index_dtype = index_dtype_for(num_dst, num_src, num_edges)
     rowptr = torch.searchsorted(row, torch.arange(num_dst + 1, device=device), out_int32=index_dtype == torch.int32)
-    # Every check in one read: the indices' range, a repeated key, the longest row.
-    bounds = torch.aminmax(edge_index, dim=1)
-    checks = torch.cat([bounds.min.long(), bounds.max.long(), (key[1:] == key[:-1]).any().long().view(1),
-                        (rowptr[1:] - rowptr[:-1]).max().long().view(1)])
-    low_src, low_dst, high_src, high_dst, repeated, longest = checks.tolist()
-    if min(low_src, low_dst) < 0 or high_src >= num_src or high_dst >= num_dst or repeated:
+    # Every check in one read: the sources' range, then (with the sources in range, each key's
+    # row is its target) the targets' range at the ends of the sorted rows, a repeated key, the
+    # longest row.
+    sources = torch.aminmax(edge_index[0])
+    checks = torch.cat([sources.min.view(1).long(), sources.max.view(1).long(), row[:1], row[-1:],
+                        (key[1:] == key[:-1]).any().long().view(1), (rowptr[1:] - rowptr[:-1]).max().long().view(1)])
+    low_src, high_src, low_dst, high_dst, repeated, longest = checks.tolist()
+    if low_src < 0 or high_src >= num_src or low_dst < 0 or high_dst >= num_dst or repeated:
         return None
     col = torch.remainder(key, num_src).to(index_dtype)
     if edge_weight is None:

@@ -52,6 +52,20 @@ def test_light_products_run_rows_and_equal_the_converted_matrix(kernels, dtype, 
         assert s.selection.choose(s.layout, 128, dtype, x.device)[0] == "rows"
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_distinct_edges_take_the_one_sort_build(kernels, weighted):
+    edges, weights = block(torch.float32, seed=7)
+    edges = torch.unique(edges, dim=1)
+    edges = edges[:, torch.randperm(edges.shape[1], device="cuda")]
+    weights = weights[: edges.shape[1]] if weighted else None
+    light = TCSparseTensor.from_batch(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    full = TCSparseTensor.from_edge_index(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    assert light._structure._derived["max_row_nnz"] == int(torch.bincount(edges[1]).max())
+    for ours, theirs in zip((light.crow_indices(), light.col_indices(), light.values()),
+                            (full.crow_indices(), full.col_indices(), full.values())):
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_light_gradients_equal_the_converted_matrix(kernels, dtype):
     edges, weights = block(dtype, seed=1)
