@@ -132,6 +132,15 @@ def test_copies_keep_the_light_form():
     torch.testing.assert_close(copied.to_dense(), full.to_dense())
 
 
+def test_a_pending_layout_survives_copies():
+    light, full = pair()
+    pending = light._structure.layout
+    for copied in (copy.copy(pending), copy.deepcopy(pending)):
+        assert isinstance(copied, PendingLayout)
+    assert not pending.is_built
+    assert pending.nnz == full.nnz and pending.num_rows == NUM_DST and pending.num_cols == NUM_SRC
+
+
 def test_square_batch_and_pyg_edge_index_sizes():
     edges, w = block()
     square = TCSparseTensor.from_batch(edges, w, num_nodes=NUM_SRC)

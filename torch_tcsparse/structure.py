@@ -319,7 +319,7 @@ class CsrStructure(Structure):
         if self._layout is not None:
             return super().to(device)
         return CsrStructure(CSR(self.rowptr.to(device), self.col.to(device), None, self.num_rows, self.num_cols),
-                            self.window)
+                            self.window, self._derived.get("max_row_nnz"))
 
     def _moved(self, device) -> "Structure":
         if self._layout is not None:

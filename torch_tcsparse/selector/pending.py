@@ -54,6 +54,10 @@ class PendingLayout:
         return self._built
 
     def __getattr__(self, name):
+        if name.startswith("_"):
+            # Private and special names are not the layout's fields: copy and pickle probe
+            # them on an instance whose slots are not set yet.
+            raise AttributeError(name)
         return getattr(self.build(), name)
 
     @property
