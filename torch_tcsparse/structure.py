@@ -238,13 +238,13 @@ class Structure:
         return {**self.layout.stats(value_bytes), "reorder": self.method}
 
 
-
 class CsrStructure(Structure):
     """A structure that holds the CSR alone until a product needs the Tensor-Core layout
     (``selector.pending``): what ``TCSparseTensor.from_batch`` builds for a matrix used a few
-    times. Its block order is the CSR order while the layout is pending, and its transpose is a
-    CSR-only structure too (one sort of the column ids), linked in that order; building either
-    layout unlinks the pair, and the next transpose is built as any matrix's."""
+    times. Its transpose is a CSR-only structure too (one sort of the column ids), the two linked
+    through their CSR orders (``transposed_values``: one gather); building either layout unlinks
+    the pair, and the next transpose is built as any matrix's. Values in block order
+    (``to_block_order``) are the built layout's: its callers read the layout next."""
 
     def __init__(self, csr: CSR, window: int, max_row_nnz: int | None = None):
         self.num_rows, self.num_cols = csr.num_rows, csr.num_cols
