@@ -204,7 +204,8 @@ def test_the_one_sort_build_is_differentiable_and_casts():
 
 
 @pytest.mark.parametrize("case", ["duplicates", "negative source", "source too large", "negative target",
-                                  "target too large", "inferred sizes", "edge index", "integer weights"])
+                                  "target too large", "target wrapping its key", "inferred sizes", "edge index",
+                                  "integer weights"])
 def test_the_one_sort_build_leaves_other_inputs_to_the_general_conversion(case):
     edges = torch.unique(block()[0], dim=1).clone()
     weights, sizes = None, (NUM_SRC, NUM_DST)
@@ -218,6 +219,9 @@ def test_the_one_sort_build_leaves_other_inputs_to_the_general_conversion(case):
         edges[1, 3] = -1
     elif case == "target too large":
         edges[1, 3] = NUM_DST
+    elif case == "target wrapping its key":
+        # 2**58 * 64 sources + 1 wraps to key 1: distinct keys, rows in range
+        edges, sizes = torch.tensor([[0, 1], [0, 2**58]]), (64, 4)
     elif case == "inferred sizes":
         sizes = None
     elif case == "edge index":

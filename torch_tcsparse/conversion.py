@@ -74,11 +74,10 @@ def _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) -> tuple[CSR,
     row = torch.div(key, num_src, rounding_mode="floor")
     index_dtype = index_dtype_for(num_dst, num_src, num_edges)
     rowptr = torch.searchsorted(row, torch.arange(num_dst + 1, device=device), out_int32=index_dtype == torch.int32)
-    # Every check in one read: the sources' range, then (with the sources in range, each key's
-    # row is its target) the targets' range at the ends of the sorted rows, a repeated key, the
-    # longest row.
-    sources = torch.aminmax(edge_index[0])
-    checks = torch.cat([sources.min.view(1).long(), sources.max.view(1).long(), row[:1], row[-1:],
+    # Every check in one read: both indices' ranges (each read as given: a target out of range
+    # may wrap its key into range), a repeated key, the longest row.
+    sources, targets = torch.aminmax(edge_index[0]), torch.aminmax(edge_index[1])
+    checks = torch.cat([torch.stack([sources.min, sources.max, targets.min, targets.max]).long(),
                         (key[1:] == key[:-1]).any().long().view(1), (rowptr[1:] - rowptr[:-1]).max().long().view(1)])
     low_src, high_src, low_dst, high_dst, repeated, longest = checks.tolist()
     if low_src < 0 or high_src >= num_src or low_dst < 0 or high_dst >= num_dst or repeated:
