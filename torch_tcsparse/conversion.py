@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .formats.csr import CSR
+from .formats import inputs
+from .formats.csr import CSR, index_dtype_for
 from .formats.metcf import WINDOWS
-from .structure import Structure
+from .paths import VALUE_DTYPES
+from .structure import CsrStructure, Structure
 
 
 def build_structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed: int) -> Structure:
@@ -21,6 +23,71 @@ def build_structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed
     structure = Structure(csr, window, row_perm, col_perm, method, share_ratio)
     structure.prepare_selection()
     return structure
+
+
+def build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window) -> tuple[CsrStructure, torch.Tensor]:
+    """The structure and CSR-order values of a matrix used a few times
+    (``TCSparseTensor.from_batch``, arguments as ``from_edge_index``'s): its CSR, the Tensor-Core
+    layout built only when a product needs it (``structure.CsrStructure``)."""
+    window, _, _ = check_options(window, None, 0)
+    # The one-sort build saves host reads, which cost a synchronisation on a GPU only.
+    on_gpu = isinstance(edge_index, torch.Tensor) and edge_index.is_cuda
+    built = _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) if on_gpu else None
+    if built is None:
+        csr, longest = inputs.from_edge_index(edge_index, edge_weight, num_nodes, dtype), None
+    else:
+        csr, longest = built
+    return CsrStructure(csr, window, longest), csr.values
+
+
+def _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) -> tuple[CSR, int] | None:
+    """(canonical CSR, its longest row) of a plain [2, E] ``edge_index`` whose sizes are given as
+    a (num_sources, num_targets) pair or an int, with distinct edges (a sampler draws without
+    replacement): one sort of the row-major keys and one host read for every check, where the
+    general conversion reads the host several times. None where any of that does not hold
+    (sizes to infer, an EdgeIndex, integer or mismatched weights, duplicates to sum, an index
+    out of range): ``inputs.from_edge_index`` then converts, or names what is wrong."""
+    if isinstance(num_nodes, (tuple, list)) and len(num_nodes) == 2:
+        num_src, num_dst = num_nodes
+    else:
+        num_src = num_dst = num_nodes
+    plain_sizes = all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (num_src, num_dst))
+    if not plain_sizes or type(edge_index) is not torch.Tensor or edge_index.dtype not in (torch.int32, torch.int64):
+        return None
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.shape[1] == 0:
+        return None
+    if dtype is not None and dtype not in VALUE_DTYPES:
+        return None
+    num_edges, device = edge_index.shape[1], edge_index.device
+    if edge_weight is not None and not (isinstance(edge_weight, torch.Tensor) and edge_weight.dtype in VALUE_DTYPES
+                                        and edge_weight.shape == (num_edges,) and edge_weight.device == device):
+        return None
+    try:
+        inputs.check_shape(num_dst, num_src)
+    except ValueError:
+        return None
+    key = edge_index[1].to(torch.long) * num_src + edge_index[0]
+    if edge_weight is None:
+        key, order = torch.sort(key).values, None
+    else:
+        key, order = torch.sort(key)
+    row = torch.div(key, num_src, rounding_mode="floor")
+    index_dtype = index_dtype_for(num_dst, num_src, num_edges)
+    rowptr = torch.searchsorted(row, torch.arange(num_dst + 1, device=device), out_int32=index_dtype == torch.int32)
+    # Every check in one read: both indices' ranges (each read as given: a target out of range
+    # may wrap its key into range), a repeated key, the longest row.
+    sources, targets = torch.aminmax(edge_index[0]), torch.aminmax(edge_index[1])
+    checks = torch.cat([torch.stack([sources.min, sources.max, targets.min, targets.max]).long(),
+                        (key[1:] == key[:-1]).any().long().view(1), (rowptr[1:] - rowptr[:-1]).max().long().view(1)])
+    low_src, high_src, low_dst, high_dst, repeated, longest = checks.tolist()
+    if low_src < 0 or high_src >= num_src or low_dst < 0 or high_dst >= num_dst or repeated:
+        return None
+    col = torch.remainder(key, num_src).to(index_dtype)
+    if edge_weight is None:
+        values = torch.ones(num_edges, dtype=dtype or torch.float32, device=device)
+    else:
+        values = edge_weight.index_select(0, order).to(dtype or edge_weight.dtype)
+    return CSR(rowptr, col, values, num_dst, num_src), longest
 
 
 def check_options(window, symmetric, seed) -> tuple[int, bool | None, int]:

@@ -35,7 +35,12 @@ class RowPieces(NamedTuple):
     piece_nnz: int
 
 
-def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ) -> RowPieces:
+def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ, max_row_nnz: int | None = None) -> RowPieces:
+    """The split of ``rowptr``'s rows; ``max_row_nnz``, where known, spares a matrix without long
+    rows the host read that counts them."""
+    if max_row_nnz is not None and max_row_nnz <= piece_nnz:
+        empty = torch.empty(0, dtype=torch.int32, device=rowptr.device)
+        return RowPieces(empty, empty, empty, piece_nnz)
     degree = rowptr[1:] - rowptr[:-1]
     split_rows = torch.nonzero(degree > piece_nnz).flatten()
     count = (degree[split_rows].long() + piece_nnz - 1) // piece_nnz

@@ -3,6 +3,7 @@ the transpose built on first need. Tensors that differ only in values (``with_va
 ``Structure``, so conversion and transposition are paid once."""
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -14,6 +15,7 @@ from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay,
 from .formats.metcf import build_layout
 from .reorder.locality import share_ratio
 from .selector import MatrixFeatures, SelectionCache, device_model, grouped_split
+from .selector.pending import PendingLayout
 
 
 class RowsCsr(NamedTuple):
@@ -88,7 +90,7 @@ class Structure:
 
         def build() -> csr_rows.RowPieces:
             rowptr = self.rowptr if of_canonical else self.rows_csr().rowptr
-            return csr_rows.row_pieces(rowptr, piece_nnz)
+            return csr_rows.row_pieces(rowptr, piece_nnz, self.max_row_nnz())
 
         return self._kept(("row_pieces", piece_nnz, of_canonical), build)
 
@@ -225,6 +227,118 @@ class Structure:
         moved.selection = SelectionCache(self.selection.rows_share_ratio, moved.grouped_size)
         return moved
 
+    def transposed_values(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """The transpose's values in its canonical CSR order (``transposed()``'s), gathered through
+        the block orders (differentiable)."""
+        t = self.transposed()
+        block_values_t = self.to_block_order(csr_values).index_select(0, t.layout.transpose_gather)
+        return block_values_t.index_select(0, t.layout.csr_gather)
+
     def stats(self, value_bytes: int = 4) -> dict:
         return {**self.layout.stats(value_bytes), "reorder": self.method}
 
+
+class CsrStructure(Structure):
+    """A structure that holds the CSR alone until a product needs the Tensor-Core layout
+    (``selector.pending``): what ``TCSparseTensor.from_batch`` builds for a matrix used a few
+    times. Its transpose is a CSR-only structure too (one sort of the column ids), the two linked
+    through their CSR orders (``transposed_values``: one gather); building either layout unlinks
+    the pair, and the next transpose is built as any matrix's. Values in block order
+    (``to_block_order``) are the built layout's: its callers read the layout next."""
+
+    def __init__(self, csr: CSR, window: int, max_row_nnz: int | None = None):
+        self.num_rows, self.num_cols = csr.num_rows, csr.num_cols
+        self.rowptr, self.col = csr.rowptr, csr.col
+        self.window = window
+        self.row_perm = self.col_perm = None
+        self.method = "none"
+        # ``max_row_nnz``: the longest row where the conversion read it (else read on first need).
+        self._derived: dict = {} if max_row_nnz is None else {"max_row_nnz": max_row_nnz}
+        self._layout = None
+        # A weak link: the pending layout lives in products' autograd state, which must not keep
+        # the structure (and its index arrays) alive.
+        index_only = CSR(csr.rowptr, csr.col, csr.col.new_empty(0), csr.num_rows, csr.num_cols)
+        self._pending = PendingLayout(index_only, window, _weak_call(self, "_layout_built"))
+        self.selection = SelectionCache(1.0, self.grouped_size)
+
+    @property
+    def layout(self):
+        return self._pending if self._layout is None else self._layout
+
+    @layout.setter
+    def layout(self, layout) -> None:
+        self._layout = layout
+
+    def _layout_built(self, layout) -> None:
+        self._layout = layout
+        transpose = self._derived.pop("transpose", None)
+        if transpose is not None:
+            transpose._derived.pop("transpose", None)
+
+    def prepare_selection(self) -> None:
+        """Nothing while the layout is pending: the selector's features are read from it."""
+        if self._layout is not None:
+            super().prepare_selection()
+
+    def _longest_row(self) -> int:
+        if self._layout is not None:
+            return super()._longest_row()
+        return int((self.rowptr[1:] - self.rowptr[:-1]).max()) if self.num_rows else 0
+
+    def to_block_order(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """As any structure's: the layout built first, since callers read it after the values."""
+        self._pending.build()
+        return super().to_block_order(csr_values)
+
+    def transposed_values(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """The transpose's values in its CSR order: one gather while the layout is pending."""
+        if self._layout is not None:
+            return super().transposed_values(csr_values)
+        t = self.transposed()
+        return csr_values.index_select(0, t.layout.partner_positions)
+
+    def transposed(self) -> "Structure":
+        if self._layout is not None:
+            return super().transposed()
+        t = self._derived.get("transpose")
+        if t is None:
+            rowptr_t, col_t, order = transpose_pattern(self.csr(None))
+            t = CsrStructure(CSR(rowptr_t, col_t, col_t.new_empty(0), self.num_cols, self.num_rows), self.window)
+            # Entry p of the transpose's CSR is our entry order[p]; the way back is its inverse.
+            # index_add_ onto zeros takes the int32 positions as they are (a permutation: the
+            # sum is the assignment).
+            positions = torch.arange(order.numel(), dtype=order.dtype, device=order.device)
+            inverse = torch.zeros_like(order).index_add_(0, order, positions)
+            t._pending.link_transpose(order, self._pending)
+            self._pending.link_transpose(inverse, t._pending)
+            t._derived["transpose"], self._derived["transpose"] = self, t
+        return t
+
+    def to(self, device) -> "CsrStructure":
+        """A copy on ``device``, CSR only where the layout is still pending."""
+        if self._layout is not None:
+            return super().to(device)
+        return CsrStructure(CSR(self.rowptr.to(device), self.col.to(device), None, self.num_rows, self.num_cols),
+                            self.window, self._derived.get("max_row_nnz"))
+
+    def _moved(self, device) -> "Structure":
+        if self._layout is not None:
+            return super()._moved(device)
+        return self.to(device)
+
+    def _sharing_indices(self) -> "Structure":
+        shared = super()._sharing_indices()
+        shared.layout = self.layout
+        return shared
+
+
+def _weak_call(owner, method: str):
+    """``owner.<method>(*args)`` while ``owner`` is alive, without keeping it alive."""
+    ref = weakref.ref(owner)
+
+    def call(*args):
+        target = ref()
+        if target is not None:
+            getattr(target, method)(*args)
+
+    return call

@@ -17,7 +17,7 @@ import copy
 import torch
 
 from . import product, serialization
-from .conversion import build_structure
+from .conversion import build_batch_structure, build_structure
 from .formats import inputs
 from .formats.csr import CSR, check_values, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
@@ -56,6 +56,16 @@ class TCSparseTensor(torch.Tensor):
     def from_edge_index(cls, edge_index, edge_weight=None, num_nodes=None, *, dtype=None, **options):
         """From a PyG [2, E] edge_index or EdgeIndex: A[target, source] = weight, duplicates summed."""
         return cls._build(inputs.from_edge_index(edge_index, edge_weight, num_nodes, dtype), **options)
+
+    @classmethod
+    def from_batch(cls, edge_index, edge_weight=None, num_nodes=None, *, dtype=None, window=16):
+        """For a matrix multiplied a few times, such as a sampled mini-batch or one of its
+        bipartite blocks: as ``from_edge_index`` (``num_nodes`` an int or a (num_sources,
+        num_targets) pair), but only the CSR is built. Products run the CSR rows kernel (or
+        torch.sparse where the kernels do not run) until the matrix has been used often enough to
+        pay for the Tensor-Core layout, which it then builds for itself (``selector.pending``);
+        a path named by the caller or a gradient of the values builds it at once. No reordering."""
+        return cls(*build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window))
 
     @classmethod
     def from_coo(cls, row, col, values=None, shape=None, *, dtype=None, **options):

@@ -2,7 +2,10 @@
 
 ``prepare_adjacency`` builds, once per graph, what every layer takes as ``adj_t``
 (``A[target, source]``): a TCSparseTensor for ``backend="ours"``; for ``backend="pyg"`` a torch
-sparse CSR matrix or the ``edge_index`` itself (PyG's scatter route).
+sparse CSR matrix or the ``edge_index`` itself (PyG's scatter route). ``batch_adjacency`` builds
+it for a sampled batch, used for one training step: ours in its CSR-only form
+(``TCSparseTensor.from_batch``), which skips the Tensor-Core layout a few products would not pay
+back.
 """
 from __future__ import annotations
 
@@ -35,6 +38,22 @@ def prepare_adjacency(backend: str, edge_index: torch.Tensor, num_nodes: int, py
         # matrix: building it here keeps every conversion inside the preprocessing time.
         adj.t()
         return adj
+    return _pyg_adjacency(edge_index, num_nodes, pyg_format)
+
+
+def batch_adjacency(backend: str, edge_index: torch.Tensor, num_nodes: int, pyg_format: str = "csr"):
+    """``adj_t`` of a sampled batch: ours CSR-only (its transpose, for the backward, built by
+    the backward itself), PyG's as ``prepare_adjacency`` builds it."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if pyg_format not in PYG_FORMATS:
+        raise ValueError(f"pyg_format must be one of {PYG_FORMATS}, got {pyg_format!r}")
+    if backend == "ours":
+        return TCSparseTensor.from_batch(edge_index, num_nodes=num_nodes)
+    return _pyg_adjacency(edge_index, num_nodes, pyg_format)
+
+
+def _pyg_adjacency(edge_index: torch.Tensor, num_nodes: int, pyg_format: str):
     if pyg_format == "edge_index":
         return edge_index
     values = torch.ones(edge_index.size(1), device=edge_index.device)

@@ -6,7 +6,7 @@ Run from the repository root:
     python -m examples.sage.train --backend pyg            # PyG's torch.sparse CSR adj_t (edge_index for max on CUDA)
     python -m examples.sage.train --aggr max
     python -m examples.sage.train --synthetic              # ogbn-products-shaped generated graph
-    python -m examples.sage.train --neighbor-loader        # PyG's NeighborLoader, each block as our adj_t
+    python -m examples.sage.train --neighbor-loader        # PyG's NeighborLoader, each batch CSR-only
     python -m examples.sage.train --dataset ogbn-products --root DIR
 
 Datasets are the GCN example's (``examples.gcn.data``): the offline OGB-format default, a folder
@@ -25,7 +25,7 @@ import torch_geometric.typing
 
 from examples.gcn import data as datasets
 from examples.gcn.train import load_task, synchronize
-from examples.sage.models import AGGRS, BACKENDS, SAGE, prepare_adjacency, pyg_format_for
+from examples.sage.models import AGGRS, BACKENDS, SAGE, batch_adjacency, prepare_adjacency, pyg_format_for
 
 # ogbn-products: 47 classes, 100 features, about 51 neighbours a node (2.4M nodes: --nodes scales it).
 PRODUCTS_SHAPE = dict(num_classes=47, num_features=100, avg_degree=51.0)
@@ -95,12 +95,13 @@ def full_batch_epoch(model, optimizer, x, y, adj_t, train_idx):
 
 
 def sampled_epoch(model, optimizer, loader, args, device):
-    """One pass over the loader; each sampled block becomes an adj_t as the full graph does."""
+    """One pass over the loader; each sampled subgraph becomes an adj_t used for one step
+    (``models.batch_adjacency``: ours CSR-only), its conversion inside the epoch's time."""
     model.train()
     total, count = 0.0, 0
     for batch in loader:
         batch = batch.to(device)
-        adj_t = adjacency(args, batch.edge_index, batch.num_nodes, device)
+        adj_t = batch_adjacency(args.backend, batch.edge_index, batch.num_nodes, pyg_format_for(args.aggr, device))
         optimizer.zero_grad()
         out = model(batch.x, adj_t)[: batch.batch_size]
         loss = F.cross_entropy(out, batch.y[: batch.batch_size].view(-1))

@@ -15,6 +15,7 @@ from .device import device_query
 from .explanation import Explanation
 from .native import MatrixFeatures
 from .paths import CHOICES, n_bucket
+from .pending import BUILD_AFTER_USES, PendingLayout
 
 
 class SelectionCache:
@@ -38,6 +39,7 @@ class SelectionCache:
         self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
         self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
         self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> settled path
+        self._light: dict = {}  # the same keys -> path while the layout is pending
 
     def _features_of(self, layout: MetcfLayout) -> MatrixFeatures:
         if self._features is None:
@@ -74,17 +76,26 @@ class SelectionCache:
             )
         return explanation
 
-    def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None):
+    def choose(self, layout: MetcfLayout | PendingLayout, n: int, dtype: torch.dtype, device=None):
         """(path, trial) of one product: the ``trials.Trial`` to run it through (``measure``)
-        when this product is to measure the choice, else None."""
+        when this product is to measure the choice, else None. A layout not built yet
+        (``pending``) runs its first ``BUILD_AFTER_USES`` products on the rows kernel and is built
+        for the next, which is chosen as any matrix's."""
         # Called on every product: one dict lookup on the caller's own arguments, no bucketing
         # or device normalisation once the choice for an N has settled.
         key = (n, dtype, device)
         choice = self._choices.get(key)
         if choice is not None:
             return choice, None
-        normalized = device if isinstance(device, torch.device) else torch.device(
-            layout.device if device is None else device)
+        if type(layout) is PendingLayout and not layout.is_built:
+            if layout.uses < BUILD_AFTER_USES:
+                layout.uses += 1
+                path = self._light.get(key)
+                if path is None:
+                    path = self._light[key] = layout.light_path(dtype, _device(device, layout))
+                return path, None
+            layout = layout.build()
+        normalized = _device(device, layout)
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
@@ -140,3 +151,8 @@ class SelectionCache:
 
     def __len__(self) -> int:
         return len(self._by_bucket.keys() | self._explanations.keys())
+
+
+def _device(device, layout) -> torch.device:
+    """``device`` as given to ``choose`` (a torch.device, a name, or None for the layout's)."""
+    return device if isinstance(device, torch.device) else torch.device(layout.device if device is None else device)

@@ -1,0 +1,134 @@
+"""GPU tests of ``TCSparseTensor.from_batch``: products of the CSR-only form run the rows kernel
+without building the Tensor-Core layout until the selector has counted its price in products,
+and equal the fully converted matrix's, forward and backward, in every kernel dtype; PyG layers
+on a CUDA bipartite block."""
+import copy
+
+import pytest
+import torch
+
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.selector.pending import BUILD_AFTER_USES, PendingLayout
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+NUM_SRC, NUM_DST = 3000, 700
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Relative to the largest reference value; both sides sum in float32, in another order.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def block(dtype, seed=0):
+    """A sampled block's shape: up to 15 sources per target, one long row (split into pieces)."""
+    g = torch.Generator().manual_seed(seed)
+    targets = torch.randint(0, NUM_DST - 1, (NUM_DST * 10,), generator=g)
+    targets[:600] = 3
+    edges = torch.stack([torch.randint(0, NUM_SRC, (targets.numel(),), generator=g), targets]).cuda()
+    weights = (torch.rand(targets.numel(), generator=g) + 0.5).to(device="cuda", dtype=dtype)
+    return edges, weights
+
+
+def is_pending(matrix) -> bool:
+    layout = matrix._structure.layout
+    return isinstance(layout, PendingLayout) and not layout.is_built
+
+
+def assert_close(ours, theirs, dtype):
+    scale = max(float(theirs.abs().max()), 1.0)
+    torch.testing.assert_close(ours.float(), theirs.float(), rtol=0, atol=TOLERANCE[dtype] * scale)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_light_products_run_rows_and_equal_the_converted_matrix(kernels, dtype, reduce):
+    edges, weights = block(dtype)
+    light = TCSparseTensor.from_batch(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    full = TCSparseTensor.from_edge_index(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    x = torch.randn(NUM_SRC, 128, device="cuda", dtype=dtype)
+    assert_close(light.matmul(x, reduce=reduce), full.matmul(x, reduce=reduce), dtype)
+    assert is_pending(light)
+    if reduce != "max":
+        s = light._structure
+        assert s.selection.choose(s.layout, 128, dtype, x.device)[0] == "rows"
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_distinct_edges_take_the_one_sort_build(kernels, weighted):
+    edges, weights = block(torch.float32, seed=7)
+    edges = torch.unique(edges, dim=1)
+    edges = edges[:, torch.randperm(edges.shape[1], device="cuda")]
+    weights = weights[: edges.shape[1]] if weighted else None
+    light = TCSparseTensor.from_batch(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    full = TCSparseTensor.from_edge_index(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    assert light._structure._derived["max_row_nnz"] == int(torch.bincount(edges[1]).max())
+    for ours, theirs in zip((light.crow_indices(), light.col_indices(), light.values()),
+                            (full.crow_indices(), full.col_indices(), full.values())):
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_light_gradients_equal_the_converted_matrix(kernels, dtype):
+    edges, weights = block(dtype, seed=1)
+    results = []
+    for build in (TCSparseTensor.from_batch, TCSparseTensor.from_edge_index):
+        values = weights.clone().requires_grad_()
+        matrix = build(edges, values, num_nodes=(NUM_SRC, NUM_DST))
+        x = torch.randn(NUM_SRC, 64, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(2))
+        x.requires_grad_()
+        y = matrix @ x
+        weight = torch.randn(y.shape, device="cuda", dtype=dtype, generator=torch.Generator("cuda").manual_seed(3))
+        results.append([y, *torch.autograd.grad((y * weight).float().sum(), (x, values))])
+    for ours, theirs in zip(*results):
+        assert_close(ours, theirs, dtype)
+
+
+def test_the_layout_is_built_after_its_price_in_products(kernels):
+    edges, weights = block(torch.float32, seed=4)
+    light = TCSparseTensor.from_batch(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    full = TCSparseTensor.from_edge_index(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    x = torch.randn(NUM_SRC, 128, device="cuda")
+    for _ in range(BUILD_AFTER_USES):
+        light @ x
+    assert is_pending(light)
+    assert_close(light @ x, full @ x, torch.float32)
+    assert not is_pending(light)
+    torch.testing.assert_close(light.t().to_dense(), full.t().to_dense())
+
+
+def test_a_light_matrix_moved_to_cuda_stays_light(kernels):
+    edges, weights = block(torch.float32, seed=5)
+    light = TCSparseTensor.from_batch(edges.cpu(), weights.cpu(), num_nodes=(NUM_SRC, NUM_DST)).cuda()
+    assert is_pending(light) and light.device.type == "cuda"
+    full = TCSparseTensor.from_edge_index(edges, weights, num_nodes=(NUM_SRC, NUM_DST))
+    x = torch.randn(NUM_SRC, 32, device="cuda")
+    assert_close(light @ x, full @ x, torch.float32)
+    assert is_pending(light)
+
+
+pyg_nn = pytest.importorskip("torch_geometric.nn")
+
+
+@pytest.mark.parametrize("aggr", ["mean", "max"])
+def test_sage_on_a_light_cuda_block(kernels, aggr):
+    from torch_tcsparse.nn import fused
+
+    edges, weights = block(torch.float32, seed=6)
+    ones = torch.ones_like(weights)
+    light = TCSparseTensor.from_batch(edges, ones, num_nodes=(NUM_SRC, NUM_DST))
+    reference_adj = TCSparseTensor.from_edge_index(edges.cpu(), ones.cpu().double(),
+                                                   num_nodes=(NUM_SRC, NUM_DST)).to_torch_csr()
+    torch.manual_seed(0)
+    layer = fused(pyg_nn.SAGEConv)(16, 8, aggr=aggr).double()
+    x_src, x_dst = torch.randn(NUM_SRC, 16, dtype=torch.float64), torch.randn(NUM_DST, 16, dtype=torch.float64)
+
+    def run(model, adj_t, device, dtype):
+        xs = x_src.to(device=device, dtype=dtype).requires_grad_()
+        xd = x_dst.to(device=device, dtype=dtype).requires_grad_()
+        out = model((xs, xd), adj_t)
+        out.double().sum().backward()
+        return [out, xs.grad, xd.grad]
+
+    ours = run(copy.deepcopy(layer).cuda().float(), light, "cuda", torch.float32)
+    expected = run(copy.deepcopy(layer), reference_adj, "cpu", torch.float64)
+    for got, want in zip(ours, expected):
+        torch.testing.assert_close(got.double().cpu(), want, rtol=0, atol=5e-3 * max(float(want.abs().max()), 1.0))
