@@ -16,7 +16,7 @@ import copy
 
 import torch
 
-from . import product, serialization
+from . import flattening, product, serialization
 from .conversion import build_structure
 from .formats import inputs
 from .formats.csr import CSR, check_values, torch_csr
@@ -235,6 +235,21 @@ class TCSparseTensor(torch.Tensor):
         memo[id(self)] = copied
         return copied
 
+    # Traceable wrapper subclass: torch.compile takes the matrix as an input of the compiled
+    # function through its values (the one tensor that may change between calls or need a
+    # gradient); the index structure rides in the context, which the compiled code guards on.
+
+    def __tensor_flatten__(self):
+        # The protocol reads the inner tensors as attributes, by name.
+        for name, tensor in flattening.index_tensors(self._structure).items():
+            setattr(self, name, tensor)
+        return ["_values", *flattening.INDEX_NAMES], flattening.StructureRef(self._structure)
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, context, outer_size, outer_stride):
+        indices = {name: inner_tensors[name] for name in flattening.INDEX_NAMES}
+        return TCSparseTensor(flattening.with_index_tensors(context.structure, indices), inner_tensors["_values"])
+
     # torch function protocol.
 
     @classmethod
@@ -277,6 +292,15 @@ def _sparse_mm(a, x, reduce="sum"):
     return a.matmul(x, reduce=reduce)
 
 
+def _layout(a):
+    """torch.sparse_csr to code that reads the layout, eager or traced. torch.compile refuses to
+    take a sparse-layout tensor as an input; while it wraps the matrix (outside traced code, with
+    a tracing context set) the matrix reports the layout of what it holds: strided values."""
+    if not torch.compiler.is_dynamo_compiling() and torch._guards.TracingContext.try_get() is not None:
+        return torch.strided
+    return torch.sparse_csr
+
+
 def _crow_indices(a):
     return a._structure.rowptr
 
@@ -308,7 +332,7 @@ _HANDLED = {
     torch.Tensor.t: lambda a: a.t(),
     # A sparse CSR matrix to code that asks (PyG's MessagePassing and spmm): its layout and its
     # canonical CSR arrays, read-only views of what the matrix holds.
-    torch.Tensor.layout.__get__: lambda a: torch.sparse_csr,
+    torch.Tensor.layout.__get__: _layout,
     torch.Tensor.crow_indices: _crow_indices,
     torch.Tensor.col_indices: _col_indices,
     torch.Tensor.values: _values,
