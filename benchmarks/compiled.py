@@ -121,6 +121,9 @@ def epoch_function(adj, x, labels, hidden: int, classes: int, options: dict | No
 
 
 def measure(name: str, args, device: torch.device) -> dict:
+    # Each graph compiles afresh: compiled code of the previous graph would make the compiler
+    # trace this one with dynamic shapes (and count towards its recompilation limit).
+    torch._dynamo.reset()
     graph, row, col, nodes = load_graph(name, device, args.fallback_nnz or FALLBACK_NNZ.get(name, 10_000))
     adj = adjacency(row, col, nodes)
     generator = torch.Generator().manual_seed(1)
