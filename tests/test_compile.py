@@ -46,7 +46,7 @@ def test_op_traces_fullgraph_with_dynamic_shapes_and_neighbours(case):
         torch.testing.assert_close(compiled(x, a._structure.to_block_order(a.csr.values)), torch.relu(dense @ x) * 2)
 
 
-GRAPH_BREAK_ROUTES = {
+PRODUCT_ROUTES = {
     "@": lambda a, x: a @ x,
     "torch.sparse.mm": torch.sparse.mm,
     "torch.matmul": torch.matmul,
@@ -54,22 +54,22 @@ GRAPH_BREAK_ROUTES = {
 }
 
 
-@pytest.mark.parametrize("route", list(GRAPH_BREAK_ROUTES))
+@pytest.mark.parametrize("route", list(PRODUCT_ROUTES))
 def test_function_with_sparse_product_compiles_to_eager_result(case, route):
     a, dense, x = case
-    product = GRAPH_BREAK_ROUTES[route]
+    product = PRODUCT_ROUTES[route]
     compiled = torch.compile(lambda a, x: torch.tanh(product(a, x)) + 1)
     torch.testing.assert_close(compiled(a, x), torch.tanh(dense @ x) + 1)
 
 
 FULLGRAPH_ROUTES = {
+    "@": lambda a, x: a @ x,
+    "torch.sparse.mm": torch.sparse.mm,
     "torch.matmul": lambda a, x: torch.matmul(a, x),
     "torch.mm": lambda a, x: torch.mm(a, x),
     "A.matmul": lambda a, x: a.matmul(x),
     "Tensor.matmul": lambda a, x: torch.Tensor.matmul(a, x),
 }
-# ``a @ x`` and ``torch.sparse.mm(a, x)`` compile with a graph break at the product (README,
-# "Under torch.compile"); test_function_with_sparse_product_compiles_to_eager_result covers their results.
 
 
 @pytest.mark.parametrize("route", list(FULLGRAPH_ROUTES))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import csr_rows, ops
+from . import flattening, ops
 from .engines import ENGINES, Engine, extreme, kernels_apply, resolve
 from .engines.autograd import Product
 from .paths import REDUCTION_ALIASES, REDUCTIONS
@@ -20,6 +20,8 @@ def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None, 
     combines the products of a row (``paths.REDUCTIONS``)."""
     # The per-call path reads the plain tensors the subclass holds: attributes of the subclass
     # itself (shape, device, dtype) go through __torch_function__ on every access.
+    if torch.compiler.is_compiling() and matrix.requires_grad:
+        matrix = _connected(matrix)
     autocast_dtype = _autocast_dtype(matrix._values, other)
     if autocast_dtype is not None:
         bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
@@ -44,6 +46,10 @@ def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: 
         # count: every sum path, its backward and the kernels' precision serve it unchanged.
         matrix = _mean_matrix(matrix)
     s = matrix._structure
+    if torch.compiler.is_compiling():
+        n = x.shape[1]
+        return _run(matrix, x, _traced_path(s, path, n if isinstance(n, int) else None, x.dtype, x.device),
+                    bias, mean)
     trial = None
     if path == "auto" and kernels_apply(x):
         path, trial = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
@@ -68,10 +74,12 @@ def _extreme(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, redu
     """A @ X with ``reduce`` "max" or "min" (+ bias on every row) for a checked 2-D X:
     ``engines/extreme.py``."""
     s, values = matrix._structure, matrix._values
-    path = extreme.resolve(path, x, s.rowptr)
     if torch.compiler.is_compiling():
+        path = _traced_extreme_path(path, x.dtype, x.device, s.rowptr.dtype)
         y = ops.spmm_extreme(x, values, s.rowptr, s.col, reduce, path)[0]
-    elif torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
+        return y if bias is None else y + bias
+    path = extreme.resolve(path, x, s.rowptr)
+    if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
         y = extreme.ExtremeProduct.apply(x, values, s.rowptr, s.col, reduce, path)
     else:
         y = extreme.output(x, values, s.rowptr, s.col, reduce, path)
@@ -143,6 +151,11 @@ def transposed_operands(matrix, engine: Engine):
             return operands_of(matrix, engine)
         return engine.prepare(transposed._structure, transposed._values)
 
+    if torch.compiler.is_compiling():
+        # An eager backward inside a function the compiler runs piecewise (a training step
+        # around loss.backward()): the transpose is built outside the compiler, which would
+        # otherwise split the matrix's construction across graphs.
+        build = torch.compiler.disable(build)
     return matrix._cache.get((engine.operand_key, "transposed"), build)
 
 
@@ -159,24 +172,52 @@ def _traced(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, mean:
 
 
 def _op_row_pieces(structure, path: str, with_transpose: bool) -> list[torch.Tensor]:
-    """``tcsparse::spmm``'s ``row_pieces``: the structure's splits of its canonical CSR (and of the
-    transpose's), kept across calls. A split not built yet is built outside the compiled graph
-    (its size is data-dependent)."""
+    """``tcsparse::spmm``'s ``row_pieces``: the splits of the canonical CSR (and of the
+    transpose's) that travel with the matrix (``flattening``): built on the host once, never in
+    the graph, whose size they would make data-dependent."""
     if path != "rows":
         return []
-    structures = (structure, structure.transposed()) if with_transpose else (structure,)
+    pieces = flattening.traced_row_pieces(structure)
+    return pieces + flattening.traced_row_pieces(structure.transposed()) if with_transpose else pieces
 
-    def splits():
-        size = csr_rows.piece_size()
-        return [t for s in structures for t in s.row_pieces(size, canonical=True)[:3]]
 
-    return torch.compiler.disable(splits)()
+def _traced_path(structure, path: str, n: int | None, dtype: torch.dtype, device: torch.device) -> str:
+    """The engine a traced product runs: ``path`` as given, or for "auto" the selector's choice
+    for the structure the traced one stands for, at ``n`` columns (None: N varies between calls;
+    then "base" where the kernels apply, as ``resolve`` picks). The compiler runs this at trace
+    time and keeps the answer as a constant of the graph (``assume_constant_result``): a Python
+    side choice per (matrix, N, dtype), which the graph's guards on the matrix and X cover. The
+    choice is not measured here (``trials``); a later measured choice leaves compiled code on
+    the predicted path."""
+    probe = torch.empty(0, dtype=dtype, device=device)
+    if path == "auto" and n is not None and kernels_apply(probe):
+        s = flattening.source_of(structure)
+        path = s.selection.choose(s.layout, n, dtype, device)[0]
+    return resolve(path, probe)
+
+
+def _traced_extreme_path(path: str, dtype: torch.dtype, device: torch.device, index_dtype: torch.dtype) -> str:
+    """``extreme.resolve`` for a traced max/min product, run at trace time like ``_traced_path``."""
+    return extreme.resolve(path, torch.empty(0, dtype=dtype, device=device), torch.empty(0, dtype=index_dtype))
+
+
+# What torch._dynamo.assume_constant_result sets: the compiler calls the function at trace time
+# and keeps its result; set here so that importing the package does not import the compiler.
+_traced_path._dynamo_marked_constant = True
+_traced_extreme_path._dynamo_marked_constant = True
+
+
+def _connected(matrix):
+    """A matrix taken by a compiled function as an input, whose values need a gradient: the same
+    matrix reading its values through ``flattening.Unwrap``, so that their gradient becomes the
+    input's (which ``flattening.Wrap`` hands on to the values)."""
+    return type(matrix)(matrix._structure, flattening.Unwrap.apply(matrix, type(matrix)))
 
 
 def _in_dtype(matrix, dtype: torch.dtype):
     """The matrix with values in ``dtype``; kept while the values need no gradient (and do not
     change), so a model under autocast converts them once, not at every product."""
-    if matrix._values.requires_grad:
+    if matrix._values.requires_grad or torch.compiler.is_compiling():
         return matrix.to(dtype)
     return matrix._cache.get(("cast", dtype), lambda: matrix.to(dtype))
 

@@ -16,7 +16,7 @@ import copy
 
 import torch
 
-from . import product, serialization
+from . import flattening, product, serialization
 from .conversion import build_batch_structure, build_structure
 from .formats import inputs
 from .formats.csr import CSR, check_values, torch_csr
@@ -34,13 +34,12 @@ class TCSparseTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, structure: Structure, values: torch.Tensor):
-        out = torch.Tensor._make_wrapper_subclass(
-            cls, (structure.num_rows, structure.num_cols), dtype=values.dtype, device=values.device
-        )
-        out._structure = structure
-        out._values = values
-        out._cache = OperandCache(values)
-        return out
+        if values.requires_grad and not torch.compiler.is_compiling():
+            # The matrix requires grad too, linked to its values: a compiled function that takes
+            # it as an input sends the values' gradient through it (flattening.py).
+            with torch.enable_grad():
+                return flattening.Wrap.apply(_wrapper, structure, values)
+        return _wrapper(structure, values)
 
     @classmethod
     def _build(cls, csr: CSR, window=16, reorder="none", symmetric=None, seed=0) -> "TCSparseTensor":
@@ -95,7 +94,7 @@ class TCSparseTensor(torch.Tensor):
     @property
     def csr(self) -> CSR:
         """Canonical CSR (rows and columns in the user's order, duplicates summed)."""
-        return self._structure.csr(self._values)
+        return self._structure.csr(live_values(self))
 
     @property
     def nnz(self) -> int:
@@ -126,7 +125,7 @@ class TCSparseTensor(torch.Tensor):
         if dtype not in VALUE_DTYPES:
             raise TypeError(f"TCSparseTensor values must be a floating dtype, got {dtype}")
         structure = self._structure if device == self.device else self._structure.to(device)
-        return TCSparseTensor(structure, self._values.to(device=device, dtype=dtype))
+        return TCSparseTensor(structure, live_values(self).to(device=device, dtype=dtype))
 
     def half(self) -> "TCSparseTensor":
         return self.to(torch.float16)
@@ -245,6 +244,23 @@ class TCSparseTensor(torch.Tensor):
         memo[id(self)] = copied
         return copied
 
+    # Traceable wrapper subclass: torch.compile takes the matrix as an input of the compiled
+    # function through its values and every index array a traced product reads (flattening.py);
+    # the structure rides in the context, which the compiled code guards on.
+
+    def __tensor_flatten__(self):
+        tensors, context = flattening.flatten(self._structure)
+        # The protocol reads the inner tensors as attributes, by name.
+        if self.__dict__.get("_flattened") is not tensors:
+            self.__dict__.update(tensors)
+            self._flattened = tensors
+        return ["_values", *flattening.INDEX_NAMES], context
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, context, outer_size, outer_stride):
+        indices = {name: inner_tensors[name] for name in flattening.INDEX_NAMES}
+        return _wrapper(flattening.unflatten(context, indices), inner_tensors["_values"])
+
     # torch function protocol.
 
     @classmethod
@@ -258,11 +274,41 @@ class TCSparseTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.detach.default:
+            # The compiler detaches a matrix input that requires grad to take it in.
+            matrix = args[0]
+            return _wrapper(matrix._structure, matrix._values.detach())
         raise TypeError(
             f"TCSparseTensor does not support {func}: it supports A @ X, torch.matmul, torch.mm, "
             "torch.sparse.mm, .t(), .to(), .with_values(), .crow_indices(), .col_indices(), .values(); "
             "convert with .to_dense() or .to_torch_csr() first"
         )
+
+
+def _wrapper(structure: Structure, values: torch.Tensor) -> TCSparseTensor:
+    """The matrix of ``structure`` and ``values``, with no autograd link of its own."""
+    out = torch.Tensor._make_wrapper_subclass(
+        TCSparseTensor, (structure.num_rows, structure.num_cols), dtype=values.dtype, device=values.device
+    )
+    out._structure = structure
+    out._values = values
+    out._cache = OperandCache(values)
+    # What torch._dynamo.mark_static_address sets: a matrix taken by a compiled function is a
+    # static input of its CUDA graphs, every flattened array read in place, none copied into the
+    # graph's own buffers at each replay (a copy per index array would cost a small graph's
+    # product many times over). A matrix of new values is recaptured, so a training loop passes
+    # the same matrix (its values may change in place) or builds it inside the compiled function.
+    out._dynamo_static_input_type = "unguarded"
+    return out
+
+
+def live_values(matrix: TCSparseTensor) -> torch.Tensor:
+    """The matrix's values as autograd reaches them. Inside a compiled function a matrix input
+    whose values require grad is one input to autograd: its values are read through
+    ``flattening.Unwrap``, which hands their gradient back as the matrix's."""
+    if torch.compiler.is_compiling() and matrix.requires_grad:
+        return flattening.Unwrap.apply(matrix, TCSparseTensor)
+    return matrix._values
 
 
 def _reject_right_operand(*args, **kwargs):
@@ -287,6 +333,15 @@ def _sparse_mm(a, x, reduce="sum"):
     return a.matmul(x, reduce=reduce)
 
 
+def _layout(a):
+    """torch.sparse_csr to code that reads the layout, eager or traced. torch.compile refuses to
+    take a sparse-layout tensor as an input; while it wraps the matrix (outside traced code, with
+    a tracing context set) the matrix reports the layout of what it holds: strided values."""
+    if not torch.compiler.is_dynamo_compiling() and torch._guards.TracingContext.try_get() is not None:
+        return torch.strided
+    return torch.sparse_csr
+
+
 def _crow_indices(a):
     return a._structure.rowptr
 
@@ -296,7 +351,7 @@ def _col_indices(a):
 
 
 def _values(a):
-    return a._values
+    return live_values(a)
 
 
 def _rebuild(state: dict) -> TCSparseTensor:
@@ -318,7 +373,7 @@ _HANDLED = {
     torch.Tensor.t: lambda a: a.t(),
     # A sparse CSR matrix to code that asks (PyG's MessagePassing and spmm): its layout and its
     # canonical CSR arrays, read-only views of what the matrix holds.
-    torch.Tensor.layout.__get__: lambda a: torch.sparse_csr,
+    torch.Tensor.layout.__get__: _layout,
     torch.Tensor.crow_indices: _crow_indices,
     torch.Tensor.col_indices: _col_indices,
     torch.Tensor.values: _values,

@@ -1,0 +1,211 @@
+"""Eager against ``torch.compile`` on small graphs: one product ``A @ X`` and one GCN epoch.
+
+On graphs of a few thousand rows a product is mostly host work (Python, checks, launches), which
+CUDA graphs remove: ``mode="reduce-overhead"`` replays the captured kernels of a compiled
+function with the matrix as its input. Per graph this times
+
+- the product ``A @ X`` (N columns, float32): median microseconds per call over back-to-back
+  calls between CUDA events, after warm-up, eager and compiled;
+- one epoch of a 2-layer GCN (``torch_tcsparse.nn.GCNConv``, in -> hidden -> classes): forward,
+  cross-entropy, backward and an Adam step, eager and with forward and loss compiled (their
+  backward is the compiled graph's; the optimizer runs eagerly in both).
+
+Targets it reports: compiled epochs at least ``EPOCH_SPEEDUP_TARGET`` times faster than eager, a
+compiled product at most ``PRODUCT_US_TARGET`` microseconds. Real graphs are the small ones the
+other benchmarks read (``graph_data.corpus.real_loader``); a graph whose file is absent is
+replaced by a generated one of about its size. On the CPU (``--device cpu``) the times are
+wall-clock medians and inductor compiles without CUDA graphs.
+
+    python -m benchmarks.compiled --graphs planetoid_cora,planetoid_citeseer,planetoid_pubmed
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from benchmarks.common import out_dir, write_csv
+from graph_data import corpus, npz
+
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.nn import GCNConv
+
+GRAPHS = ("planetoid_cora", "planetoid_citeseer", "planetoid_pubmed")
+# Nonzeros of the generated graph that stands in for a real one whose file is absent.
+FALLBACK_NNZ = {"planetoid_cora": 10_556, "planetoid_citeseer": 9_104, "planetoid_pubmed": 88_648}
+EPOCH_SPEEDUP_TARGET = 1.5
+PRODUCT_US_TARGET = 10.0
+
+
+def load_graph(name: str, device: torch.device, fallback_nnz: int) -> tuple[str, torch.Tensor, torch.Tensor, int]:
+    """(name, row, col, nodes) of the real graph ``name``, or of a generated uniform graph of
+    ``fallback_nnz`` nonzeros (named ``uniform_<nnz>``) when its file is absent."""
+    path = next((p for p in npz.list_graphs() if p.stem == name), None)
+    if path is not None:
+        row, col, nodes = corpus.real_loader(path)(device)
+        return name, row, col, nodes
+    row, col, nodes = corpus.generate("uniform", fallback_nnz, seed=0, device=device)
+    return f"uniform_{fallback_nnz}", row, col, nodes
+
+
+def adjacency(row: torch.Tensor, col: torch.Tensor, nodes: int) -> TCSparseTensor:
+    generator = torch.Generator().manual_seed(0)
+    values = (torch.rand(row.numel(), generator=generator) + 0.5).to(row.device)
+    return TCSparseTensor.from_coo(row, col, values, (nodes, nodes))
+
+
+def compile_options(backend: str) -> dict:
+    """``torch.compile``'s arguments: inductor with CUDA graphs, or another backend as given."""
+    return {"backend": "inductor", "mode": "reduce-overhead"} if backend == "inductor" else {"backend": backend}
+
+
+def median_us(fn, device: torch.device, calls: int, samples: int, warmup: int) -> float:
+    """Median microseconds per call of ``fn()`` over ``samples`` samples of ``calls``
+    back-to-back calls: CUDA events on a GPU, the host clock on the CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(samples):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / calls)
+        else:
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - start) * 1e6 / calls)
+    return statistics.median(times)
+
+
+class TwoLayerGCN(torch.nn.Module):
+    def __init__(self, features: int, hidden: int, classes: int):
+        super().__init__()
+        self.conv1 = GCNConv(features, hidden, normalize=False)
+        self.conv2 = GCNConv(hidden, classes, normalize=False)
+
+    def forward(self, x, adj):
+        return self.conv2(self.conv1(x, adj).relu(), adj)
+
+
+def epoch_function(adj, x, labels, hidden: int, classes: int, options: dict | None):
+    """One training epoch as a function of no argument (a fresh model, seeded), eager where
+    ``options`` is None, else with forward and loss compiled with ``options``."""
+    torch.manual_seed(0)
+    model = TwoLayerGCN(x.shape[1], hidden, classes).to(x.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def loss_of(x, adj, labels):
+        return torch.nn.functional.cross_entropy(model(x, adj), labels)
+
+    compiled = loss_of if options is None else torch.compile(loss_of, fullgraph=True, **options)
+    cudagraphs = options is not None and options.get("mode") == "reduce-overhead" and x.is_cuda
+
+    def epoch():
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        optimizer.zero_grad(set_to_none=False)
+        loss = compiled(x, adj, labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return epoch
+
+
+def measure(name: str, args, device: torch.device) -> dict:
+    # Each graph compiles afresh: compiled code of the previous graph would make the compiler
+    # trace this one with dynamic shapes (and count towards its recompilation limit).
+    torch._dynamo.reset()
+    graph, row, col, nodes = load_graph(name, device, args.fallback_nnz or FALLBACK_NNZ.get(name, 10_000))
+    adj = adjacency(row, col, nodes)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(nodes, args.n, generator=generator).to(device)
+    features = torch.randn(nodes, args.features, generator=generator).to(device)
+    labels = torch.randint(0, args.classes, (nodes,), generator=generator).to(device)
+    options = compile_options(args.backend)
+    timing = {"calls": args.calls, "samples": args.samples, "warmup": args.warmup}
+
+    def product(a, x):
+        return a @ x
+
+    compiled_product = torch.compile(product, fullgraph=True, **options)
+    expected = adj @ x
+    error = float((compiled_product(adj, x) - expected).abs().max() / expected.abs().max().clamp(min=1e-30))
+    eager_product_us = median_us(lambda: product(adj, x), device, **timing)
+    compiled_product_us = median_us(lambda: compiled_product(adj, x), device, **timing)
+
+    epochs = {}
+    for mode, mode_options in (("eager", None), ("compiled", options)):
+        epoch = epoch_function(adj, features, labels, args.hidden, args.classes, mode_options)
+        epochs[mode] = median_us(epoch, device, calls=1, samples=args.epochs, warmup=args.warmup) / 1e3
+    speedup = epochs["eager"] / epochs["compiled"]
+    path = adj._structure.selection.settled(args.n, x.dtype, device) or "csr"
+    return {
+        "graph": graph, "nodes": nodes, "nnz": adj.nnz, "device": str(device), "backend": args.backend,
+        "n": args.n, "path": path, "rel_error": error,
+        "product_eager_us": eager_product_us, "product_compiled_us": compiled_product_us,
+        "epoch_eager_ms": epochs["eager"], "epoch_compiled_ms": epochs["compiled"], "epoch_speedup": speedup,
+        "meets_epoch_target": speedup >= EPOCH_SPEEDUP_TARGET,
+        "meets_product_target": compiled_product_us <= PRODUCT_US_TARGET,
+    }
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'graph':<22}{'nnz':>9}{'path':>6}{'A@X eager us':>14}{'compiled us':>13}"
+          f"{'epoch eager ms':>16}{'compiled ms':>13}{'speed-up':>10}")
+    for r in rows:
+        print(f"{r['graph']:<22}{r['nnz']:>9}{r['path']:>6}{r['product_eager_us']:>14.1f}"
+              f"{r['product_compiled_us']:>13.1f}{r['epoch_eager_ms']:>16.3f}{r['epoch_compiled_ms']:>13.3f}"
+              f"{r['epoch_speedup']:>9.2f}x")
+    print(f"targets: compiled epoch >= {EPOCH_SPEEDUP_TARGET}x eager on "
+          f"{sum(r['meets_epoch_target'] for r in rows)}/{len(rows)} graphs; compiled product <= "
+          f"{PRODUCT_US_TARGET:g} us on {sum(r['meets_product_target'] for r in rows)}/{len(rows)}")
+
+
+def parse(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated real graph names")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--backend", default="inductor",
+                        help='"inductor" (mode="reduce-overhead") or another torch.compile backend')
+    parser.add_argument("--n", type=int, default=64, help="columns of X in the product")
+    parser.add_argument("--features", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--classes", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=50, help="back-to-back calls per product sample")
+    parser.add_argument("--samples", type=int, default=20, help="product samples (median)")
+    parser.add_argument("--epochs", type=int, default=30, help="timed epochs (median)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--fallback-nnz", type=int, default=None,
+                        help="nonzeros of the generated graph replacing an absent one (default: about its size)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    for name in ("n", "features", "hidden", "classes", "calls", "samples", "epochs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be non-negative, got {args.warmup}")
+    return args
+
+
+def main(argv=None) -> list[dict]:
+    args = parse(argv)
+    device = torch.device(args.device)
+    rows = [measure(name, args, device) for name in args.graphs.split(",") if name]
+    print_table(rows)
+    suffix = torch.cuda.get_device_name(device).split()[-1].lower() if device.type == "cuda" else "cpu"
+    path = write_csv(out_dir(args.out) / f"compiled_{suffix}.csv", rows)
+    print(f"wrote {path}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

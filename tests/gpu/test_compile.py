@@ -1,0 +1,158 @@
+"""torch.compile on a GPU with a TCSparseTensor as an input of the compiled function: no graph
+break, eager-equal products and gradients (X and values) on every path the selector can choose,
+and a GCN training step under CUDA graphs (``mode="reduce-overhead"``) whose losses equal the
+eager ones step for step. Each path is forced by answering the selector's choice with it."""
+import pytest
+import torch
+
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.nn import GCNConv
+from torch_tcsparse.paths import SELECTOR_PATHS
+from torch_tcsparse.selector.cache import SelectionCache
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """force(path): every choice the selector makes from now on is ``path``."""
+    def force(path):
+        monkeypatch.setattr(SelectionCache, "choose", lambda self, layout, n, dtype, device=None: (path, None))
+    return force
+
+
+def graph(nodes=300, edges=2400, hub=True, seed=0):
+    """A symmetric adjacency with a hub row (long enough for the "rows" path to split it)."""
+    generator = torch.Generator().manual_seed(seed)
+    row = torch.randint(0, nodes, (edges,), generator=generator)
+    col = torch.randint(0, nodes, (edges,), generator=generator)
+    if hub:
+        row = torch.cat([row, torch.zeros(nodes, dtype=torch.long)])
+        col = torch.cat([col, torch.arange(nodes)])
+    edge_index = torch.stack([torch.cat([row, col]), torch.cat([col, row])])
+    weight = torch.rand(edge_index.shape[1], generator=generator) + 0.5
+    return TCSparseTensor.from_edge_index(edge_index, weight, num_nodes=nodes).cuda()
+
+
+ROUTES = {
+    "@": lambda a, x: a @ x,
+    "torch.sparse.mm": torch.sparse.mm,
+    "A.matmul mean": lambda a, x: a.matmul(x, reduce="mean"),
+    "A.matmul max": lambda a, x: a.matmul(x, reduce="max"),
+    "torch.sparse.mm amin": lambda a, x: torch.sparse.mm(a, x, "amin"),
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_explain_finds_no_graph_break(kernels, route):
+    a = graph()
+    x = torch.randn(a.shape[1], 16, device="cuda")
+    explanation = torch._dynamo.explain(ROUTES[route])(a, x)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+
+
+def outputs_and_gradients(fn, a, x):
+    weights = a.csr.values.detach().clone().requires_grad_()
+    x = x.clone().requires_grad_()
+    y = fn(a.with_values(weights), x)
+    (y * torch.linspace(-1, 1, y.shape[1], device=y.device)).sum().backward()
+    return y.detach(), x.grad, weights.grad
+
+
+@pytest.mark.parametrize("path", SELECTOR_PATHS)
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_compiled_product_matches_eager_on_every_path(kernels, forced, path, route):
+    forced(path)
+    a = graph()
+    x = torch.randn(a.shape[1], 16, device="cuda")
+    eager = outputs_and_gradients(ROUTES[route], a, x)
+    compiled = outputs_and_gradients(torch.compile(ROUTES[route], fullgraph=True), a, x)
+    for got, expected in zip(compiled, eager):
+        torch.testing.assert_close(got, expected, **TOLERANCE)
+
+
+class TwoLayerGCN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = GCNConv(16, 32, normalize=False)
+        self.conv2 = GCNConv(32, 4, normalize=False)
+
+    def forward(self, x, adj):
+        return self.conv2(self.conv1(x, adj).relu(), adj)
+
+
+def gcn_losses(adj, compiled: bool, steps: int = 5):
+    torch.manual_seed(0)
+    x = torch.randn(adj.shape[0], 16, device="cuda")
+    labels = torch.randint(0, 4, (adj.shape[0],), device="cuda")
+    model = TwoLayerGCN().cuda()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def loss_of(x, adj, labels):
+        return torch.nn.functional.cross_entropy(model(x, adj), labels)
+
+    if compiled:
+        loss_of = torch.compile(loss_of, fullgraph=True, mode="reduce-overhead")
+    losses = []
+    for _ in range(steps):
+        if compiled:
+            torch.compiler.cudagraph_mark_step_begin()
+        optimizer.zero_grad(set_to_none=False)
+        loss = loss_of(x, adj, labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach().clone())
+    return torch.stack(losses)
+
+
+@pytest.mark.parametrize("path", SELECTOR_PATHS)
+def test_reduce_overhead_gcn_step_matches_eager_on_every_path(kernels, forced, path):
+    forced(path)
+    adj = graph()
+    torch.testing.assert_close(gcn_losses(adj, compiled=True), gcn_losses(adj, compiled=False), **TOLERANCE)
+
+
+def test_reduce_overhead_gcn_step_on_the_selectors_choice(kernels):
+    adj = graph(hub=False)
+    torch.testing.assert_close(gcn_losses(adj, compiled=True), gcn_losses(adj, compiled=False), **TOLERANCE)
+
+
+def test_learnable_edge_weights_get_the_eager_gradient_under_cuda_graphs(kernels):
+    adj = graph()
+    x = torch.randn(adj.shape[1], 16, device="cuda")
+
+    def gradient(compiled):
+        weights = adj.csr.values.detach().clone().requires_grad_()
+        fn = lambda a, x: (a @ x).square().sum()  # noqa: E731
+        if compiled:
+            fn = torch.compile(fn, fullgraph=True, mode="reduce-overhead")
+            torch.compiler.cudagraph_mark_step_begin()
+        fn(adj.with_values(weights), x).backward()
+        return weights.grad
+
+    torch.testing.assert_close(gradient(True), gradient(False), **TOLERANCE)
+
+
+def test_deterministic_mode_recompiles_with_unsplit_rows(kernels, forced):
+    forced("rows")
+    adj = graph()
+    x = torch.randn(adj.shape[1], 16, device="cuda")
+    compiled = torch.compile(lambda a, x: a @ x, fullgraph=True)
+    split = compiled(adj, x)
+    torch.use_deterministic_algorithms(True)
+    try:
+        unsplit = compiled(adj, x)
+        torch.testing.assert_close(unsplit, adj @ x, **TOLERANCE)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    torch.testing.assert_close(split, unsplit, **TOLERANCE)
