@@ -70,6 +70,13 @@ def test_a_product_leaves_the_layout_pending():
     assert is_pending(light)
 
 
+def test_printing_leaves_the_layout_pending():
+    light, full = pair()
+    assert "tc_blocks=pending" in repr(light)
+    assert is_pending(light)
+    assert f"tc_blocks={full._structure.layout.num_blocks}" in repr(full)
+
+
 def test_transposed_values_need_no_layout():
     light, full = pair()
     values = light.values().clone().requires_grad_()

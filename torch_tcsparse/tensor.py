@@ -23,6 +23,7 @@ from .formats.csr import CSR, check_values, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
 from .operands import OperandCache
 from .paths import VALUE_DTYPES
+from .selector.pending import PendingLayout
 from .structure import Structure
 
 
@@ -188,10 +189,13 @@ class TCSparseTensor(torch.Tensor):
         return sp.csr_matrix((values.numpy(), s.col.cpu().numpy(), s.rowptr.cpu().numpy()), shape=tuple(self.shape))
 
     def __repr__(self, *, tensor_contents=None) -> str:
-        stats = self._structure.layout
+        # Printing a CSR-only matrix must not build its layout: the blocks are "pending" until then.
+        layout = self._structure.layout
+        built = not isinstance(layout, PendingLayout) or layout.is_built
+        blocks = layout.num_blocks if built else "pending"
         return (
             f"TCSparseTensor(shape={tuple(self.shape)}, nnz={self.nnz}, dtype={self.dtype}, device={self.device}, "
-            f"window={stats.window}, tc_blocks={stats.num_blocks}, reorder={self._structure.method!r})"
+            f"window={self._structure.window}, tc_blocks={blocks}, reorder={self._structure.method!r})"
         )
 
     # Multiplication.
