@@ -8,12 +8,29 @@ from typing import NamedTuple
 import torch
 
 from . import csr_rows
+from .formats import native
 from .formats.csr import CSR, transpose_pattern
 from .formats import grouped as grouped_format
 from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay, split_sizes
 from .formats.metcf import build_layout
 from .reorder.locality import share_ratio
 from .selector import MatrixFeatures, SelectionCache, device_model, grouped_split
+
+
+def _linked_gathers(order: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor, both: bool):
+    """Entry p of the transpose's CSR is our CSR entry ``order[p]``; ``ours`` and ``theirs`` are
+    the CSR-to-block gathers. Returns ``gather[ours[order[p]]] = theirs[p]`` (our layout's
+    ``transpose_gather``) and, where ``both``, its inverse (the transpose's; else None)."""
+    lib = native.usable(order, ours, theirs)
+    if lib is not None:
+        return native.link_gathers(lib, order, ours, theirs, both)
+    # index_select and index_add_ take the int32 indices as they are (indexing with them would
+    # copy each to int64 first); the indices are permutations, so adding onto zeros is the
+    # assignment.
+    ours_in_blocks = ours.index_select(0, order)
+    gather = torch.zeros_like(theirs).index_add_(0, ours_in_blocks, theirs)
+    gather_t = torch.zeros_like(ours_in_blocks).index_add_(0, theirs, ours_in_blocks) if both else None
+    return gather, gather_t
 
 
 class RowsCsr(NamedTuple):
@@ -162,20 +179,12 @@ class Structure:
             else:
                 t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
             del csr_t
-            # Entry p of the transpose's CSR is our CSR entry order[p]: link the block orders.
-            # index_select and index_add_ take the int32 indices as they are (indexing with them
-            # would copy each to int64 first); the indices are permutations, so adding onto zeros
-            # is the assignment.
-            ours_in_blocks = self.layout.csr_gather.index_select(0, order)
+            # Entry (i, j) <-> (j, i) of a symmetric pattern is an involution, and so is the
+            # gather: its own inverse, one copy serves both directions.
+            gather, gather_t = _linked_gathers(order, self.layout.csr_gather, t.layout.csr_gather, not shared)
             del order
-            theirs_in_blocks = t.layout.csr_gather
-            gather = torch.zeros_like(theirs_in_blocks).index_add_(0, ours_in_blocks, theirs_in_blocks)
             if shared:
-                # Entry (i, j) <-> (j, i) is an involution, and so is the gather: its own
-                # inverse, one copy serves both directions.
                 gather_t = gather
-            else:
-                gather_t = torch.zeros_like(ours_in_blocks).index_add_(0, theirs_in_blocks, ours_in_blocks)
             t.layout = t.layout.with_transpose_gather(gather_t)
             self.layout = self.layout.with_transpose_gather(gather)
             t._derived["transpose"], self._derived["transpose"] = self, t
