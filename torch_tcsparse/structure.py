@@ -17,19 +17,29 @@ from .reorder.locality import share_ratio
 from .selector import MatrixFeatures, SelectionCache, device_model, grouped_split
 
 
-def _linked_gathers(order: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor, both: bool):
-    """Entry p of the transpose's CSR is our CSR entry ``order[p]``; ``ours`` and ``theirs`` are
-    the CSR-to-block gathers. Returns ``gather[ours[order[p]]] = theirs[p]`` (our layout's
-    ``transpose_gather``) and, where ``both``, its inverse (the transpose's; else None)."""
-    lib = native.usable(order, ours, theirs)
+def _transpose_in_blocks(csr: CSR, csr_gather: torch.Tensor):
+    """rowptr and col of the transpose's CSR, and for each of its nonzeros the place of that entry
+    in our block order (``csr_gather`` read in the transpose's CSR order)."""
+    lib = native.usable(csr.col, csr.rowptr, csr_gather)
     if lib is not None:
-        return native.link_gathers(lib, order, ours, theirs, both)
-    # index_select and index_add_ take the int32 indices as they are (indexing with them would
-    # copy each to int64 first); the indices are permutations, so adding onto zeros is the
-    # assignment.
-    ours_in_blocks = ours.index_select(0, order)
-    gather = torch.zeros_like(theirs).index_add_(0, ours_in_blocks, theirs)
-    gather_t = torch.zeros_like(ours_in_blocks).index_add_(0, theirs, ours_in_blocks) if both else None
+        return native.csr_transpose(lib, csr.rowptr, csr.col, csr.num_rows, csr.num_cols, csr_gather.dtype,
+                                    carried=csr_gather)
+    rowptr_t, col_t, order = transpose_pattern(csr)
+    # index_select takes the int32 order as it is (indexing with it would copy it to int64 first).
+    return rowptr_t, col_t, csr_gather.index_select(0, order)
+
+
+def _linked_gathers(ours: torch.Tensor, theirs: torch.Tensor, both: bool):
+    """``ours`` and ``theirs``: the places in our block order and in the transpose's of each of
+    the transpose's CSR entries. Returns ``gather[ours[p]] = theirs[p]`` (our layout's
+    ``transpose_gather``) and, where ``both``, its inverse (the transpose's; else None)."""
+    lib = native.usable(ours, theirs)
+    if lib is not None:
+        return native.link_gathers(lib, ours, theirs, both)
+    # index_add_ takes the int32 indices as they are (assignment would copy them to int64); the
+    # indices are permutations, so adding onto zeros is the assignment.
+    gather = torch.zeros_like(theirs).index_add_(0, ours, theirs)
+    gather_t = torch.zeros_like(ours).index_add_(0, theirs, ours) if both else None
     return gather, gather_t
 
 
@@ -169,7 +179,7 @@ class Structure:
         """The transpose's structure, its block order linked to ours through the layouts'
         ``transpose_gather`` (what the kernels' backward and ``TCSparseTensor.t`` read)."""
         if "transpose" not in self._derived:
-            rowptr_t, col_t, order = transpose_pattern(self.csr(None))
+            rowptr_t, col_t, ours_in_blocks = _transpose_in_blocks(self.csr(None), self.layout.csr_gather)
             # A structure reads only the indices: the values are never written, so never paged in.
             csr_t = CSR(rowptr_t, col_t, torch.empty(self.nnz, device=self.device), self.num_cols, self.num_rows)
             del rowptr_t, col_t
@@ -181,8 +191,8 @@ class Structure:
             del csr_t
             # Entry (i, j) <-> (j, i) of a symmetric pattern is an involution, and so is the
             # gather: its own inverse, one copy serves both directions.
-            gather, gather_t = _linked_gathers(order, self.layout.csr_gather, t.layout.csr_gather, not shared)
-            del order
+            gather, gather_t = _linked_gathers(ours_in_blocks, t.layout.csr_gather, not shared)
+            del ours_in_blocks
             if shared:
                 gather_t = gather
             t.layout = t.layout.with_transpose_gather(gather_t)

@@ -3,8 +3,8 @@
 // native.py through ctypes. Each window is independent: its distinct columns, ascending, are its
 // block columns; a nonzero's rank among them gives its block and lane, and its bit in the block's
 // occupancy bitmap; its place in block order is the window's first nonzero plus the bits before
-// its own. No sort over every nonzero and no int64 key per nonzero: a column-indexed stamp finds a
-// window's distinct columns, and only those are sorted.
+// its own. Only a window's nonzeros are sorted at a time (in cache), with no int64 key per
+// nonzero of the matrix and no array per column.
 //
 // Two calls: ``tcs_metcf_count`` (blocks per window, which size the arrays), then
 // ``tcs_metcf_fill``. Every index read is checked against the sizes given before it addresses
@@ -23,6 +23,9 @@ constexpr int64_t kBadOffsets = -4;
 constexpr int64_t kBadWidth = -5;
 constexpr int64_t kBlockWidth = 8;
 constexpr int64_t kBitmapWords = 4;
+constexpr int64_t kMaxWindow = 16;
+constexpr int kRowBits = 4;  // of a row in its window
+constexpr int64_t kMaxColumns = int64_t{1} << (63 - kRowBits);  // a column and a row fit a key
 
 template <typename Index>
 struct Matrix {
@@ -53,81 +56,125 @@ struct Matrix {
     }
 };
 
-// The window's distinct columns, ascending, in ``distinct``; ``stamp[c] == w`` marks those seen.
-template <typename Index>
-bool distinct_columns(const Matrix<Index>& m, int64_t w, std::vector<int64_t>& stamp, std::vector<int64_t>& distinct) {
-    distinct.clear();
-    return m.each_nonzero(w, [&](int64_t, int64_t p) {
-        const int64_t c = m.col[p];
-        if (stamp[c] != w) {
-            stamp[c] = w;
-            distinct.push_back(c);
+// Sorts ``keys`` ascending: by the digits of their span above the smallest, least significant
+// first (a window's keys are a few hundred of a wide range: a comparison sort mispredicts a branch
+// on most of its steps); a few keys by insertion.
+constexpr int kDigitBits = 9;
+constexpr size_t kInsertionKeys = 24;
+
+void sort_keys(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare) {
+    const size_t n = keys.size();
+    if (n <= kInsertionKeys) {
+        for (size_t i = 1; i < n; ++i) {
+            const uint64_t key = keys[i];
+            size_t j = i;
+            for (; j > 0 && keys[j - 1] > key; --j) keys[j] = keys[j - 1];
+            keys[j] = key;
         }
+        return;
+    }
+    const auto [low, high] = std::minmax_element(keys.begin(), keys.end());
+    const uint64_t base = *low, span = *high - *low;
+    spare.resize(n);
+    uint32_t count[(1 << kDigitBits) + 1];
+    for (int shift = 0; shift < 64 && (span >> shift) != 0; shift += kDigitBits) {
+        std::fill(count, count + (1 << kDigitBits) + 1, 0u);
+        for (const uint64_t key : keys) ++count[(((key - base) >> shift) & ((1 << kDigitBits) - 1)) + 1];
+        for (int d = 0; d < (1 << kDigitBits); ++d) count[d + 1] += count[d];
+        for (const uint64_t key : keys) spare[count[((key - base) >> shift) & ((1 << kDigitBits) - 1)]++] = key;
+        keys.swap(spare);
+    }
+}
+
+// The window's nonzeros as keys column << 4 | row in window, ascending: distinct (a canonical row
+// holds a column once), sorted alone in cache. Equal columns come together, ranked by their order,
+// and inside a row the keys come in the row's order (its columns ascend), so a row's next key is
+// its next nonzero.
+template <typename Index>
+bool sorted_keys(const Matrix<Index>& m, int64_t w, std::vector<uint64_t>& keys, std::vector<uint64_t>& spare) {
+    keys.clear();
+    const bool ok = m.each_nonzero(w, [&](int64_t s, int64_t p) {
+        keys.push_back(static_cast<uint64_t>(m.col[p]) << kRowBits | static_cast<uint64_t>(s));
     });
+    sort_keys(keys, spare);
+    return ok;
+}
+
+int64_t distinct_count(const std::vector<uint64_t>& keys) {
+    int64_t d = 0;
+    for (size_t i = 0; i < keys.size(); ++i) d += i == 0 || (keys[i] >> kRowBits) != (keys[i - 1] >> kRowBits);
+    return d;
 }
 
 template <typename Index>
 int64_t count(const Matrix<Index>& m, int64_t* blocks) {
     if (!m.columns_in_range()) return kBadColumn;
-    std::vector<int64_t> stamp(m.cols, -1), distinct;
+    std::vector<uint64_t> keys, spare;
     for (int64_t w = 0; w < m.windows; ++w) {
-        if (!distinct_columns(m, w, stamp, distinct)) return kBadRowMap;
-        blocks[w] = (static_cast<int64_t>(distinct.size()) + kBlockWidth - 1) / kBlockWidth;
+        if (!sorted_keys(m, w, keys, spare)) return kBadRowMap;
+        blocks[w] = (distinct_count(keys) + kBlockWidth - 1) / kBlockWidth;
     }
     return 0;
 }
 
-inline int popcount(uint32_t word) { return __builtin_popcount(word); }
+// Bit count without a popcount instruction (the library is built for any CPU of the
+// architecture, where __builtin_popcount may become a library call).
+inline int64_t popcount(uint32_t word) {
+    word -= (word >> 1) & 0x55555555u;
+    word = (word & 0x33333333u) + ((word >> 2) & 0x33333333u);
+    word = (word + (word >> 4)) & 0x0F0F0F0Fu;
+    return static_cast<int64_t>((word * 0x01010101u) >> 24);
+}
 
 template <typename Index, typename Gather>
 int64_t fill(const Matrix<Index>& m, const int32_t* window_offsets, int64_t num_blocks, int32_t* block_cols,
              uint32_t* bitmap, int32_t* block_offsets, uint8_t* local_ids, Gather* csr_gather) {
     if (!m.columns_in_range()) return kBadColumn;
     if (window_offsets[0] != 0 || window_offsets[m.windows] != num_blocks) return kBadOffsets;
-    std::vector<int64_t> stamp(m.cols, -1), distinct;
-    std::vector<int64_t> rank(m.cols);
+    std::vector<uint64_t> keys, spare;
+    std::vector<int64_t> bits;
+    int64_t next[kMaxWindow];  // the next nonzero of each row of the window
     int64_t first_nonzero = 0;  // of the window, in block order
     for (int64_t w = 0; w < m.windows; ++w) {
-        if (!distinct_columns(m, w, stamp, distinct)) return kBadRowMap;
+        if (!sorted_keys(m, w, keys, spare)) return kBadRowMap;
         const int64_t b0 = window_offsets[w], b1 = window_offsets[w + 1];
-        const int64_t d = static_cast<int64_t>(distinct.size());
+        const int64_t d = distinct_count(keys);
         if (b0 < 0 || b1 > num_blocks || b1 - b0 != (d + kBlockWidth - 1) / kBlockWidth) return kBadOffsets;
-        std::sort(distinct.begin(), distinct.end());
+        if (first_nonzero + static_cast<int64_t>(keys.size()) > m.nnz) return kBadRowMap;
         int32_t* cols = block_cols + b0 * kBlockWidth;
-        for (int64_t i = 0; i < d; ++i) {
-            cols[i] = static_cast<int32_t>(distinct[i]);
-            rank[distinct[i]] = i;
-        }
-        for (int64_t i = d; i < (b1 - b0) * kBlockWidth; ++i) cols[i] = -1;
         uint32_t* words = bitmap + b0 * kBitmapWords;
+        std::fill(cols, cols + (b1 - b0) * kBlockWidth, -1);
         std::fill(words, words + (b1 - b0) * kBitmapWords, 0u);
         // A nonzero's bit: block * 128 + row_in_window * 8 + lane, from its column's rank.
-        auto bit_of = [&](int64_t s, int64_t p) {
-            const int64_t r = rank[m.col[p]];
-            return (r / kBlockWidth) * 128 + s * kBlockWidth + r % kBlockWidth;
-        };
-        m.each_nonzero(w, [&](int64_t s, int64_t p) {
-            const int64_t bit = bit_of(s, p);
+        bits.resize(keys.size());
+        int64_t rank = -1;
+        for (size_t i = 0; i < keys.size(); ++i) {
+            const int64_t column = static_cast<int64_t>(keys[i] >> kRowBits), s = keys[i] & (kMaxWindow - 1);
+            if (i == 0 || column != static_cast<int64_t>(keys[i - 1] >> kRowBits)) cols[++rank] = static_cast<int32_t>(column);
+            const int64_t bit = (rank / kBlockWidth) * 128 + s * kBlockWidth + rank % kBlockWidth;
+            bits[i] = bit;
             words[bit >> 5] |= 1u << (bit & 31);
-        });
+        }
         int64_t before = first_nonzero;
         for (int64_t b = b0; b < b1; ++b) {
             block_offsets[b] = static_cast<int32_t>(before);
             const uint32_t* block = bitmap + b * kBitmapWords;
             for (int64_t k = 0; k < kBitmapWords; ++k) before += popcount(block[k]);
         }
-        // A row listed twice in row_map would place more nonzeros than there are.
-        if (before > m.nnz) return kBadRowMap;
-        m.each_nonzero(w, [&](int64_t s, int64_t p) {
-            const int64_t bit = bit_of(s, p);
+        for (int64_t s = 0; s < m.window; ++s) {
+            const int64_t row = m.row_map[w * m.window + s];
+            next[s] = row < 0 ? 0 : m.rowptr[row];
+        }
+        for (size_t i = 0; i < keys.size(); ++i) {
+            const int64_t bit = bits[i];
             const uint32_t* block = words + (bit >> 7) * kBitmapWords;
             const int64_t word = (bit >> 5) & 3;
             int64_t place = block_offsets[b0 + (bit >> 7)];
             for (int64_t k = 0; k < word; ++k) place += popcount(block[k]);
             place += popcount(block[word] & ((1u << (bit & 31)) - 1u));
             local_ids[place] = static_cast<uint8_t>(bit & 127);
-            csr_gather[p] = static_cast<Gather>(place);
-        });
+            csr_gather[next[keys[i] & (kMaxWindow - 1)]++] = static_cast<Gather>(place);
+        }
         first_nonzero = before;
     }
     block_offsets[num_blocks] = static_cast<int32_t>(first_nonzero);
@@ -142,7 +189,7 @@ Matrix<Index> matrix(int64_t rows, int64_t cols, int64_t nnz, int64_t window, in
 }
 
 bool valid_sizes(int64_t rows, int64_t cols, int64_t nnz, int64_t window, int64_t windows) {
-    return rows >= 0 && cols >= 0 && nnz >= 0 && (window == 8 || window == 16) && windows == (rows + window - 1) / window;
+    return rows >= 0 && cols >= 0 && cols <= kMaxColumns && nnz >= 0 && (window == 8 || window == 16) && windows == (rows + window - 1) / window;
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // The transpose of a canonical CSR on the CPU, and the link between the block orders of a matrix
-// and of its transpose, each as one counting pass (loaded by torch_tcsparse/formats/native.py
-// through ctypes). A counting sort by column is stable, so every column's rows come out ascending:
-// the transpose of a canonical CSR is canonical without a sort. Index arrays are int32 or int64
-// (``*_bytes`` says which); every index read is checked against the sizes given before it is used
-// to address memory, and a bad one returns a negative code instead of writing anything past it.
+// and of its transpose (loaded by torch_tcsparse/formats/native.py through ctypes). A counting sort
+// by column is stable, so every column's rows come out ascending: the transpose of a canonical CSR
+// is canonical without a sort. Index arrays are int32 or int64 (``*_bytes`` says which); every
+// index read is checked against the sizes given before it is used to address memory, and a bad
+// one returns a negative code instead of writing anything past it.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -14,10 +15,25 @@ constexpr int64_t kBadRowptr = -2;
 constexpr int64_t kBadIndex = -3;
 constexpr int64_t kBadWidth = -4;
 
-template <typename Index, typename Order>
+// Columns per bucket of the first pass: 2^kBucketBits buckets at most, so that the first pass
+// writes to few streams and each bucket's nonzeros (a few hundred kB on large graphs) are sorted
+// by column in cache by the second.
+constexpr int kBucketBits = 8;
+
+int bit_width(int64_t largest) {
+    int bits = 0;
+    while (bits < 63 && (int64_t{1} << bits) <= largest) ++bits;
+    return bits;
+}
+
+// rowptr_t and col_t of the transpose, and for each of its nonzeros ``carried`` at the position of
+// that entry in the CSR (the position itself where ``carried`` is null), in ``out``.
+template <typename Index, typename Carried>
 int64_t transpose(int64_t rows, int64_t cols, int64_t nnz, const Index* rowptr, const Index* col, Index* rowptr_t,
-                  Index* col_t, Order* order) {
+                  Index* col_t, const Carried* carried, Carried* out) {
     if (rowptr[0] != 0 || rowptr[rows] != nnz) return kBadRowptr;
+    for (int64_t r = 0; r < rows; ++r)
+        if (rowptr[r] > rowptr[r + 1]) return kBadRowptr;
     for (int64_t c = 0; c <= cols; ++c) rowptr_t[c] = 0;
     for (int64_t p = 0; p < nnz; ++p) {
         const int64_t c = col[p];
@@ -25,40 +41,72 @@ int64_t transpose(int64_t rows, int64_t cols, int64_t nnz, const Index* rowptr, 
         ++rowptr_t[c + 1];
     }
     for (int64_t c = 0; c < cols; ++c) rowptr_t[c + 1] += rowptr_t[c];
-    std::vector<int64_t> next(rowptr_t, rowptr_t + cols);
+    // A stable counting sort in two passes: by bucket of columns into the outputs' places (the
+    // column kept aside), then by column inside each bucket through a copy of its range. One pass
+    // by column would scatter every nonzero to a random place of the whole outputs.
+    const int shift = std::max(bit_width(cols - 1) - kBucketBits, 0);
+    const int64_t buckets = cols == 0 ? 0 : ((cols - 1) >> shift) + 1;
+    std::vector<int64_t> next(buckets);
+    for (int64_t b = 0; b < buckets; ++b) next[b] = rowptr_t[b << shift];
+    std::vector<Index> bucket_col(nnz);
     for (int64_t r = 0; r < rows; ++r) {
-        const int64_t begin = rowptr[r], end = rowptr[r + 1];
-        if (begin > end || end > nnz) return kBadRowptr;
-        for (int64_t p = begin; p < end; ++p) {
-            const int64_t q = next[col[p]]++;
+        for (int64_t p = rowptr[r]; p < rowptr[r + 1]; ++p) {
+            const Index c = col[p];
+            const int64_t q = next[c >> shift]++;
+            bucket_col[q] = c;
             col_t[q] = static_cast<Index>(r);
-            order[q] = static_cast<Order>(p);
+            out[q] = carried == nullptr ? static_cast<Carried>(p) : carried[p];
+        }
+    }
+    std::vector<Index> rows_of, columns;
+    std::vector<Carried> values;
+    std::vector<int64_t> column_next;
+    for (int64_t b = 0; b < buckets; ++b) {
+        const int64_t first_col = b << shift, last_col = std::min((b + 1) << shift, cols);
+        const int64_t begin = rowptr_t[first_col], end = rowptr_t[last_col];
+        rows_of.assign(col_t + begin, col_t + end);
+        values.assign(out + begin, out + end);
+        columns.assign(bucket_col.begin() + begin, bucket_col.begin() + end);
+        column_next.assign(rowptr_t + first_col, rowptr_t + last_col);
+        for (int64_t i = 0; i < end - begin; ++i) {
+            const int64_t q = column_next[columns[i] - first_col]++;
+            col_t[q] = rows_of[i];
+            out[q] = values[i];
         }
     }
     return 0;
 }
 
 template <typename Index>
-int64_t transpose_index(int64_t order_bytes, int64_t rows, int64_t cols, int64_t nnz, const void* rowptr,
-                        const void* col, void* rowptr_t, void* col_t, void* order) {
+int64_t transpose_index(int64_t out_bytes, int64_t rows, int64_t cols, int64_t nnz, const void* rowptr,
+                        const void* col, void* rowptr_t, void* col_t, const void* carried, void* out) {
     const auto* rp = static_cast<const Index*>(rowptr);
     const auto* c = static_cast<const Index*>(col);
     auto* rpt = static_cast<Index*>(rowptr_t);
     auto* ct = static_cast<Index*>(col_t);
-    if (order_bytes == 4) return transpose(rows, cols, nnz, rp, c, rpt, ct, static_cast<int32_t*>(order));
-    if (order_bytes == 8) return transpose(rows, cols, nnz, rp, c, rpt, ct, static_cast<int64_t*>(order));
+    if (out_bytes == 4)
+        return transpose(rows, cols, nnz, rp, c, rpt, ct, static_cast<const int32_t*>(carried),
+                         static_cast<int32_t*>(out));
+    if (out_bytes == 8)
+        return transpose(rows, cols, nnz, rp, c, rpt, ct, static_cast<const int64_t*>(carried),
+                         static_cast<int64_t*>(out));
     return kBadWidth;
 }
 
-// gather[ours[order[p]]] = theirs[p] and, where gather_t is given, gather_t[theirs[p]] =
-// ours[order[p]]: both are permutations of [0, nnz), checked as they are read.
-template <typename Order, typename Gather>
-int64_t link(int64_t nnz, const Order* order, const Gather* ours, const Gather* theirs, Gather* gather,
-             Gather* gather_t) {
+// How far ahead the link asks for the entry of ``gather`` it will write: those land anywhere in
+// the array, and waiting for each in turn would leave the memory idle.
+constexpr int64_t kAhead = 16;
+
+// gather[ours[p]] = theirs[p] and, where gather_t is given, gather_t[theirs[p]] = ours[p]: both
+// are permutations of [0, nnz), checked as they are read.
+template <typename Gather>
+int64_t link(int64_t nnz, const Gather* ours, const Gather* theirs, Gather* gather, Gather* gather_t) {
     for (int64_t p = 0; p < nnz; ++p) {
-        const int64_t source = order[p];
-        if (source < 0 || source >= nnz) return kBadIndex;
-        const int64_t mine = ours[source], other = theirs[p];
+        if (p + kAhead < nnz) {
+            const int64_t soon = ours[p + kAhead];
+            if (soon >= 0 && soon < nnz) __builtin_prefetch(gather + soon, 1);
+        }
+        const int64_t mine = ours[p], other = theirs[p];
         if (mine < 0 || mine >= nnz || other < 0 || other >= nnz) return kBadIndex;
         gather[mine] = static_cast<Gather>(other);
         if (gather_t != nullptr) gather_t[other] = static_cast<Gather>(mine);
@@ -66,41 +114,33 @@ int64_t link(int64_t nnz, const Order* order, const Gather* ours, const Gather* 
     return 0;
 }
 
-template <typename Order>
-int64_t link_order(int64_t gather_bytes, int64_t nnz, const Order* order, const void* ours, const void* theirs,
-                   void* gather, void* gather_t) {
-    if (gather_bytes == 4)
-        return link(nnz, order, static_cast<const int32_t*>(ours), static_cast<const int32_t*>(theirs),
-                    static_cast<int32_t*>(gather), static_cast<int32_t*>(gather_t));
-    if (gather_bytes == 8)
-        return link(nnz, order, static_cast<const int64_t*>(ours), static_cast<const int64_t*>(theirs),
-                    static_cast<int64_t*>(gather), static_cast<int64_t*>(gather_t));
-    return kBadWidth;
-}
-
 }  // namespace
 
 extern "C" {
 
-// rowptr_t holds cols + 1 entries, col_t and order nnz each; rowptr rows + 1, col nnz.
-int64_t tcs_csr_transpose(int64_t index_bytes, int64_t order_bytes, int64_t rows, int64_t cols, int64_t nnz,
-                          const void* rowptr, const void* col, void* rowptr_t, void* col_t, void* order) {
+// rowptr_t holds cols + 1 entries, col_t and out nnz each; rowptr rows + 1, col nnz, carried (may
+// be null) nnz of out's width.
+int64_t tcs_csr_transpose(int64_t index_bytes, int64_t out_bytes, int64_t rows, int64_t cols, int64_t nnz,
+                          const void* rowptr, const void* col, void* rowptr_t, void* col_t, const void* carried,
+                          void* out) {
     if (rows < 0 || cols < 0 || nnz < 0) return kBadRowptr;
     if (index_bytes == 4)
-        return transpose_index<int32_t>(order_bytes, rows, cols, nnz, rowptr, col, rowptr_t, col_t, order);
+        return transpose_index<int32_t>(out_bytes, rows, cols, nnz, rowptr, col, rowptr_t, col_t, carried, out);
     if (index_bytes == 8)
-        return transpose_index<int64_t>(order_bytes, rows, cols, nnz, rowptr, col, rowptr_t, col_t, order);
+        return transpose_index<int64_t>(out_bytes, rows, cols, nnz, rowptr, col, rowptr_t, col_t, carried, out);
     return kBadWidth;
 }
 
 // Every array holds nnz entries; gather_t may be null.
-int64_t tcs_link_gathers(int64_t order_bytes, int64_t gather_bytes, int64_t nnz, const void* order, const void* ours,
-                         const void* theirs, void* gather, void* gather_t) {
+int64_t tcs_link_gathers(int64_t gather_bytes, int64_t nnz, const void* ours, const void* theirs, void* gather,
+                         void* gather_t) {
     if (nnz < 0) return kBadIndex;
-    if (order_bytes == 4)
-        return link_order(gather_bytes, nnz, static_cast<const int32_t*>(order), ours, theirs, gather, gather_t);
-    if (order_bytes == 8)
-        return link_order(gather_bytes, nnz, static_cast<const int64_t*>(order), ours, theirs, gather, gather_t);
+    if (gather_bytes == 4)
+        return link(nnz, static_cast<const int32_t*>(ours), static_cast<const int32_t*>(theirs),
+                    static_cast<int32_t*>(gather), static_cast<int32_t*>(gather_t));
+    if (gather_bytes == 8)
+        return link(nnz, static_cast<const int64_t*>(ours), static_cast<const int64_t*>(theirs),
+                    static_cast<int64_t*>(gather), static_cast<int64_t*>(gather_t));
     return kBadWidth;
 }
 

@@ -271,7 +271,7 @@ def _builder(csr: CSR, window: int, row_perm: torch.Tensor | None, use_kernels: 
     if window not in WINDOWS:
         raise ValueError(f"window must be one of {WINDOWS}, got {window}")
     if use_kernels is None:
-        if not csr.col.is_cuda and native.column_scratch_fits(csr.num_rows, csr.num_cols, csr.nnz):
+        if not csr.col.is_cuda and csr.num_cols <= native.MAX_COLUMNS:
             lib = native.usable(csr.col, csr.rowptr)
             if lib is not None:
                 return _NativeBuild(csr, window, row_perm, lib)
@@ -525,8 +525,8 @@ class _KernelBuild:
 
 
 class _NativeBuild:
-    """The same layout on the CPU with the compiled pass of ``csrc/cpu_metcf.cpp``: each window's
-    distinct columns found by a stamp per column and sorted alone, no sort over every nonzero."""
+    """The same layout on the CPU with the compiled pass of ``csrc/cpu_metcf.cpp``: the nonzeros
+    of one window at a time sorted by column, no sort over every nonzero."""
 
     def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None, lib):
         self.csr, self.window, self.lib = csr, window, lib

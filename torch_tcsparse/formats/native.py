@@ -18,15 +18,13 @@ from .. import native_build
 CPU_PASSES = native_build.Library(
     "libtcsparse_cpu.so", ("cpu_transpose.cpp", "cpu_metcf.cpp"), (), "the CPU conversion's passes"
 )
-# The layout pass keeps two int64 entries per column (which columns a window holds, and their
-# ranks): allowed where that stays within a constant factor of the matrix's own arrays, so that a
-# huge column count with few nonzeros takes the torch route instead of allocating for every column.
-COLUMN_SCRATCH_PER_ENTRY = 4
+# Columns the layout pass takes: a window's keys are column << 4 | row in window, in 64 bits.
+MAX_COLUMNS = 2**59
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
-    "tcs_csr_transpose": [_I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
-    "tcs_link_gathers": [_I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
+    "tcs_csr_transpose": [_I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR],
+    "tcs_link_gathers": [_I64, _I64, _PTR, _PTR, _PTR, _PTR],
     "tcs_metcf_count": [_I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR],
     "tcs_metcf_fill": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _PTR,
                        _PTR, _PTR],
@@ -70,8 +68,6 @@ def usable(*tensors: torch.Tensor) -> ctypes.CDLL | None:
     return library()
 
 
-def column_scratch_fits(num_rows: int, num_cols: int, nnz: int) -> bool:
-    return num_cols <= COLUMN_SCRATCH_PER_ENTRY * (num_rows + nnz + 1)
 
 
 def _address(tensor: torch.Tensor | None):
@@ -101,33 +97,37 @@ def _checked_row_map(row_map: torch.Tensor, num_rows: int, window: int) -> torch
 
 
 def csr_transpose(lib: ctypes.CDLL, rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int,
-                  order_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """rowptr and col of the transpose of a canonical CSR (in its index dtype), and the position
-    in it of each of the transpose's nonzeros (``order_dtype``)."""
+                  order_dtype: torch.dtype, carried: torch.Tensor | None = None):
+    """rowptr and col of the transpose of a canonical CSR (in its index dtype), and for each of the
+    transpose's nonzeros the position of that entry in the CSR (``order_dtype``), or where
+    ``carried`` (one int32 or int64 entry per nonzero) is given, ``carried`` at that position."""
     rowptr, col = _checked_csr(rowptr, col, num_rows)
     nnz = col.numel()
+    if carried is not None:
+        carried = carried.contiguous()
+        if carried.numel() != nnz or carried.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"carried must hold one int32 or int64 entry per nonzero ({nnz}), "
+                             f"got {carried.numel()} of {carried.dtype}")
     rowptr_t = torch.empty(num_cols + 1, dtype=col.dtype)
     col_t = torch.empty(nnz, dtype=col.dtype)
-    order = torch.empty(nnz, dtype=order_dtype)
-    _call(lib, "tcs_csr_transpose", col.element_size(), order.element_size(), num_rows, num_cols, nnz,
-          *map(_address, (rowptr, col, rowptr_t, col_t, order)))
-    return rowptr_t, col_t, order
+    out = torch.empty(nnz, dtype=order_dtype if carried is None else carried.dtype)
+    _call(lib, "tcs_csr_transpose", col.element_size(), out.element_size(), num_rows, num_cols, nnz,
+          *map(_address, (rowptr, col, rowptr_t, col_t, carried, out)))
+    return rowptr_t, col_t, out
 
 
-def link_gathers(lib: ctypes.CDLL, order: torch.Tensor, ours: torch.Tensor, theirs: torch.Tensor,
+def link_gathers(lib: ctypes.CDLL, ours: torch.Tensor, theirs: torch.Tensor,
                  both: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``gather`` with ``gather[ours[order[p]]] = theirs[p]`` and, where ``both``, its inverse
-    ``gather_t`` (None otherwise): permutations of the nonzeros in ``ours``' dtype."""
-    order, ours, theirs = order.contiguous(), ours.contiguous(), theirs.contiguous()
-    nnz = order.numel()
-    widths = {t.dtype for t in (order, ours, theirs)}
-    if ours.numel() != nnz or theirs.numel() != nnz or ours.dtype != theirs.dtype or widths - {torch.int32, torch.int64}:
-        raise ValueError(f"order, ours and theirs must hold {nnz} entries each, ours and theirs of one int32 or int64 dtype; got "
-                         f"{ours.numel()} of {ours.dtype} and {theirs.numel()} of {theirs.dtype}")
+    """``gather`` with ``gather[ours[p]] = theirs[p]`` and, where ``both``, its inverse
+    ``gather_t`` (None otherwise): permutations of the nonzeros in their dtype."""
+    ours, theirs = ours.contiguous(), theirs.contiguous()
+    nnz = ours.numel()
+    if theirs.numel() != nnz or ours.dtype != theirs.dtype or ours.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"ours and theirs must hold as many entries of one int32 or int64 dtype, got "
+                         f"{nnz} of {ours.dtype} and {theirs.numel()} of {theirs.dtype}")
     gather = torch.empty_like(ours)
     gather_t = torch.empty_like(ours) if both else None
-    _call(lib, "tcs_link_gathers", order.element_size(), ours.element_size(), nnz,
-          *map(_address, (order, ours, theirs, gather, gather_t)))
+    _call(lib, "tcs_link_gathers", ours.element_size(), nnz, *map(_address, (ours, theirs, gather, gather_t)))
     return gather, gather_t
 
 
