@@ -220,9 +220,12 @@ def row_slots(num_rows: int, row_perm: torch.Tensor | None, device) -> torch.Ten
     return slots
 
 
-def count_blocks(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None) -> torch.Tensor:
-    """Blocks per window (int64 [windows]) without building the layout: the reordering objective."""
-    return _builder(csr, window, row_perm).blocks_per_window()
+def count_blocks(
+    csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None, use_kernels: bool | None = None
+) -> torch.Tensor:
+    """Blocks per window (int64 [windows]) without building the layout: the reordering objective.
+    ``use_kernels`` as for ``build_layout``."""
+    return _builder(csr, window, row_perm, use_kernels).blocks_per_window()
 
 
 def build_metcf(

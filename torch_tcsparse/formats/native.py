@@ -16,7 +16,7 @@ import torch
 from .. import native_build
 
 CPU_PASSES = native_build.Library(
-    "libtcsparse_cpu.so", ("cpu_transpose.cpp", "cpu_metcf.cpp"), (), "the CPU conversion's passes"
+    "libtcsparse_cpu.so", ("cpu_transpose.cpp", "cpu_metcf.cpp"), (), "the CPU conversion's native code"
 )
 # Columns the layout pass takes: a window's keys are column << 4 | row in window, in 64 bits.
 MAX_COLUMNS = 2**59
