@@ -274,10 +274,9 @@ def _builder(csr: CSR, window: int, row_perm: torch.Tensor | None, use_kernels: 
     if window not in WINDOWS:
         raise ValueError(f"window must be one of {WINDOWS}, got {window}")
     if use_kernels is None:
-        if not csr.col.is_cuda and csr.num_cols <= native.MAX_COLUMNS:
-            lib = native.usable(csr.col, csr.rowptr)
-            if lib is not None:
-                return _NativeBuild(csr, window, row_perm, lib)
+        lib = native.usable(csr.col, csr.rowptr) if csr.num_cols <= native.MAX_COLUMNS else None
+        if lib is not None:
+            return _NativeBuild(csr, window, row_perm, lib)
         use_kernels = csr.col.is_cuda and _ext.available()
     if use_kernels:
         return _KernelBuild(csr, window, row_perm)
