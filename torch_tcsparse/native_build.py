@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC")
+FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-pthread")
 
 
 @dataclass(frozen=True)

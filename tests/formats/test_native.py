@@ -183,3 +183,24 @@ def test_the_libraries_share_one_builder(monkeypatch, tmp_path):
     monkeypatch.setenv("CXX", "no-such-compiler")
     with pytest.raises(RuntimeError, match="the CPU conversion's native code is C\\+\\+ and needs a C\\+\\+ compiler"):
         native_build.build(native.CPU_PASSES)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_passes_split_over_threads_build_the_same(monkeypatch, threads):
+    """Above a few ten thousand nonzeros the passes split their work over torch's thread count,
+    by nonzeros (a hub row's window is one range): the same arrays as the torch route."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        num_rows, num_cols = 3000, 2000
+        row = torch.randint(0, num_rows, (120_000,), generator=torch.Generator().manual_seed(threads))
+        col = torch.randint(0, num_cols, (120_000,), generator=torch.Generator().manual_seed(threads + 1))
+        row[:5000] = 17
+        csr = csr_mod.from_coo(row, col, None, num_rows, num_cols)
+        perm = random_permutation(num_rows, 3)
+        built = {route: structures(monkeypatch, csr, 16, perm, None, route) for route in ("fast", "torch")}
+    finally:
+        torch.set_num_threads(previous)
+    for fast, expected in zip(built["fast"], built["torch"]):
+        assert_same_layout(fast.layout, expected.layout)
+        assert torch.equal(fast.rowptr, expected.rowptr) and torch.equal(fast.col, expected.col)

@@ -12,7 +12,10 @@
 // returns a negative code, never a write out of bounds.
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <vector>
+
+#include "cpu_parallel.h"
 
 namespace {
 
@@ -106,15 +109,48 @@ int64_t distinct_count(const std::vector<uint64_t>& keys) {
     return d;
 }
 
+// Nonzeros of the windows before each window (windows + 1 entries): a window's nonzeros are those
+// of its rows. False where a row is out of range, or rows listed twice hold more nonzeros than
+// there are.
 template <typename Index>
-int64_t count(const Matrix<Index>& m, int64_t* blocks) {
-    if (!m.columns_in_range()) return kBadColumn;
-    std::vector<uint64_t> keys, spare;
+bool nonzeros_before(const Matrix<Index>& m, std::vector<int64_t>& before) {
+    before.assign(m.windows + 1, 0);
     for (int64_t w = 0; w < m.windows; ++w) {
-        if (!sorted_keys(m, w, keys, spare)) return kBadRowMap;
-        blocks[w] = (distinct_count(keys) + kBlockWidth - 1) / kBlockWidth;
+        int64_t total = before[w];
+        for (int64_t s = 0; s < m.window; ++s) {
+            const int64_t row = m.row_map[w * m.window + s];
+            if (row < 0) continue;
+            if (row >= m.rows) return false;
+            const int64_t begin = m.rowptr[row], end = m.rowptr[row + 1];
+            if (begin < 0 || begin > end || end > m.nnz) return false;
+            total += end - begin;
+        }
+        if (total > m.nnz) return false;
+        before[w + 1] = total;
     }
-    return 0;
+    return true;
+}
+
+// Runs ``work(w0, w1)`` over ranges of windows of about equal nonzeros on up to ``threads``.
+template <typename Work>
+int64_t over_windows(int64_t threads, const std::vector<int64_t>& before, Work&& work) {
+    return tcsparse::cpu::in_parallel(threads, static_cast<int64_t>(before.size()) - 1,
+                                      [&](int64_t w) { return before[w]; }, work);
+}
+
+template <typename Index>
+int64_t count(const Matrix<Index>& m, int64_t threads, int64_t* blocks) {
+    if (!m.columns_in_range()) return kBadColumn;
+    std::vector<int64_t> before;
+    if (!nonzeros_before(m, before)) return kBadRowMap;
+    return over_windows(threads, before, [&](int64_t w0, int64_t w1) {
+        std::vector<uint64_t> keys, spare;
+        for (int64_t w = w0; w < w1; ++w) {
+            if (!sorted_keys(m, w, keys, spare)) return kBadRowMap;
+            blocks[w] = (distinct_count(keys) + kBlockWidth - 1) / kBlockWidth;
+        }
+        return int64_t{0};
+    });
 }
 
 // Bit count without a popcount instruction (the library is built for any CPU of the
@@ -126,21 +162,19 @@ inline int64_t popcount(uint32_t word) {
     return static_cast<int64_t>((word * 0x01010101u) >> 24);
 }
 
+// Windows [w0, w1) of the layout; ``first_nonzero``: the nonzeros of the windows before w0.
 template <typename Index, typename Gather>
-int64_t fill(const Matrix<Index>& m, const int32_t* window_offsets, int64_t num_blocks, int32_t* block_cols,
-             uint32_t* bitmap, int32_t* block_offsets, uint8_t* local_ids, Gather* csr_gather) {
-    if (!m.columns_in_range()) return kBadColumn;
-    if (window_offsets[0] != 0 || window_offsets[m.windows] != num_blocks) return kBadOffsets;
+int64_t fill_windows(const Matrix<Index>& m, int64_t w0, int64_t w1, int64_t first_nonzero,
+                     const int32_t* window_offsets, int64_t num_blocks, int32_t* block_cols, uint32_t* bitmap,
+                     int32_t* block_offsets, uint8_t* local_ids, Gather* csr_gather) {
     std::vector<uint64_t> keys, spare;
     std::vector<int64_t> bits;
     int64_t next[kMaxWindow];  // the next nonzero of each row of the window
-    int64_t first_nonzero = 0;  // of the window, in block order
-    for (int64_t w = 0; w < m.windows; ++w) {
+    for (int64_t w = w0; w < w1; ++w) {
         if (!sorted_keys(m, w, keys, spare)) return kBadRowMap;
         const int64_t b0 = window_offsets[w], b1 = window_offsets[w + 1];
         const int64_t d = distinct_count(keys);
         if (b0 < 0 || b1 > num_blocks || b1 - b0 != (d + kBlockWidth - 1) / kBlockWidth) return kBadOffsets;
-        if (first_nonzero + static_cast<int64_t>(keys.size()) > m.nnz) return kBadRowMap;
         int32_t* cols = block_cols + b0 * kBlockWidth;
         uint32_t* words = bitmap + b0 * kBitmapWords;
         std::fill(cols, cols + (b1 - b0) * kBlockWidth, -1);
@@ -177,8 +211,22 @@ int64_t fill(const Matrix<Index>& m, const int32_t* window_offsets, int64_t num_
         }
         first_nonzero = before;
     }
-    block_offsets[num_blocks] = static_cast<int32_t>(first_nonzero);
     return 0;
+}
+
+template <typename Index, typename Gather>
+int64_t fill(const Matrix<Index>& m, int64_t threads, const int32_t* window_offsets, int64_t num_blocks,
+             int32_t* block_cols, uint32_t* bitmap, int32_t* block_offsets, uint8_t* local_ids, Gather* csr_gather) {
+    if (!m.columns_in_range()) return kBadColumn;
+    if (window_offsets[0] != 0 || window_offsets[m.windows] != num_blocks) return kBadOffsets;
+    std::vector<int64_t> before;
+    if (!nonzeros_before(m, before)) return kBadRowMap;
+    const int64_t code = over_windows(threads, before, [&](int64_t w0, int64_t w1) {
+        return fill_windows(m, w0, w1, before[w0], window_offsets, num_blocks, block_cols, bitmap, block_offsets,
+                            local_ids, csr_gather);
+    });
+    block_offsets[num_blocks] = static_cast<int32_t>(before[m.windows]);
+    return code;
 }
 
 template <typename Index>
@@ -194,34 +242,49 @@ bool valid_sizes(int64_t rows, int64_t cols, int64_t nnz, int64_t window, int64_
 
 }  // namespace
 
+// The passes run on up to ``threads`` threads. No exception crosses the C ABI: a failed allocation
+// returns tcsparse::cpu::kNoMemory.
 extern "C" {
 
 // blocks: windows entries. rowptr rows + 1, col nnz, row_map windows * window.
-int64_t tcs_metcf_count(int64_t index_bytes, int64_t rows, int64_t cols, int64_t nnz, int64_t window,
+int64_t tcs_metcf_count(int64_t index_bytes, int64_t threads, int64_t rows, int64_t cols, int64_t nnz, int64_t window,
                         int64_t windows, const void* rowptr, const void* col, const int32_t* row_map,
                         int64_t* blocks) {
     if (!valid_sizes(rows, cols, nnz, window, windows)) return kBadRowMap;
-    if (index_bytes == 4) return count(matrix<int32_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), blocks);
-    if (index_bytes == 8) return count(matrix<int64_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), blocks);
+    try {
+        if (index_bytes == 4)
+            return count(matrix<int32_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), threads, blocks);
+        if (index_bytes == 8)
+            return count(matrix<int64_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), threads, blocks);
+    } catch (const std::exception&) {
+        return tcsparse::cpu::kNoMemory;
+    }
     return kBadWidth;
 }
 
 // window_offsets: windows + 1 entries; block_cols num_blocks * 8, bitmap num_blocks * 4,
 // block_offsets num_blocks + 1, local_ids and csr_gather nnz.
-int64_t tcs_metcf_fill(int64_t index_bytes, int64_t gather_bytes, int64_t rows, int64_t cols, int64_t nnz,
-                       int64_t window, int64_t windows, const void* rowptr, const void* col, const int32_t* row_map,
-                       const int32_t* window_offsets, int64_t num_blocks, int32_t* block_cols, uint32_t* bitmap,
-                       int32_t* block_offsets, uint8_t* local_ids, void* csr_gather) {
+int64_t tcs_metcf_fill(int64_t index_bytes, int64_t gather_bytes, int64_t threads, int64_t rows, int64_t cols,
+                       int64_t nnz, int64_t window, int64_t windows, const void* rowptr, const void* col,
+                       const int32_t* row_map, const int32_t* window_offsets, int64_t num_blocks, int32_t* block_cols,
+                       uint32_t* bitmap, int32_t* block_offsets, uint8_t* local_ids, void* csr_gather) {
     if (!valid_sizes(rows, cols, nnz, window, windows) || num_blocks < 0) return kBadOffsets;
-    if (index_bytes == 4 && gather_bytes == 4)
-        return fill(matrix<int32_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), window_offsets, num_blocks,
-                    block_cols, bitmap, block_offsets, local_ids, static_cast<int32_t*>(csr_gather));
-    if (index_bytes == 8 && gather_bytes == 4)
-        return fill(matrix<int64_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), window_offsets, num_blocks,
-                    block_cols, bitmap, block_offsets, local_ids, static_cast<int32_t*>(csr_gather));
-    if (index_bytes == 8 && gather_bytes == 8)
-        return fill(matrix<int64_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), window_offsets, num_blocks,
-                    block_cols, bitmap, block_offsets, local_ids, static_cast<int64_t*>(csr_gather));
+    try {
+        if (index_bytes == 4 && gather_bytes == 4)
+            return fill(matrix<int32_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), threads,
+                        window_offsets, num_blocks, block_cols, bitmap, block_offsets, local_ids,
+                        static_cast<int32_t*>(csr_gather));
+        if (index_bytes == 8 && gather_bytes == 4)
+            return fill(matrix<int64_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), threads,
+                        window_offsets, num_blocks, block_cols, bitmap, block_offsets, local_ids,
+                        static_cast<int32_t*>(csr_gather));
+        if (index_bytes == 8 && gather_bytes == 8)
+            return fill(matrix<int64_t>(rows, cols, nnz, window, windows, rowptr, col, row_map), threads,
+                        window_offsets, num_blocks, block_cols, bitmap, block_offsets, local_ids,
+                        static_cast<int64_t*>(csr_gather));
+    } catch (const std::exception&) {
+        return tcsparse::cpu::kNoMemory;
+    }
     return kBadWidth;
 }
 

@@ -6,7 +6,10 @@
 // one returns a negative code instead of writing anything past it.
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <vector>
+
+#include "cpu_parallel.h"
 
 namespace {
 
@@ -29,8 +32,8 @@ int bit_width(int64_t largest) {
 // rowptr_t and col_t of the transpose, and for each of its nonzeros ``carried`` at the position of
 // that entry in the CSR (the position itself where ``carried`` is null), in ``out``.
 template <typename Index, typename Carried>
-int64_t transpose(int64_t rows, int64_t cols, int64_t nnz, const Index* rowptr, const Index* col, Index* rowptr_t,
-                  Index* col_t, const Carried* carried, Carried* out) {
+int64_t transpose(int64_t threads, int64_t rows, int64_t cols, int64_t nnz, const Index* rowptr, const Index* col,
+                  Index* rowptr_t, Index* col_t, const Carried* carried, Carried* out) {
     if (rowptr[0] != 0 || rowptr[rows] != nnz) return kBadRowptr;
     for (int64_t r = 0; r < rows; ++r)
         if (rowptr[r] > rowptr[r + 1]) return kBadRowptr;
@@ -43,7 +46,8 @@ int64_t transpose(int64_t rows, int64_t cols, int64_t nnz, const Index* rowptr, 
     for (int64_t c = 0; c < cols; ++c) rowptr_t[c + 1] += rowptr_t[c];
     // A stable counting sort in two passes: by bucket of columns into the outputs' places (the
     // column kept aside), then by column inside each bucket through a copy of its range. One pass
-    // by column would scatter every nonzero to a random place of the whole outputs.
+    // by column would scatter every nonzero to a random place of the whole outputs. The buckets of
+    // the second pass are independent: they go to the threads.
     const int shift = std::max(bit_width(cols - 1) - kBucketBits, 0);
     const int64_t buckets = cols == 0 ? 0 : ((cols - 1) >> shift) + 1;
     std::vector<int64_t> next(buckets);
@@ -58,37 +62,41 @@ int64_t transpose(int64_t rows, int64_t cols, int64_t nnz, const Index* rowptr, 
             out[q] = carried == nullptr ? static_cast<Carried>(p) : carried[p];
         }
     }
-    std::vector<Index> rows_of, columns;
-    std::vector<Carried> values;
-    std::vector<int64_t> column_next;
-    for (int64_t b = 0; b < buckets; ++b) {
-        const int64_t first_col = b << shift, last_col = std::min((b + 1) << shift, cols);
-        const int64_t begin = rowptr_t[first_col], end = rowptr_t[last_col];
-        rows_of.assign(col_t + begin, col_t + end);
-        values.assign(out + begin, out + end);
-        columns.assign(bucket_col.begin() + begin, bucket_col.begin() + end);
-        column_next.assign(rowptr_t + first_col, rowptr_t + last_col);
-        for (int64_t i = 0; i < end - begin; ++i) {
-            const int64_t q = column_next[columns[i] - first_col]++;
-            col_t[q] = rows_of[i];
-            out[q] = values[i];
-        }
-    }
-    return 0;
+    return tcsparse::cpu::in_parallel(
+        threads, buckets, [&](int64_t b) { return static_cast<int64_t>(rowptr_t[std::min(b << shift, cols)]); },
+        [&](int64_t b0, int64_t b1) {
+            std::vector<Index> rows_of, columns;
+            std::vector<Carried> values;
+            std::vector<int64_t> column_next;
+            for (int64_t b = b0; b < b1; ++b) {
+                const int64_t first_col = b << shift, last_col = std::min((b + 1) << shift, cols);
+                const int64_t begin = rowptr_t[first_col], end = rowptr_t[last_col];
+                rows_of.assign(col_t + begin, col_t + end);
+                values.assign(out + begin, out + end);
+                columns.assign(bucket_col.begin() + begin, bucket_col.begin() + end);
+                column_next.assign(rowptr_t + first_col, rowptr_t + last_col);
+                for (int64_t i = 0; i < end - begin; ++i) {
+                    const int64_t q = column_next[columns[i] - first_col]++;
+                    col_t[q] = rows_of[i];
+                    out[q] = values[i];
+                }
+            }
+            return int64_t{0};
+        });
 }
 
 template <typename Index>
-int64_t transpose_index(int64_t out_bytes, int64_t rows, int64_t cols, int64_t nnz, const void* rowptr,
+int64_t transpose_index(int64_t out_bytes, int64_t threads, int64_t rows, int64_t cols, int64_t nnz, const void* rowptr,
                         const void* col, void* rowptr_t, void* col_t, const void* carried, void* out) {
     const auto* rp = static_cast<const Index*>(rowptr);
     const auto* c = static_cast<const Index*>(col);
     auto* rpt = static_cast<Index*>(rowptr_t);
     auto* ct = static_cast<Index*>(col_t);
     if (out_bytes == 4)
-        return transpose(rows, cols, nnz, rp, c, rpt, ct, static_cast<const int32_t*>(carried),
+        return transpose(threads, rows, cols, nnz, rp, c, rpt, ct, static_cast<const int32_t*>(carried),
                          static_cast<int32_t*>(out));
     if (out_bytes == 8)
-        return transpose(rows, cols, nnz, rp, c, rpt, ct, static_cast<const int64_t*>(carried),
+        return transpose(threads, rows, cols, nnz, rp, c, rpt, ct, static_cast<const int64_t*>(carried),
                          static_cast<int64_t*>(out));
     return kBadWidth;
 }
@@ -100,47 +108,62 @@ constexpr int64_t kAhead = 16;
 // gather[ours[p]] = theirs[p] and, where gather_t is given, gather_t[theirs[p]] = ours[p]: both
 // are permutations of [0, nnz), checked as they are read.
 template <typename Gather>
-int64_t link(int64_t nnz, const Gather* ours, const Gather* theirs, Gather* gather, Gather* gather_t) {
-    for (int64_t p = 0; p < nnz; ++p) {
-        if (p + kAhead < nnz) {
-            const int64_t soon = ours[p + kAhead];
-            if (soon >= 0 && soon < nnz) __builtin_prefetch(gather + soon, 1);
+int64_t link(int64_t threads, int64_t nnz, const Gather* ours, const Gather* theirs, Gather* gather,
+             Gather* gather_t) {
+    return tcsparse::cpu::in_parallel(threads, nnz, [](int64_t p) { return p; }, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+            if (p + kAhead < end) {
+                const int64_t soon = ours[p + kAhead];
+                if (soon >= 0 && soon < nnz) __builtin_prefetch(gather + soon, 1);
+            }
+            const int64_t mine = ours[p], other = theirs[p];
+            if (mine < 0 || mine >= nnz || other < 0 || other >= nnz) return kBadIndex;
+            gather[mine] = static_cast<Gather>(other);
+            if (gather_t != nullptr) gather_t[other] = static_cast<Gather>(mine);
         }
-        const int64_t mine = ours[p], other = theirs[p];
-        if (mine < 0 || mine >= nnz || other < 0 || other >= nnz) return kBadIndex;
-        gather[mine] = static_cast<Gather>(other);
-        if (gather_t != nullptr) gather_t[other] = static_cast<Gather>(mine);
-    }
-    return 0;
+        return int64_t{0};
+    });
 }
 
 }  // namespace
 
+// The passes run on up to ``threads`` threads. No exception crosses the C ABI: a failed allocation
+// returns tcsparse::cpu::kNoMemory.
 extern "C" {
 
 // rowptr_t holds cols + 1 entries, col_t and out nnz each; rowptr rows + 1, col nnz, carried (may
 // be null) nnz of out's width.
-int64_t tcs_csr_transpose(int64_t index_bytes, int64_t out_bytes, int64_t rows, int64_t cols, int64_t nnz,
-                          const void* rowptr, const void* col, void* rowptr_t, void* col_t, const void* carried,
-                          void* out) {
+int64_t tcs_csr_transpose(int64_t index_bytes, int64_t out_bytes, int64_t threads, int64_t rows, int64_t cols,
+                          int64_t nnz, const void* rowptr, const void* col, void* rowptr_t, void* col_t,
+                          const void* carried, void* out) {
     if (rows < 0 || cols < 0 || nnz < 0) return kBadRowptr;
-    if (index_bytes == 4)
-        return transpose_index<int32_t>(out_bytes, rows, cols, nnz, rowptr, col, rowptr_t, col_t, carried, out);
-    if (index_bytes == 8)
-        return transpose_index<int64_t>(out_bytes, rows, cols, nnz, rowptr, col, rowptr_t, col_t, carried, out);
+    try {
+        if (index_bytes == 4)
+            return transpose_index<int32_t>(out_bytes, threads, rows, cols, nnz, rowptr, col, rowptr_t, col_t,
+                                            carried, out);
+        if (index_bytes == 8)
+            return transpose_index<int64_t>(out_bytes, threads, rows, cols, nnz, rowptr, col, rowptr_t, col_t,
+                                            carried, out);
+    } catch (const std::exception&) {
+        return tcsparse::cpu::kNoMemory;
+    }
     return kBadWidth;
 }
 
 // Every array holds nnz entries; gather_t may be null.
-int64_t tcs_link_gathers(int64_t gather_bytes, int64_t nnz, const void* ours, const void* theirs, void* gather,
-                         void* gather_t) {
+int64_t tcs_link_gathers(int64_t gather_bytes, int64_t threads, int64_t nnz, const void* ours, const void* theirs,
+                         void* gather, void* gather_t) {
     if (nnz < 0) return kBadIndex;
-    if (gather_bytes == 4)
-        return link(nnz, static_cast<const int32_t*>(ours), static_cast<const int32_t*>(theirs),
-                    static_cast<int32_t*>(gather), static_cast<int32_t*>(gather_t));
-    if (gather_bytes == 8)
-        return link(nnz, static_cast<const int64_t*>(ours), static_cast<const int64_t*>(theirs),
-                    static_cast<int64_t*>(gather), static_cast<int64_t*>(gather_t));
+    try {
+        if (gather_bytes == 4)
+            return link(threads, nnz, static_cast<const int32_t*>(ours), static_cast<const int32_t*>(theirs),
+                        static_cast<int32_t*>(gather), static_cast<int32_t*>(gather_t));
+        if (gather_bytes == 8)
+            return link(threads, nnz, static_cast<const int64_t*>(ours), static_cast<const int64_t*>(theirs),
+                        static_cast<int64_t*>(gather), static_cast<int64_t*>(gather_t));
+    } catch (const std::exception&) {
+        return tcsparse::cpu::kNoMemory;
+    }
     return kBadWidth;
 }
 

@@ -16,18 +16,19 @@ import torch
 from .. import native_build
 
 CPU_PASSES = native_build.Library(
-    "libtcsparse_cpu.so", ("cpu_transpose.cpp", "cpu_metcf.cpp"), (), "the CPU conversion's native code"
+    "libtcsparse_cpu.so", ("cpu_transpose.cpp", "cpu_metcf.cpp"), ("cpu_parallel.h",),
+    "the CPU conversion's native code"
 )
 # Columns the layout pass takes: a window's keys are column << 4 | row in window, in 64 bits.
 MAX_COLUMNS = 2**59
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
-    "tcs_csr_transpose": [_I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR],
-    "tcs_link_gathers": [_I64, _I64, _PTR, _PTR, _PTR, _PTR],
-    "tcs_metcf_count": [_I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR],
-    "tcs_metcf_fill": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _PTR,
-                       _PTR, _PTR],
+    "tcs_csr_transpose": [_I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR],
+    "tcs_link_gathers": [_I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR],
+    "tcs_metcf_count": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR],
+    "tcs_metcf_fill": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR,
+                       _PTR, _PTR, _PTR],
 }
 # What a negative return code of each pass means.
 _ERRORS = {
@@ -37,6 +38,9 @@ _ERRORS = {
     "tcs_metcf_fill": {-1: "a column index out of range", -3: "a row (row_map, rowptr) out of range",
                        -4: "window offsets that disagree with the matrix"},
 }
+
+# tcsparse::cpu::kNoMemory of csrc/cpu_parallel.h.
+NO_MEMORY = -100
 
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -76,9 +80,16 @@ def _address(tensor: torch.Tensor | None):
 
 def _call(lib: ctypes.CDLL, name: str, *arguments) -> int:
     code = getattr(lib, name)(*arguments)
+    if code == NO_MEMORY:
+        raise MemoryError(f"{name}: out of memory for its scratch arrays")
     if code < 0:
         raise ValueError(f"{name}: {_ERRORS[name].get(code, f'error {code}')}")
     return code
+
+
+def _threads() -> int:
+    """The passes use as many threads as torch's intra-op ops (``torch.set_num_threads``)."""
+    return torch.get_num_threads()
 
 
 def _checked_csr(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,7 +122,7 @@ def csr_transpose(lib: ctypes.CDLL, rowptr: torch.Tensor, col: torch.Tensor, num
     rowptr_t = torch.empty(num_cols + 1, dtype=col.dtype)
     col_t = torch.empty(nnz, dtype=col.dtype)
     out = torch.empty(nnz, dtype=order_dtype if carried is None else carried.dtype)
-    _call(lib, "tcs_csr_transpose", col.element_size(), out.element_size(), num_rows, num_cols, nnz,
+    _call(lib, "tcs_csr_transpose", col.element_size(), out.element_size(), _threads(), num_rows, num_cols, nnz,
           *map(_address, (rowptr, col, rowptr_t, col_t, carried, out)))
     return rowptr_t, col_t, out
 
@@ -127,7 +138,7 @@ def link_gathers(lib: ctypes.CDLL, ours: torch.Tensor, theirs: torch.Tensor,
                          f"{nnz} of {ours.dtype} and {theirs.numel()} of {theirs.dtype}")
     gather = torch.empty_like(ours)
     gather_t = torch.empty_like(ours) if both else None
-    _call(lib, "tcs_link_gathers", ours.element_size(), nnz, *map(_address, (ours, theirs, gather, gather_t)))
+    _call(lib, "tcs_link_gathers", ours.element_size(), _threads(), nnz, *map(_address, (ours, theirs, gather, gather_t)))
     return gather, gather_t
 
 
@@ -138,7 +149,7 @@ def metcf_blocks(lib: ctypes.CDLL, rowptr: torch.Tensor, col: torch.Tensor, row_
     row_map = _checked_row_map(row_map, num_rows, window)
     num_windows = row_map.numel() // window
     blocks = torch.empty(num_windows, dtype=torch.int64)
-    _call(lib, "tcs_metcf_count", col.element_size(), num_rows, num_cols, col.numel(), window, num_windows,
+    _call(lib, "tcs_metcf_count", col.element_size(), _threads(), num_rows, num_cols, col.numel(), window, num_windows,
           *map(_address, (rowptr, col, row_map, blocks)))
     return blocks
 
@@ -158,7 +169,7 @@ def metcf_fill(lib: ctypes.CDLL, rowptr: torch.Tensor, col: torch.Tensor, row_ma
     block_offsets = torch.empty(num_blocks + 1, dtype=torch.int32)
     local_ids = torch.empty(nnz, dtype=torch.uint8)
     csr_gather = torch.empty(nnz, dtype=gather_dtype)
-    _call(lib, "tcs_metcf_fill", col.element_size(), csr_gather.element_size(), num_rows, num_cols, nnz, window,
+    _call(lib, "tcs_metcf_fill", col.element_size(), csr_gather.element_size(), _threads(), num_rows, num_cols, nnz, window,
           row_map.numel() // window, *map(_address, (rowptr, col, row_map, window_offsets)), num_blocks,
           *map(_address, (block_cols, bitmap, block_offsets, local_ids, csr_gather)))
     return block_cols, bitmap, block_offsets, local_ids, csr_gather
