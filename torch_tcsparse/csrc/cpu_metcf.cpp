@@ -7,7 +7,8 @@
 // nonzero of the matrix and no array per column.
 //
 // Two calls: ``tcs_metcf_count`` (blocks per window, which size the arrays), then
-// ``tcs_metcf_fill``. Every index read is checked against the sizes given before it addresses
+// ``tcs_metcf_fill``, each over ranges of windows of about equal nonzeros on a few threads
+// (cpu_parallel.h). Every index read is checked against the sizes given before it addresses
 // memory, and the fill checks the window offsets against the blocks it finds, so crafted input
 // returns a negative code, never a write out of bounds.
 #include <algorithm>
@@ -20,7 +21,6 @@
 namespace {
 
 constexpr int64_t kBadColumn = -1;
-constexpr int64_t kBadRowptr = -2;
 constexpr int64_t kBadRowMap = -3;
 constexpr int64_t kBadOffsets = -4;
 constexpr int64_t kBadWidth = -5;
