@@ -59,10 +59,12 @@ struct Matrix {
     }
 };
 
-// Sorts ``keys`` ascending: by the digits of their span above the smallest, least significant
-// first (a window's keys are a few hundred of a wide range: a comparison sort mispredicts a branch
-// on most of its steps); a few keys by insertion.
-constexpr int kDigitBits = 9;
+// Sorts ``keys`` ascending. They arrive by row in window, then column (the order of the window's
+// rows), so a stable sort by column alone orders them: least significant digit first over the
+// span of the window's columns, each digit's pass a stable counting sort (a window's keys are a
+// few hundred of a wide range: a comparison sort mispredicts a branch on most of its steps). A
+// few keys by insertion.
+constexpr int kMaxDigitBits = 8;
 constexpr size_t kInsertionKeys = 24;
 
 void sort_keys(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare) {
@@ -76,15 +78,29 @@ void sort_keys(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare) {
         }
         return;
     }
-    const auto [low, high] = std::minmax_element(keys.begin(), keys.end());
-    const uint64_t base = *low, span = *high - *low;
+    uint64_t low = keys[0] >> kRowBits, high = low;
+    for (const uint64_t key : keys) {
+        low = std::min(low, key >> kRowBits);
+        high = std::max(high, key >> kRowBits);
+    }
+    int bits = 0;
+    while (bits < 64 && ((high - low) >> bits) != 0) ++bits;
+    if (bits == 0) return;  // one column: the rows' order is the keys' order
+    const int passes = (bits + kMaxDigitBits - 1) / kMaxDigitBits;
+    const int digit = (bits + passes - 1) / passes;
+    const uint64_t mask = (uint64_t{1} << digit) - 1;
+    constexpr int kMaxPasses = (64 + kMaxDigitBits - 1) / kMaxDigitBits;
+    size_t count[kMaxPasses][(1 << kMaxDigitBits) + 1];
+    for (int pass = 0; pass < passes; ++pass) std::fill(count[pass], count[pass] + mask + 2, size_t{0});
+    for (const uint64_t key : keys) {
+        const uint64_t column = (key >> kRowBits) - low;
+        for (int pass = 0; pass < passes; ++pass) ++count[pass][((column >> (pass * digit)) & mask) + 1];
+    }
     spare.resize(n);
-    uint32_t count[(1 << kDigitBits) + 1];
-    for (int shift = 0; shift < 64 && (span >> shift) != 0; shift += kDigitBits) {
-        std::fill(count, count + (1 << kDigitBits) + 1, 0u);
-        for (const uint64_t key : keys) ++count[(((key - base) >> shift) & ((1 << kDigitBits) - 1)) + 1];
-        for (int d = 0; d < (1 << kDigitBits); ++d) count[d + 1] += count[d];
-        for (const uint64_t key : keys) spare[count[((key - base) >> shift) & ((1 << kDigitBits) - 1)]++] = key;
+    for (int pass = 0; pass < passes; ++pass) {
+        size_t* place = count[pass];
+        for (uint64_t d = 0; d < mask + 1; ++d) place[d + 1] += place[d];
+        for (const uint64_t key : keys) spare[place[(((key >> kRowBits) - low) >> (pass * digit)) & mask]++] = key;
         keys.swap(spare);
     }
 }
