@@ -200,7 +200,8 @@ int64_t fill_windows(const Matrix<Index>& m, int64_t w0, int64_t w1, int64_t fir
         int64_t rank = -1;
         for (size_t i = 0; i < keys.size(); ++i) {
             const int64_t column = static_cast<int64_t>(keys[i] >> kRowBits), s = keys[i] & (kMaxWindow - 1);
-            if (i == 0 || column != static_cast<int64_t>(keys[i - 1] >> kRowBits)) cols[++rank] = static_cast<int32_t>(column);
+            if (i == 0 || column != static_cast<int64_t>(keys[i - 1] >> kRowBits))
+                cols[++rank] = static_cast<int32_t>(column);
             const int64_t bit = (rank / kBlockWidth) * 128 + s * kBlockWidth + rank % kBlockWidth;
             bits[i] = bit;
             words[bit >> 5] |= 1u << (bit & 31);
@@ -253,7 +254,8 @@ Matrix<Index> matrix(int64_t rows, int64_t cols, int64_t nnz, int64_t window, in
 }
 
 bool valid_sizes(int64_t rows, int64_t cols, int64_t nnz, int64_t window, int64_t windows) {
-    return rows >= 0 && cols >= 0 && cols <= kMaxColumns && nnz >= 0 && (window == 8 || window == 16) && windows == (rows + window - 1) / window;
+    return rows >= 0 && cols >= 0 && cols <= kMaxColumns && nnz >= 0 && (window == 8 || window == 16) &&
+           windows == (rows + window - 1) / window;
 }
 
 }  // namespace

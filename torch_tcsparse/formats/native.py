@@ -1,7 +1,9 @@
 """The CPU conversion's compiled passes (``csrc/cpu_transpose.cpp``, ``csrc/cpu_metcf.cpp``),
 loaded with ctypes from the library ``native_build`` makes on first use: the transpose of a
 canonical CSR, the link between the block orders of a matrix and of its transpose, and the ME-TCF
-layout, each a counting pass where the torch build sorts or scatters through int64 keys.
+layout. They sort by counting (the transpose by buckets of columns, then by column in cache; the
+layout one window's nonzeros at a time) where the torch build sorts every nonzero through int64
+keys, and run on torch's thread count.
 
 Where no compiler is found or the build fails, ``library()`` is None and the callers take their
 torch route, which builds the same arrays entry for entry: the compiled passes only make the CPU
@@ -72,8 +74,6 @@ def usable(*tensors: torch.Tensor) -> ctypes.CDLL | None:
     return library()
 
 
-
-
 def _address(tensor: torch.Tensor | None):
     return None if tensor is None else tensor.data_ptr()
 
@@ -138,7 +138,8 @@ def link_gathers(lib: ctypes.CDLL, ours: torch.Tensor, theirs: torch.Tensor,
                          f"{nnz} of {ours.dtype} and {theirs.numel()} of {theirs.dtype}")
     gather = torch.empty_like(ours)
     gather_t = torch.empty_like(ours) if both else None
-    _call(lib, "tcs_link_gathers", ours.element_size(), _threads(), nnz, *map(_address, (ours, theirs, gather, gather_t)))
+    _call(lib, "tcs_link_gathers", ours.element_size(), _threads(), nnz,
+          *map(_address, (ours, theirs, gather, gather_t)))
     return gather, gather_t
 
 
@@ -169,7 +170,7 @@ def metcf_fill(lib: ctypes.CDLL, rowptr: torch.Tensor, col: torch.Tensor, row_ma
     block_offsets = torch.empty(num_blocks + 1, dtype=torch.int32)
     local_ids = torch.empty(nnz, dtype=torch.uint8)
     csr_gather = torch.empty(nnz, dtype=gather_dtype)
-    _call(lib, "tcs_metcf_fill", col.element_size(), csr_gather.element_size(), _threads(), num_rows, num_cols, nnz, window,
-          row_map.numel() // window, *map(_address, (rowptr, col, row_map, window_offsets)), num_blocks,
+    _call(lib, "tcs_metcf_fill", col.element_size(), csr_gather.element_size(), _threads(), num_rows, num_cols, nnz,
+          window, row_map.numel() // window, *map(_address, (rowptr, col, row_map, window_offsets)), num_blocks,
           *map(_address, (block_cols, bitmap, block_offsets, local_ids, csr_gather)))
     return block_cols, bitmap, block_offsets, local_ids, csr_gather
