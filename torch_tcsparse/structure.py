@@ -9,6 +9,7 @@ import torch
 
 from . import csr_rows
 from .formats import native
+from .formats.arrays import INT32_MAX
 from .formats.csr import CSR, transpose_pattern
 from .formats import grouped as grouped_format
 from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay, split_sizes
@@ -18,15 +19,17 @@ from .selector import MatrixFeatures, SelectionCache, device_model, grouped_spli
 
 
 def _transpose_in_blocks(csr: CSR, csr_gather: torch.Tensor):
-    """rowptr and col of the transpose's CSR, and for each of its nonzeros the place of that entry
-    in our block order (``csr_gather`` read in the transpose's CSR order)."""
+    """rowptr and col of the transpose's CSR, and for each of its nonzeros the position of that
+    entry in ``csr`` (int32 where the nonzeros' count fits) and its place in our block order
+    (``csr_gather`` read in that order)."""
     lib = native.usable(csr.col, csr.rowptr, csr_gather)
+    order_dtype = torch.int32 if csr.nnz <= INT32_MAX else torch.int64
     if lib is not None:
-        return native.csr_transpose(lib, csr.rowptr, csr.col, csr.num_rows, csr.num_cols, csr_gather.dtype,
+        return native.csr_transpose(lib, csr.rowptr, csr.col, csr.num_rows, csr.num_cols, order_dtype,
                                     carried=csr_gather)
     rowptr_t, col_t, order = transpose_pattern(csr)
     # index_select takes the int32 order as it is (indexing with it would copy it to int64 first).
-    return rowptr_t, col_t, csr_gather.index_select(0, order)
+    return rowptr_t, col_t, order, csr_gather.index_select(0, order)
 
 
 def _linked_gathers(ours: torch.Tensor, theirs: torch.Tensor, both: bool):
@@ -178,27 +181,35 @@ class Structure:
     def transposed(self) -> "Structure":
         """The transpose's structure, its block order linked to ours through the layouts'
         ``transpose_gather`` (what the kernels' backward and ``TCSparseTensor.t`` read)."""
-        if "transpose" not in self._derived:
-            rowptr_t, col_t, ours_in_blocks = _transpose_in_blocks(self.csr(None), self.layout.csr_gather)
-            # A structure reads only the indices: the values are never written, so never paged in.
-            csr_t = CSR(rowptr_t, col_t, torch.empty(self.nnz, device=self.device), self.num_cols, self.num_rows)
-            del rowptr_t, col_t
-            shared = self._pattern_is_symmetric(csr_t)
-            if shared:
-                t = self._sharing_indices()
-            else:
-                t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
-            del csr_t
-            # Entry (i, j) <-> (j, i) of a symmetric pattern is an involution, and so is the
-            # gather: its own inverse, one copy serves both directions.
-            gather, gather_t = _linked_gathers(ours_in_blocks, t.layout.csr_gather, not shared)
-            del ours_in_blocks
-            if shared:
-                gather_t = gather
-            t.layout = t.layout.with_transpose_gather(gather_t)
-            self.layout = self.layout.with_transpose_gather(gather)
-            t._derived["transpose"], self._derived["transpose"] = self, t
-        return self._derived["transpose"]
+        return self.transposed_with_order()[0]
+
+    def transposed_with_order(self) -> tuple["Structure", torch.Tensor | None]:
+        """``transposed()``, and where this call built it, the order its build sorted by (entry p
+        of the transpose's CSR is our CSR entry ``order[p]``; None where it was built before). No
+        one keeps the order: it is its caller's to use once (``TCSparseTensor.t`` gathers the
+        values of a new transpose with it, in one pass)."""
+        if "transpose" in self._derived:
+            return self._derived["transpose"], None
+        rowptr_t, col_t, order, ours_in_blocks = _transpose_in_blocks(self.csr(None), self.layout.csr_gather)
+        # A structure reads only the indices: the values are never written, so never paged in.
+        csr_t = CSR(rowptr_t, col_t, torch.empty(self.nnz, device=self.device), self.num_cols, self.num_rows)
+        del rowptr_t, col_t
+        shared = self._pattern_is_symmetric(csr_t)
+        if shared:
+            t = self._sharing_indices()
+        else:
+            t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
+        del csr_t
+        # Entry (i, j) <-> (j, i) of a symmetric pattern is an involution, and so is the gather: its
+        # own inverse, one copy serves both directions.
+        gather, gather_t = _linked_gathers(ours_in_blocks, t.layout.csr_gather, not shared)
+        del ours_in_blocks
+        if shared:
+            gather_t = gather
+        t.layout = t.layout.with_transpose_gather(gather_t)
+        self.layout = self.layout.with_transpose_gather(gather)
+        t._derived["transpose"], self._derived["transpose"] = self, t
+        return t, order
 
     def _pattern_is_symmetric(self, csr_t: CSR) -> bool:
         """Whether the transpose has our sparsity pattern and our permutations, so that its

@@ -204,3 +204,27 @@ def test_passes_split_over_threads_build_the_same(monkeypatch, threads):
     for fast, expected in zip(built["fast"], built["torch"]):
         assert_same_layout(fast.layout, expected.layout)
         assert torch.equal(fast.rowptr, expected.rowptr) and torch.equal(fast.col, expected.col)
+
+
+@pytest.mark.parametrize("route", ["fast", "torch"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_first_and_later_transposes_gather_the_same_values(monkeypatch, route, dtype):
+    """The transpose that builds the structure gathers its values with the build's order, later
+    ones through the block orders: bit for bit the same values, signed zeros included, and the
+    same gradient."""
+    if route == "torch":
+        generic(monkeypatch)
+    row, col, _ = random_coo(90, 70, 0.1, seed=13, dtype=dtype)
+    values = torch.randn(row.numel(), dtype=dtype)
+    values[::7] = -0.0
+    a = TCSparseTensor.from_coo(row, col, values, (90, 70))
+    leaf = a._values.detach().clone().requires_grad_(True)
+    built = a.with_values(leaf).t()
+    later = a.with_values(leaf).t()
+    assert torch.equal(built._values, later._values)
+    assert torch.equal(torch.signbit(built._values), torch.signbit(later._values))
+    assert torch.equal(built.to_dense(), a.to_dense().t())
+    weights = torch.randn(built._values.shape, dtype=dtype)
+    (grad_built,) = torch.autograd.grad((built._values * weights).sum(), leaf)
+    (grad_later,) = torch.autograd.grad((later._values * weights).sum(), leaf)
+    assert torch.equal(grad_built, grad_later)

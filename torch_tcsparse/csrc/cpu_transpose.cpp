@@ -29,11 +29,11 @@ int bit_width(int64_t largest) {
     return bits;
 }
 
-// rowptr_t and col_t of the transpose, and for each of its nonzeros ``carried`` at the position of
-// that entry in the CSR (the position itself where ``carried`` is null), in ``out``.
-template <typename Index, typename Carried>
+// rowptr_t and col_t of the transpose, and for each of its nonzeros the position of that entry in
+// the CSR (``order``) and ``carried`` at that position (``carried_t``); either may be null.
+template <typename Index, typename Order, typename Carried>
 int64_t transpose(int64_t threads, int64_t rows, int64_t cols, int64_t nnz, const Index* rowptr, const Index* col,
-                  Index* rowptr_t, Index* col_t, const Carried* carried, Carried* out) {
+                  Index* rowptr_t, Index* col_t, Order* order, const Carried* carried, Carried* carried_t) {
     if (rowptr[0] != 0 || rowptr[rows] != nnz) return kBadRowptr;
     for (int64_t r = 0; r < rows; ++r)
         if (rowptr[r] > rowptr[r + 1]) return kBadRowptr;
@@ -59,45 +59,41 @@ int64_t transpose(int64_t threads, int64_t rows, int64_t cols, int64_t nnz, cons
             const int64_t q = next[c >> shift]++;
             bucket_col[q] = c;
             col_t[q] = static_cast<Index>(r);
-            out[q] = carried == nullptr ? static_cast<Carried>(p) : carried[p];
+            if (order != nullptr) order[q] = static_cast<Order>(p);
+            if (carried_t != nullptr) carried_t[q] = carried[p];
         }
     }
     return tcsparse::cpu::in_parallel(
         threads, buckets, [&](int64_t b) { return static_cast<int64_t>(rowptr_t[std::min(b << shift, cols)]); },
         [&](int64_t b0, int64_t b1) {
             std::vector<Index> rows_of, columns;
+            std::vector<Order> positions;
             std::vector<Carried> values;
             std::vector<int64_t> column_next;
             for (int64_t b = b0; b < b1; ++b) {
                 const int64_t first_col = b << shift, last_col = std::min((b + 1) << shift, cols);
                 const int64_t begin = rowptr_t[first_col], end = rowptr_t[last_col];
                 rows_of.assign(col_t + begin, col_t + end);
-                values.assign(out + begin, out + end);
                 columns.assign(bucket_col.begin() + begin, bucket_col.begin() + end);
+                if (order != nullptr) positions.assign(order + begin, order + end);
+                if (carried_t != nullptr) values.assign(carried_t + begin, carried_t + end);
                 column_next.assign(rowptr_t + first_col, rowptr_t + last_col);
                 for (int64_t i = 0; i < end - begin; ++i) {
                     const int64_t q = column_next[columns[i] - first_col]++;
                     col_t[q] = rows_of[i];
-                    out[q] = values[i];
+                    if (order != nullptr) order[q] = positions[i];
+                    if (carried_t != nullptr) carried_t[q] = values[i];
                 }
             }
             return int64_t{0};
         });
 }
 
-template <typename Index>
-int64_t transpose_index(int64_t out_bytes, int64_t threads, int64_t rows, int64_t cols, int64_t nnz, const void* rowptr,
-                        const void* col, void* rowptr_t, void* col_t, const void* carried, void* out) {
-    const auto* rp = static_cast<const Index*>(rowptr);
-    const auto* c = static_cast<const Index*>(col);
-    auto* rpt = static_cast<Index*>(rowptr_t);
-    auto* ct = static_cast<Index*>(col_t);
-    if (out_bytes == 4)
-        return transpose(threads, rows, cols, nnz, rp, c, rpt, ct, static_cast<const int32_t*>(carried),
-                         static_cast<int32_t*>(out));
-    if (out_bytes == 8)
-        return transpose(threads, rows, cols, nnz, rp, c, rpt, ct, static_cast<const int64_t*>(carried),
-                         static_cast<int64_t*>(out));
+// Calls ``f`` with a value of the integer type of ``bytes`` bytes (int32 or int64).
+template <typename F>
+int64_t with_width(int64_t bytes, F&& f) {
+    if (bytes == 4) return f(int32_t{});
+    if (bytes == 8) return f(int64_t{});
     return kBadWidth;
 }
 
@@ -131,23 +127,30 @@ int64_t link(int64_t threads, int64_t nnz, const Gather* ours, const Gather* the
 // returns tcsparse::cpu::kNoMemory.
 extern "C" {
 
-// rowptr_t holds cols + 1 entries, col_t and out nnz each; rowptr rows + 1, col nnz, carried (may
-// be null) nnz of out's width.
-int64_t tcs_csr_transpose(int64_t index_bytes, int64_t out_bytes, int64_t threads, int64_t rows, int64_t cols,
-                          int64_t nnz, const void* rowptr, const void* col, void* rowptr_t, void* col_t,
-                          const void* carried, void* out) {
+// rowptr_t holds cols + 1 entries, col_t, order and carried_t nnz each; rowptr rows + 1, col nnz,
+// carried nnz. order, or carried with carried_t, may be null.
+int64_t tcs_csr_transpose(int64_t index_bytes, int64_t order_bytes, int64_t carried_bytes, int64_t threads,
+                          int64_t rows, int64_t cols, int64_t nnz, const void* rowptr, const void* col, void* rowptr_t,
+                          void* col_t, void* order, const void* carried, void* carried_t) {
     if (rows < 0 || cols < 0 || nnz < 0) return kBadRowptr;
+    if ((carried == nullptr) != (carried_t == nullptr)) return kBadIndex;
     try {
-        if (index_bytes == 4)
-            return transpose_index<int32_t>(out_bytes, threads, rows, cols, nnz, rowptr, col, rowptr_t, col_t,
-                                            carried, out);
-        if (index_bytes == 8)
-            return transpose_index<int64_t>(out_bytes, threads, rows, cols, nnz, rowptr, col, rowptr_t, col_t,
-                                            carried, out);
+        return with_width(index_bytes, [&](auto index) {
+            using Index = decltype(index);
+            return with_width(order_bytes, [&](auto position) {
+                using Order = decltype(position);
+                return with_width(carried_bytes, [&](auto value) {
+                    using Carried = decltype(value);
+                    return transpose(threads, rows, cols, nnz, static_cast<const Index*>(rowptr),
+                                     static_cast<const Index*>(col), static_cast<Index*>(rowptr_t),
+                                     static_cast<Index*>(col_t), static_cast<Order*>(order),
+                                     static_cast<const Carried*>(carried), static_cast<Carried*>(carried_t));
+                });
+            });
+        });
     } catch (const std::exception&) {
         return tcsparse::cpu::kNoMemory;
     }
-    return kBadWidth;
 }
 
 // Every array holds nnz entries; gather_t may be null.

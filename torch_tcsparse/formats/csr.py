@@ -252,7 +252,9 @@ def transpose_pattern(csr: CSR) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     order_dtype = torch.int32 if csr.nnz <= INT32_MAX else torch.int64
     lib = native.usable(csr.col, csr.rowptr)
     if lib is not None:
-        return native.csr_transpose(lib, csr.rowptr, csr.col, csr.num_rows, csr.num_cols, order_dtype)
+        rowptr, col, order, _ = native.csr_transpose(lib, csr.rowptr, csr.col, csr.num_rows, csr.num_cols,
+                                                     order_dtype)
+        return rowptr, col, order
     order = packed.stable_order(csr.col, csr.num_cols, order_dtype)
     rowptr = _exclusive_cumsum(torch.bincount(csr.col, minlength=csr.num_cols)).to(csr.rowptr.dtype)
     return rowptr, csr.row_indices(csr.col.dtype).index_select(0, order), order

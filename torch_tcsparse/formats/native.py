@@ -26,7 +26,7 @@ MAX_COLUMNS = 2**59
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
-    "tcs_csr_transpose": [_I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR],
+    "tcs_csr_transpose": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR],
     "tcs_link_gathers": [_I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR],
     "tcs_metcf_count": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR],
     "tcs_metcf_fill": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR,
@@ -108,10 +108,11 @@ def _checked_row_map(row_map: torch.Tensor, num_rows: int, window: int) -> torch
 
 
 def csr_transpose(lib: ctypes.CDLL, rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int,
-                  order_dtype: torch.dtype, carried: torch.Tensor | None = None):
+                  order_dtype: torch.dtype | None, carried: torch.Tensor | None = None):
     """rowptr and col of the transpose of a canonical CSR (in its index dtype), and for each of the
-    transpose's nonzeros the position of that entry in the CSR (``order_dtype``), or where
-    ``carried`` (one int32 or int64 entry per nonzero) is given, ``carried`` at that position."""
+    transpose's nonzeros the position of that entry in the CSR (``order``, in ``order_dtype``; None
+    where that is None) and ``carried`` (one int32 or int64 entry per nonzero) at that position
+    (None where ``carried`` is)."""
     rowptr, col = _checked_csr(rowptr, col, num_rows)
     nnz = col.numel()
     if carried is not None:
@@ -121,10 +122,12 @@ def csr_transpose(lib: ctypes.CDLL, rowptr: torch.Tensor, col: torch.Tensor, num
                              f"got {carried.numel()} of {carried.dtype}")
     rowptr_t = torch.empty(num_cols + 1, dtype=col.dtype)
     col_t = torch.empty(nnz, dtype=col.dtype)
-    out = torch.empty(nnz, dtype=order_dtype if carried is None else carried.dtype)
-    _call(lib, "tcs_csr_transpose", col.element_size(), out.element_size(), _threads(), num_rows, num_cols, nnz,
-          *map(_address, (rowptr, col, rowptr_t, col_t, carried, out)))
-    return rowptr_t, col_t, out
+    order = None if order_dtype is None else torch.empty(nnz, dtype=order_dtype)
+    carried_t = None if carried is None else torch.empty_like(carried)
+    widths = (8 if t is None else t.element_size() for t in (order, carried))
+    _call(lib, "tcs_csr_transpose", col.element_size(), *widths, _threads(), num_rows, num_cols, nnz,
+          *map(_address, (rowptr, col, rowptr_t, col_t, order, carried, carried_t)))
+    return rowptr_t, col_t, order, carried_t
 
 
 def link_gathers(lib: ctypes.CDLL, ours: torch.Tensor, theirs: torch.Tensor,
