@@ -9,6 +9,8 @@ from typing import NamedTuple
 import torch
 
 from . import csr_rows
+from .formats import native
+from .formats.arrays import INT32_MAX
 from .formats.csr import CSR, transpose_pattern
 from .formats import grouped as grouped_format
 from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay, split_sizes
@@ -16,6 +18,34 @@ from .formats.metcf import build_layout
 from .reorder.locality import share_ratio
 from .selector import MatrixFeatures, SelectionCache, device_model, grouped_split
 from .selector.pending import PendingLayout
+
+
+def _transpose_in_blocks(csr: CSR, csr_gather: torch.Tensor):
+    """rowptr and col of the transpose's CSR, and for each of its nonzeros the position of that
+    entry in ``csr`` (int32 where the nonzeros' count fits) and its place in our block order
+    (``csr_gather`` read in that order)."""
+    lib = native.usable(csr.col, csr.rowptr, csr_gather)
+    order_dtype = torch.int32 if csr.nnz <= INT32_MAX else torch.int64
+    if lib is not None:
+        return native.csr_transpose(lib, csr.rowptr, csr.col, csr.num_rows, csr.num_cols, order_dtype,
+                                    carried=csr_gather)
+    rowptr_t, col_t, order = transpose_pattern(csr)
+    # index_select takes the int32 order as it is (indexing with it would copy it to int64 first).
+    return rowptr_t, col_t, order, csr_gather.index_select(0, order)
+
+
+def _linked_gathers(ours: torch.Tensor, theirs: torch.Tensor, both: bool):
+    """``ours`` and ``theirs``: the places in our block order and in the transpose's of each of
+    the transpose's CSR entries. Returns ``gather[ours[p]] = theirs[p]`` (our layout's
+    ``transpose_gather``) and, where ``both``, its inverse (the transpose's; else None)."""
+    lib = native.usable(ours, theirs)
+    if lib is not None:
+        return native.link_gathers(lib, ours, theirs, both)
+    # index_add_ takes the int32 indices as they are (assignment would copy them to int64); the
+    # indices are permutations, so adding onto zeros is the assignment.
+    gather = torch.zeros_like(theirs).index_add_(0, ours, theirs)
+    gather_t = torch.zeros_like(ours).index_add_(0, theirs, ours) if both else None
+    return gather, gather_t
 
 
 class RowsCsr(NamedTuple):
@@ -153,35 +183,35 @@ class Structure:
     def transposed(self) -> "Structure":
         """The transpose's structure, its block order linked to ours through the layouts'
         ``transpose_gather`` (what the kernels' backward and ``TCSparseTensor.t`` read)."""
-        if "transpose" not in self._derived:
-            rowptr_t, col_t, order = transpose_pattern(self.csr(None))
-            # A structure reads only the indices: the values are never written, so never paged in.
-            csr_t = CSR(rowptr_t, col_t, torch.empty(self.nnz, device=self.device), self.num_cols, self.num_rows)
-            del rowptr_t, col_t
-            shared = self._pattern_is_symmetric(csr_t)
-            if shared:
-                t = self._sharing_indices()
-            else:
-                t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
-            del csr_t
-            # Entry p of the transpose's CSR is our CSR entry order[p]: link the block orders.
-            # index_select and index_add_ take the int32 indices as they are (indexing with them
-            # would copy each to int64 first); the indices are permutations, so adding onto zeros
-            # is the assignment.
-            ours_in_blocks = self.layout.csr_gather.index_select(0, order)
-            del order
-            theirs_in_blocks = t.layout.csr_gather
-            gather = torch.zeros_like(theirs_in_blocks).index_add_(0, ours_in_blocks, theirs_in_blocks)
-            if shared:
-                # Entry (i, j) <-> (j, i) is an involution, and so is the gather: its own
-                # inverse, one copy serves both directions.
-                gather_t = gather
-            else:
-                gather_t = torch.zeros_like(ours_in_blocks).index_add_(0, theirs_in_blocks, ours_in_blocks)
-            t.layout = t.layout.with_transpose_gather(gather_t)
-            self.layout = self.layout.with_transpose_gather(gather)
-            t._derived["transpose"], self._derived["transpose"] = self, t
-        return self._derived["transpose"]
+        return self.transposed_with_order()[0]
+
+    def transposed_with_order(self) -> tuple["Structure", torch.Tensor | None]:
+        """``transposed()``, and where this call built it, the order its build sorted by (entry p
+        of the transpose's CSR is our CSR entry ``order[p]``; None where it was built before). No
+        one keeps the order: it is its caller's to use once (``TCSparseTensor.t`` gathers the
+        values of a new transpose with it, in one pass)."""
+        if "transpose" in self._derived:
+            return self._derived["transpose"], None
+        rowptr_t, col_t, order, ours_in_blocks = _transpose_in_blocks(self.csr(None), self.layout.csr_gather)
+        # A structure reads only the indices: the values are never written, so never paged in.
+        csr_t = CSR(rowptr_t, col_t, torch.empty(self.nnz, device=self.device), self.num_cols, self.num_rows)
+        del rowptr_t, col_t
+        shared = self._pattern_is_symmetric(csr_t)
+        if shared:
+            t = self._sharing_indices()
+        else:
+            t = Structure(csr_t, self.window, self.col_perm, self.row_perm, self.method)
+        del csr_t
+        # Entry (i, j) <-> (j, i) of a symmetric pattern is an involution, and so is the gather: its
+        # own inverse, one copy serves both directions.
+        gather, gather_t = _linked_gathers(ours_in_blocks, t.layout.csr_gather, not shared)
+        del ours_in_blocks
+        if shared:
+            gather_t = gather
+        t.layout = t.layout.with_transpose_gather(gather_t)
+        self.layout = self.layout.with_transpose_gather(gather)
+        t._derived["transpose"], self._derived["transpose"] = self, t
+        return t, order
 
     def _pattern_is_symmetric(self, csr_t: CSR) -> bool:
         """Whether the transpose has our sparsity pattern and our permutations, so that its

@@ -154,9 +154,12 @@ class TCSparseTensor(torch.Tensor):
 
     def t(self) -> "TCSparseTensor":
         """The transpose (K, M); its structure is built once and cached on both matrices. Its
-        values are gathered through the block orders (differentiable), the links the kernels'
-        backward keeps anyway, so no CSR-to-CSR order is stored."""
-        structure_t = self._structure.transposed()
+        values are gathered (differentiable) with the order of the structure's build where this
+        call builds it, else through the block orders, the links the kernels' backward keeps
+        anyway: no CSR-to-CSR order is stored. Either way the same values, a permutation of ours."""
+        structure_t, order = self._structure.transposed_with_order()
+        if order is not None:
+            return TCSparseTensor(structure_t, self._values.index_select(0, order))
         # index_select reads the int32 index as it is; indexing with [] first copies it to int64.
         block_values_t = self._structure.to_block_order(self._values).index_select(0, structure_t.layout.transpose_gather)
         return TCSparseTensor(structure_t, block_values_t.index_select(0, structure_t.layout.csr_gather))

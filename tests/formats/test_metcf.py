@@ -225,9 +225,9 @@ def test_layout_built_in_slices_is_the_layout_built_at_once(monkeypatch, window,
     row, col, values = random_coo(100, 100, 0.3, seed=6, dtype=torch.float32)
     csr = csr_mod.from_coo(row, col, values, 100, 100)
     perm = random_permutation(100, 7) if with_perm else None
-    expected = build_layout(csr, window, perm)
+    expected = build_layout(csr, window, perm, use_kernels=False)
     monkeypatch.setattr(packed, "SLICE", 7)
-    layout = build_layout(csr, window, perm)
+    layout = build_layout(csr, window, perm, use_kernels=False)
     for name in expected.TENSOR_FIELDS:
         assert torch.equal(getattr(layout, name), getattr(expected, name)), name
 
@@ -237,23 +237,25 @@ def test_layout_without_packed_keys_is_the_same(case):
     """Where window, column and row fields would not fit one int64 key (huge column counts), a
     stable sort takes over: same layout."""
     csr, perm, window = case
-    expected = build_layout(csr, window, perm)
-    blocks = count_blocks(csr, window, perm)
+    expected = build_layout(csr, window, perm, use_kernels=False)
+    blocks = count_blocks(csr, window, perm, use_kernels=False)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(packed, "KEY_BITS", 0)
-        layout = build_layout(csr, window, perm)
-        assert torch.equal(count_blocks(csr, window, perm), blocks)
+        layout = build_layout(csr, window, perm, use_kernels=False)
+        assert torch.equal(count_blocks(csr, window, perm, use_kernels=False), blocks)
     for name in expected.TENSOR_FIELDS:
         assert torch.equal(getattr(layout, name), getattr(expected, name)), name
 
 
 
-def test_huge_column_count_with_small_column_ids():
-    """Columns past 2**50 leave no room for a packed sort key; the layout stays right."""
+@pytest.mark.parametrize("use_kernels", [None, False])
+def test_huge_column_count_with_small_column_ids(use_kernels):
+    """Columns past 2**50 leave no room for a packed sort key of the torch build, and the compiled
+    CPU build keeps no array per column; the layout stays right."""
     row, col, values = random_coo(40, 60, 0.3, seed=8, dtype=torch.float64)
     csr = csr_mod.from_coo(row, col, values, 40, 2**57)
     for window in (8, 16):
-        layout, block_values = build_metcf(csr, window)
+        layout, block_values = build_metcf(csr, window, use_kernels=use_kernels)
         _, rows, cols = layout.nonzero_coordinates()
         in_csr_order = layout.csr_gather.long()
         assert torch.equal(rows[in_csr_order], csr.row_indices())

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..paths import VALUE_DTYPES
-from . import packed
+from . import native, packed
 from .arrays import INT32_MAX, compress, first_of_runs, floor_divide, sort_keys, sort_with_positions
 from .packed import bit_width
 
@@ -247,8 +247,15 @@ def transpose_pattern(csr: CSR) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     entry in ``csr`` (the indices in the index dtype, the positions in int32 where the nonzeros'
     count fits). A stable sort by column keeps each column's rows ascending, as the rows are in
     ``csr``: the transpose of a canonical CSR is canonical with one sort of the column ids, no
-    row * width + col key and no second canonicalisation."""
-    order = packed.stable_order(csr.col, csr.num_cols, torch.int32 if csr.nnz <= INT32_MAX else torch.int64)
+    row * width + col key and no second canonicalisation. On the CPU, the compiled counting sort
+    of ``csrc/cpu_transpose.cpp`` where it is built (``native``), with the same result."""
+    order_dtype = torch.int32 if csr.nnz <= INT32_MAX else torch.int64
+    lib = native.usable(csr.col, csr.rowptr)
+    if lib is not None:
+        rowptr, col, order, _ = native.csr_transpose(lib, csr.rowptr, csr.col, csr.num_rows, csr.num_cols,
+                                                     order_dtype)
+        return rowptr, col, order
+    order = packed.stable_order(csr.col, csr.num_cols, order_dtype)
     rowptr = _exclusive_cumsum(torch.bincount(csr.col, minlength=csr.num_cols)).to(csr.rowptr.dtype)
     return rowptr, csr.row_indices(csr.col.dtype).index_select(0, order), order
 

@@ -57,7 +57,7 @@ import torch
 
 from .. import _ext
 from .. import csr_rows
-from . import packed
+from . import native, packed
 from .arrays import INT32_MAX, compress, first_of_runs, sort_keys
 from .csr import CSR, index_dtype_for
 from .packed import bit_width
@@ -220,9 +220,12 @@ def row_slots(num_rows: int, row_perm: torch.Tensor | None, device) -> torch.Ten
     return slots
 
 
-def count_blocks(csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None) -> torch.Tensor:
-    """Blocks per window (int64 [windows]) without building the layout: the reordering objective."""
-    return _builder(csr, window, row_perm).blocks_per_window()
+def count_blocks(
+    csr: CSR, window: int = 16, row_perm: torch.Tensor | None = None, use_kernels: bool | None = None
+) -> torch.Tensor:
+    """Blocks per window (int64 [windows]) without building the layout: the reordering objective.
+    ``use_kernels`` as for ``build_layout``."""
+    return _builder(csr, window, row_perm, use_kernels).blocks_per_window()
 
 
 def build_metcf(
@@ -241,8 +244,9 @@ def build_layout(
     """ME-TCF layout of ``csr`` without its values (what a structure shared by several value
     tensors keeps: the block-order copy of the values costs a scatter and a value array).
     On a GPU with the extension built, the conversion kernels (``csrc/metcf_convert.cu``) build
-    it; elsewhere torch ops do, with the same result entry for entry. ``use_kernels=False``
-    forces the torch ops (the kernels' reference in tests and benchmarks)."""
+    it; on the CPU the compiled pass of ``csrc/cpu_metcf.cpp`` where it is built (``native``);
+    elsewhere torch ops do, with the same result entry for entry. ``use_kernels=False`` forces
+    the torch ops (the reference of both in tests and benchmarks)."""
     build = _builder(csr, window, row_perm, use_kernels)
     window_offsets, chunk_offsets, host_counts = build.count()
     num_blocks = int(host_counts.window_offsets[-1])
@@ -270,6 +274,9 @@ def _builder(csr: CSR, window: int, row_perm: torch.Tensor | None, use_kernels: 
     if window not in WINDOWS:
         raise ValueError(f"window must be one of {WINDOWS}, got {window}")
     if use_kernels is None:
+        lib = native.usable(csr.col, csr.rowptr) if csr.num_cols <= native.MAX_COLUMNS else None
+        if lib is not None:
+            return _NativeBuild(csr, window, row_perm, lib)
         use_kernels = csr.col.is_cuda and _ext.available()
     if use_kernels:
         return _KernelBuild(csr, window, row_perm)
@@ -517,6 +524,34 @@ class _KernelBuild:
         )
         gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
         return block_cols, bitmap, block_offsets, local_ids, csr_gather.to(gather_dtype)
+
+
+class _NativeBuild:
+    """The same layout on the CPU with the compiled pass of ``csrc/cpu_metcf.cpp``: the nonzeros
+    of one window at a time sorted by column, no sort over every nonzero."""
+
+    def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None, lib):
+        self.csr, self.window, self.lib = csr, window, lib
+        self.row_map = _row_map(csr.num_rows, window, row_perm, csr.col.device)
+
+    def _arguments(self):
+        csr = self.csr
+        return self.lib, csr.rowptr, csr.col, self.row_map, csr.num_rows, csr.num_cols, self.window
+
+    def blocks_per_window(self) -> torch.Tensor:
+        return native.metcf_blocks(*self._arguments())
+
+    def count(self) -> tuple[torch.Tensor, torch.Tensor, HostCounts]:
+        blocks = self.blocks_per_window()
+        window_offsets = _exclusive_cumsum(blocks)
+        chunk_offsets = _exclusive_cumsum((blocks + BALANCE_CHUNK - 1) // BALANCE_CHUNK)
+        host_counts = _read_back_counts(window_offsets, chunk_offsets, blocks, self.csr.rowptr)
+        return window_offsets.to(torch.int32), chunk_offsets.to(torch.int32), host_counts
+
+    def fill(self, window_offsets: torch.Tensor, num_blocks: int):
+        csr = self.csr
+        gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)
+        return native.metcf_fill(*self._arguments(), window_offsets, num_blocks, gather_dtype)
 
 
 def _read_back_counts(window_offsets, chunk_offsets, blocks_per_window, rowptr) -> HostCounts:
