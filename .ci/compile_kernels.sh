@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compile every CUDA kernel file of torch_tcsparse/csrc for sm_80 and sm_90 with nvcc alone (no
-# torch headers) and the selector's C++ model with g++, fail on any error or warning, and print
-# registers / spills per kernel from ptxas.
+# torch headers), and the selector's C++ model and the CPU conversion's passes with g++; fail on
+# any error or warning, and print registers / spills per kernel from ptxas.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -26,6 +26,13 @@ log="$out/selector_capi.log"
 ${CXX:-g++} -std=c++17 -O2 -Wall -Wextra -Werror -Itorch_tcsparse/csrc -c torch_tcsparse/csrc/selector_capi.cpp \
   -o "$out/selector_capi.o" >"$log" 2>&1 &
 pids+=("$!:$log")
+# The CPU conversion's passes, plain C++ too, built at run time by formats/native.py.
+for name in cpu_transpose cpu_metcf; do
+  log="$out/$name.log"
+  ${CXX:-g++} -std=c++17 -O2 -Wall -Wextra -Werror -pthread -Itorch_tcsparse/csrc -c "torch_tcsparse/csrc/$name.cpp" \
+    -o "$out/$name.o" >"$log" 2>&1 &
+  pids+=("$!:$log")
+done
 failed=0
 for entry in "${pids[@]}"; do
   pid=${entry%%:*}; log=${entry#*:}

@@ -320,6 +320,14 @@ class CsrStructure(Structure):
         self._pending.build()
         return super().to_block_order(csr_values)
 
+    def transposed_with_order(self) -> tuple["Structure", torch.Tensor | None]:
+        """While the layout is pending, the CSR-only transpose and, at every call, the order that
+        links the two CSRs (entry p of the transpose's is our entry ``order[p]``)."""
+        if self._layout is not None:
+            return super().transposed_with_order()
+        t = self.transposed()
+        return t, t.layout.partner_positions
+
     def transposed_values(self, csr_values: torch.Tensor) -> torch.Tensor:
         """The transpose's values in its CSR order: one gather while the layout is pending."""
         if self._layout is not None:

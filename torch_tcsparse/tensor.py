@@ -155,13 +155,15 @@ class TCSparseTensor(torch.Tensor):
     def t(self) -> "TCSparseTensor":
         """The transpose (K, M); its structure is built once and cached on both matrices. Its
         values are gathered (differentiable) with the order of the structure's build where this
-        call builds it, else through the block orders, the links the kernels' backward keeps
-        anyway: no CSR-to-CSR order is stored. Either way the same values, a permutation of ours."""
+        call builds it (and always for a CSR-only matrix, whose layout this must not build), else
+        through the block orders, the links the kernels' backward keeps anyway: no CSR-to-CSR
+        order is stored. Either way the same values, a permutation of ours."""
+        values = live_values(self)
         structure_t, order = self._structure.transposed_with_order()
         if order is not None:
-            return TCSparseTensor(structure_t, self._values.index_select(0, order))
+            return TCSparseTensor(structure_t, values.index_select(0, order))
         # index_select reads the int32 index as it is; indexing with [] first copies it to int64.
-        block_values_t = self._structure.to_block_order(self._values).index_select(0, structure_t.layout.transpose_gather)
+        block_values_t = self._structure.to_block_order(values).index_select(0, structure_t.layout.transpose_gather)
         return TCSparseTensor(structure_t, block_values_t.index_select(0, structure_t.layout.csr_gather))
 
     @property
