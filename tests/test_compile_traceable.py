@@ -241,6 +241,7 @@ VALUE_READS = {
     "values()": lambda a, x: a.values()[:, None] * x[a.col_indices().long()],
     "csr": lambda a, x: a.csr.values[:, None] * x[a.col_indices().long()],
     "to(dtype)": lambda a, x: a.to(torch.float32) @ x.float(),
+    "t()": lambda a, x: a.t() @ torch.cat([x, x])[:a.shape[0]],
 }
 
 
