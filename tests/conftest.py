@@ -63,3 +63,12 @@ def single_thread_for_tiny_graphs(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Compiled code and its guards from other tests dropped before and after the test: a cached
+    graph would hide a recompilation and count towards the compiler's recompile limit."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

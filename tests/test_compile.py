@@ -6,12 +6,7 @@ import torch
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.testing import random_dense
 
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 @pytest.fixture

@@ -8,12 +8,7 @@ from torch_tcsparse import TCSparseTensor, flattening
 from torch_tcsparse.nn import GCNConv
 from torch_tcsparse.testing import random_dense
 
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 @pytest.fixture

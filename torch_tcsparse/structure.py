@@ -257,13 +257,6 @@ class Structure:
         moved.selection = SelectionCache(self.selection.rows_share_ratio, moved.grouped_size)
         return moved
 
-    def transposed_values(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """The transpose's values in its canonical CSR order (``transposed()``'s), gathered through
-        the block orders (differentiable)."""
-        t = self.transposed()
-        block_values_t = self.to_block_order(csr_values).index_select(0, t.layout.transpose_gather)
-        return block_values_t.index_select(0, t.layout.csr_gather)
-
     def stats(self, value_bytes: int = 4) -> dict:
         return {**self.layout.stats(value_bytes), "reorder": self.method}
 
@@ -272,7 +265,7 @@ class CsrStructure(Structure):
     """A structure that holds the CSR alone until a product needs the Tensor-Core layout
     (``selector.pending``): what ``TCSparseTensor.from_batch`` builds for a matrix used a few
     times. Its transpose is a CSR-only structure too (one sort of the column ids), the two linked
-    through their CSR orders (``transposed_values``: one gather); building either layout unlinks
+    through their CSR orders (``transposed_with_order``: one gather of the values); building either layout unlinks
     the pair, and the next transpose is built as any matrix's. Values in block order
     (``to_block_order``) are the built layout's: its callers read the layout next."""
 
@@ -327,13 +320,6 @@ class CsrStructure(Structure):
             return super().transposed_with_order()
         t = self.transposed()
         return t, t.layout.partner_positions
-
-    def transposed_values(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """The transpose's values in its CSR order: one gather while the layout is pending."""
-        if self._layout is not None:
-            return super().transposed_values(csr_values)
-        t = self.transposed()
-        return csr_values.index_select(0, t.layout.partner_positions)
 
     def transposed(self) -> "Structure":
         if self._layout is not None:

@@ -12,9 +12,7 @@ TINY = dict(num_nodes=300, num_classes=4, num_features=16, avg_degree=8.0, homop
 SMALL_RUN = ["--epochs", "4", "--hidden", "16", "--layers", "2", "--dropout", "0", "--device", "cpu"]
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TCSPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture

@@ -32,10 +32,7 @@ def needs(name: str, root: Path):
 TINY = dict(num_nodes=400, num_classes=4, num_features=16, avg_degree=8.0, homophily=0.6, feature_signal=0.3)
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """Generated datasets and mirrors go to the test's own folder."""
-    monkeypatch.setenv("TCSPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture

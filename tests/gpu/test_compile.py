@@ -5,21 +5,15 @@ eager ones step for step. Each path is forced by answering the selector's choice
 import pytest
 import torch
 
+from benchmarks.compiled import epoch_function
 from torch_tcsparse import TCSparseTensor
-from torch_tcsparse.nn import GCNConv
 from torch_tcsparse.paths import SELECTOR_PATHS
 from torch_tcsparse.selector.cache import SelectionCache
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+              pytest.mark.usefixtures("fresh_dynamo")]
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.fixture
@@ -81,38 +75,14 @@ def test_compiled_product_matches_eager_on_every_path(kernels, forced, path, rou
         torch.testing.assert_close(got, expected, **TOLERANCE)
 
 
-class TwoLayerGCN(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = GCNConv(16, 32, normalize=False)
-        self.conv2 = GCNConv(32, 4, normalize=False)
-
-    def forward(self, x, adj):
-        return self.conv2(self.conv1(x, adj).relu(), adj)
-
-
 def gcn_losses(adj, compiled: bool, steps: int = 5):
+    """The losses of ``steps`` training steps of the benchmark's 2-layer GCN (16 -> 32 -> 4)."""
     torch.manual_seed(0)
     x = torch.randn(adj.shape[0], 16, device="cuda")
     labels = torch.randint(0, 4, (adj.shape[0],), device="cuda")
-    model = TwoLayerGCN().cuda()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-
-    def loss_of(x, adj, labels):
-        return torch.nn.functional.cross_entropy(model(x, adj), labels)
-
-    if compiled:
-        loss_of = torch.compile(loss_of, fullgraph=True, mode="reduce-overhead")
-    losses = []
-    for _ in range(steps):
-        if compiled:
-            torch.compiler.cudagraph_mark_step_begin()
-        optimizer.zero_grad(set_to_none=False)
-        loss = loss_of(x, adj, labels)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach().clone())
-    return torch.stack(losses)
+    epoch = epoch_function(adj, x, labels, hidden=32, classes=4,
+                           options={"mode": "reduce-overhead"} if compiled else None)
+    return torch.stack([epoch().detach().clone() for _ in range(steps)])
 
 
 @pytest.mark.parametrize("path", SELECTOR_PATHS)

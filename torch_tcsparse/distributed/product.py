@@ -20,12 +20,7 @@ class DistributedProduct(torch.autograd.Function):
     def forward(ctx, x: Tensor, part: GraphPart) -> Tensor:
         ctx.part = part
         pending = part.gather_halo(x, part.halo_dtype)
-        if part.overlap:
-            y = part.interior.matmul(x)
-            halo = pending.wait()
-        else:
-            halo = pending.wait()
-            y = part.interior.matmul(x)
+        y, halo = _beside(pending, lambda: part.interior.matmul(x), part.overlap)
         return y.add_(part.boundary.matmul(halo))
 
     @staticmethod
@@ -33,13 +28,18 @@ class DistributedProduct(torch.autograd.Function):
         part = ctx.part
         grad_out = grad_out.contiguous()
         pending = part.scatter_halo(part.boundary_t.matmul(grad_out), part.halo_dtype)
-        if part.overlap:
-            grad_x = part.interior_t.matmul(grad_out)
-            returned = pending.wait()
-        else:
-            returned = pending.wait()
-            grad_x = part.interior_t.matmul(grad_out)
+        grad_x, returned = _beside(pending, lambda: part.interior_t.matmul(grad_out), part.overlap)
         return grad_x.index_add_(0, part.send_index, returned), None
+
+
+def _beside(pending, local, overlap: bool):
+    """``local()`` and what the exchange ``pending`` received: ``local`` runs while the exchange
+    travels where ``overlap``, else once it has arrived."""
+    if overlap:
+        result = local()
+        return result, pending.wait()
+    received = pending.wait()
+    return local(), received
 
 
 def spmm(part: GraphPart | TCSparseTensor, x: Tensor) -> Tensor:
