@@ -2,13 +2,15 @@
 
 On graphs of a few thousand rows the kernel runs for a few microseconds and a call of ``A @ X``
 costs what Python and the launch cost. This times back-to-back calls (no synchronisation in
-between) of each layer, from the user's ``A @ X`` down to the kernel's binding with prepared
-arguments, so the difference between two rows is the cost of one layer; then the
+between) of each layer, from the user's ``A @ X`` down to the engine's launch with prepared
+operands, so the difference between two rows is the cost of one layer, and the product with its
+backward for X against the forward alone (and torch.sparse's); then the
 first (uncached) selector choice at N against one SpMM (the matrix's features built, as
 ``benchmarks.selector`` times it; ``python -m benchmarks.selector --first-choice`` times it alone,
 on a machine without a GPU too); then one training step (forward, backward,
 Adam) of a 2-layer GCN (in 100 -> 256 -> 47 out, our GCNConv, cached graph). cProfile listings of
-``A @ X`` and of the training step go to ``$OUT/host_overhead_profile_*.txt``.
+``A @ X``, of it with its backward and of the training step go to
+``$OUT/host_overhead_profile_*.txt``.
 
     python -m benchmarks.host_overhead --graphs planetoid_cora,planetoid_citeseer --n 128
 """
@@ -27,9 +29,7 @@ from benchmarks.common import out_dir, settle, time_cuda, time_per_call_us
 from benchmarks.selector import first_choice_rounds, first_choice_sample
 
 import torch_tcsparse
-from torch_tcsparse import _ext, kernels, product
-from torch_tcsparse.engines import ENGINES
-from torch_tcsparse.product import operands_of
+from torch_tcsparse import product
 from graph_data import npz
 
 
@@ -45,24 +45,26 @@ def load(name: str) -> torch_tcsparse.TCSparseTensor:
 
 
 def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict:
-    """Callables of one X each, outermost first."""
+    """Callables of one X each, outermost first, then the product with its backward."""
     a = a.to(dtype)
-    s = a._structure
     path = settle(a, torch.randn(a.shape[1], n, device="cuda", dtype=dtype))
-    engine = ENGINES[path]
-    kernel = path if path in kernels.KERNELS else "base"
-    fp32_values = operands_of(a, ENGINES[kernel]).values
-    prepared = kernels.layout_arguments(s.layout)
-    module = _ext.load()
+    csr = a.to_torch_csr()
+    grad_y = torch.randn(a.shape[0], n, device="cuda", dtype=dtype)
+
+    def forward_backward(x):
+        (a @ x.requires_grad_()).backward(grad_y)
+
+    def csr_forward_backward(x):
+        torch.sparse.mm(csr, x.requires_grad_()).backward(grad_y)
+
     return {
         f"A @ X (path {path})": lambda x: a @ x,
         f"product.matmul ({path})": lambda x: product.matmul(a, x),
-        f"engine.run ({path}), kept operands": lambda x, o=operands_of(a, engine): engine.run(x, o, None),
-        f"pybind function ({kernel}), prepared args": lambda x: module.spmm(
-            x, fp32_values, *prepared, kernel == "balanced", False, False
-        ),
+        f"engine launch ({path}), operands prepared": product.launcher(a, path),
         "torch.empty_like (one allocation)": lambda x: torch.empty_like(x),
-        "torch.sparse.mm (cuSPARSE)": lambda x, m=operands_of(a, ENGINES["csr"]): torch.sparse.mm(m, x),
+        "torch.sparse.mm (cuSPARSE)": lambda x: torch.sparse.mm(csr, x),
+        f"A @ X + backward for X ({path})": forward_backward,
+        "torch.sparse.mm + backward for X": csr_forward_backward,
     }
 
 
@@ -132,12 +134,15 @@ def main(argv=None):
         a = load(name)
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
-            xs = [(torch.randn(a.shape[1], args.n, device="cuda").to(dtype),) for _ in range(4)]
+            xs = [(torch.randn(a.shape[1], args.n, device="cuda", dtype=dtype),) for _ in range(4)]
             print(f"{name} {dtype_name}")
             for label, fn in layers(a, dtype, args.n).items():
                 print(f"  {label:<36}{time_per_call_us(fn, xs, calls=2000):8.1f}")
             typed = a.to(dtype)
             profile(lambda x: typed @ x, xs[0][0], out / f"host_overhead_profile_{name}_{dtype_name}.txt")
+            grad_y = torch.randn(a.shape[0], args.n, device="cuda", dtype=dtype)
+            profile(lambda x: (typed @ x.requires_grad_()).backward(grad_y), xs[1][0],
+                    out / f"host_overhead_profile_{name}_{dtype_name}_backward.txt")
         choice_us, features_us, spmm_us = choice_cost(a, args.n, out, name)
         print(f"  first choice {choice_us:.1f} us (features, once per matrix: {features_us:.1f} us), one SpMM "
               f"{spmm_us:.1f} us: {choice_us / spmm_us:.2f}x")

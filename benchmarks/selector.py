@@ -182,7 +182,7 @@ def first_choices(patterns: str, n_values, dtypes, out: Path) -> str:
     built = contextlib.nullcontext() if on_gpu else mock.patch.object(kernels, "available", lambda: True)
     records, subjects = [], {}
     with built:
-        selector.choice.kernels_usable.cache_clear()  # kept per process: the patch changes its answer
+        kernels.usable_for.cache_clear()  # kept per process: the patch changes its answer
         for name in names:
             row, col, size = loaders[name]("cuda" if on_gpu else "cpu")
             a = TCSparseTensor.from_coo(row, col, None, size if isinstance(size, tuple) else (size, size))
@@ -194,7 +194,7 @@ def first_choices(patterns: str, n_values, dtypes, out: Path) -> str:
         for index, (features_us, choice_us) in first_choice_rounds(subjects).items():
             records[index].update(choice_us=choice_us, features_us=features_us,
                                   path=first_choice_sample(*subjects[index])[2])
-        selector.choice.kernels_usable.cache_clear()
+        kernels.usable_for.cache_clear()
     where = torch.cuda.get_device_name() if on_gpu else "CPU (no GPU: launch shapes are the documented defaults)"
     lines = [f"first choice at an N bucket on a fresh cache, features built (median us), {where}",
              f"{'graph':<22} {'nnz':>9} {'dtype':<9} {'N':>4} {'choice':>8} {'features':>9}  path"]

@@ -31,8 +31,8 @@ from benchmarks.common import (add_corpus_arguments, batch_for, copy_bandwidth, 
                                rotation_count, split_of_name, time_cuda, time_per_call_us, write_csv)
 
 from torch_tcsparse import TCSparseTensor, kernels
-from torch_tcsparse.engines import ENGINES
-from torch_tcsparse.product import operands_of
+from torch_tcsparse.engines.grouped import grouped_layout
+from torch_tcsparse.product import launcher
 from graph_data import npz, synthetic
 from torch_tcsparse.formats.csr import from_coo
 from torch_tcsparse.formats.metcf import build_metcf
@@ -145,8 +145,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg, split="fit", peers
             errors = {}
             times = {}
             # Each engine on the operands A @ X keeps for it: the product without the host's routing.
-            ours = {path: (lambda x, e=ENGINES[path], o=operands_of(typed, ENGINES[path]): e.run(x, o, None))
-                    for path in ("base", "balanced", "rows", "grouped")}
+            ours = {path: launcher(typed, path) for path in ("base", "balanced", "rows", "grouped")}
             for path, run in ours.items():
                 got = run(xs[0][0]).float()
                 errors[path] = float((got - expected).norm() / expected.norm().clamp_min(1e-30))
@@ -176,8 +175,8 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg, split="fit", peers
                 "blocks": stats["tc_blocks"], "nnz_per_block": round(stats["mean_nnz_per_block"], 2),
                 "max_blocks_per_window": stats["blocks_per_window_max"],
                 "base_ms": times["base"], "balanced_ms": times["balanced"], "rows_ms": times.get("rows", float("nan")),
-                "grouped_ms": times["grouped"], "grouped_blocks": structure.grouped().num_blocks,
-                "grouped_rest_nnz": structure.grouped().rest_nnz, "grouped_selectable": grouped_size is not None,
+                "grouped_ms": times["grouped"], "grouped_blocks": grouped_layout(structure).num_blocks,
+                "grouped_rest_nnz": grouped_layout(structure).rest_nnz, "grouped_selectable": grouped_size is not None,
                 "reorder": structure.method,
                 "cusparse_ms": times["cusparse"],
                 "pyg_ms": pyg_ms, "rode_ms": rode_ms, "rode_err": rode_err,

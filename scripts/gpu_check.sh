@@ -5,10 +5,10 @@
 # charts go into $OUT/results.tgz (the device returns at most 8 files).
 #
 #   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,synccheck,properties,suite,
-#                                   bench,reorder,permutation,selector,gcn,host_overhead,accuracy (default: build
+#                                   bench,reorder,permutation,selector,gcn,host_overhead,compiled,accuracy (default: build
 #                                   through bench).
 #                                   BENCH_ARGS, REORDER_ARGS, PERMUTATION_ARGS, SELECTOR_ARGS, GCN_ARGS,
-#                                   HOST_OVERHEAD_ARGS, ACCURACY_ARGS pass options;
+#                                   HOST_OVERHEAD_ARGS, COMPILED_ARGS, ACCURACY_ARGS pass options;
 #                                   STAGE_LIMIT caps each test or benchmark stage (seconds; the
 #                                   sanitizer stages are the slowest: give them the most);
 #                                   MEMCHECK_FILTER, RACECHECK_FILTER, SYNCCHECK_FILTER replace the sanitizers'
@@ -63,7 +63,7 @@ if [ -n "$wheels" ]; then
 fi
 
 start=$SECONDS
-if ! $PY -m torch_tcsparse._ext >"$OUT/build.log" 2>&1; then
+if ! $PY -m torch_tcsparse >"$OUT/build.log" 2>&1; then
   tail -60 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 record build "ok ($((SECONDS - start)) s)"
@@ -131,7 +131,7 @@ if stage bench; then
 fi
 
 # Each further benchmark writes into its own folder and leaves its table at the end of its log.
-for name in reorder permutation selector gcn host_overhead; do
+for name in reorder permutation selector gcn host_overhead compiled; do
   if stage $name; then
     start=$SECONDS
     args_var="${name^^}_ARGS"
@@ -169,7 +169,7 @@ echo
 printf '%s\n' "${summary[@]}"
 grep -q "FAILED\|Error" "$OUT/test.log" 2>/dev/null && grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -20
 grep -E "^(FAILED|ERROR)" "$OUT/suite.log" 2>/dev/null | head -20
-for name in reorder permutation selector gcn host_overhead accuracy; do
+for name in reorder permutation selector gcn host_overhead compiled accuracy; do
   if stage $name; then
     [ -f "$OUT/$name-baseline.log" ] && { echo "== $name (baseline)"; tail -40 "$OUT/$name-baseline.log"; }
     echo "== $name"; tail -40 "$OUT/$name.log"

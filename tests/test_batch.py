@@ -6,10 +6,9 @@ import copy
 import pytest
 import torch
 
-from torch_tcsparse import TCSparseTensor, conversion
+from torch_tcsparse import TCSparseTensor, conversion, kernels, product
 from torch_tcsparse.formats import inputs
-from torch_tcsparse.selector.pending import BUILD_AFTER_USES, PendingLayout
-from torch_tcsparse.structure import CsrStructure
+from torch_tcsparse.structure import BUILD_AFTER_USES, CsrStructure
 
 NUM_SRC, NUM_DST = 70, 25
 
@@ -30,8 +29,7 @@ def pair(weights=None, **kwargs):
 
 
 def is_pending(matrix) -> bool:
-    layout = matrix._structure.layout
-    return isinstance(layout, PendingLayout) and not layout.is_built
+    return matrix._structure.layout_pending
 
 
 def test_from_batch_holds_the_csr_only():
@@ -85,7 +83,7 @@ def test_transposed_values_need_no_layout():
         assert is_pending(light) and is_pending(light.t())
         torch.testing.assert_close(t_values, full.t().values())
         grad, = torch.autograd.grad((t_values * torch.arange(t_values.numel())).sum(), values)
-        torch.testing.assert_close(grad, light._structure.layout.partner_positions.double())
+        torch.testing.assert_close(grad, light._structure.transposed()._transpose_order.double())
 
 
 def test_transpose_is_csr_only_and_exact():
@@ -117,15 +115,16 @@ def test_a_named_tensor_core_path_builds_the_layout():
     torch.testing.assert_close(light.t().to_dense(), full.t().to_dense())
 
 
-def test_the_selector_builds_the_layout_after_its_price_in_products():
+def test_auto_builds_the_layout_after_its_price_in_products(monkeypatch):
     light, _ = pair(dtype=torch.float32)
     s = light._structure
+    monkeypatch.setattr(kernels, "usable", lambda x: True)  # as on a GPU: "auto" asks the selector
+    x = torch.randn(NUM_SRC, 128)
     for _ in range(BUILD_AFTER_USES):
-        path, trial = s.selection.choose(s.layout, 128, torch.float32, torch.device("cpu"))
-        assert (path, trial) == ("csr", None)
+        assert product.choose_path(s, x, "auto", "sum", False) == ("rows", None)
         assert is_pending(light)
-    path, _ = s.selection.choose(s.layout, 128, torch.float32, torch.device("cpu"))
-    assert path == "csr" and not is_pending(light)
+    product.choose_path(s, x, "auto", "sum", False)
+    assert not is_pending(light)
 
 
 def test_copies_keep_the_light_form():
@@ -136,15 +135,6 @@ def test_copies_keep_the_light_form():
     torch.testing.assert_close(moved @ x, full.float() @ x)
     copied = copy.deepcopy(light)
     torch.testing.assert_close(copied.to_dense(), full.to_dense())
-
-
-def test_a_pending_layout_survives_copies():
-    light, full = pair()
-    pending = light._structure.layout
-    for copied in (copy.copy(pending), copy.deepcopy(pending)):
-        assert isinstance(copied, PendingLayout)
-    assert not pending.is_built
-    assert pending.nnz == full.nnz and pending.num_rows == NUM_DST and pending.num_cols == NUM_SRC
 
 
 def test_square_batch_and_pyg_edge_index_sizes():

@@ -391,7 +391,7 @@ def test_rows_replaces_the_choice_only_when_predicted_faster():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_rows_is_a_candidate_with_int32_indices(monkeypatch, dtype):
-    monkeypatch.setattr(choice, "kernels_usable", lambda dtype, device: True)
+    monkeypatch.setattr(choice.kernels, "usable_for", lambda dtype, device: True)
     cuda = torch.device("cuda")
     assert "rows" in selector.runnable_paths(dtype, cuda, shape([4] * 12))
     huge = shape([4] * 12, nnz=1 << 31)
@@ -630,8 +630,7 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def kernels_everywhere(monkeypatch):
     """Products' choices as on a GPU with the kernels built (the launch shapes are the documented
     defaults without one); torch's modes and the queries shared between matrices restored after."""
-    monkeypatch.setattr(selection_cache, "kernels_usable", lambda dtype, device: True)
-    monkeypatch.setattr(choice, "kernels_usable", lambda dtype, device: True)
+    monkeypatch.setattr(selection_cache.kernels, "usable_for", lambda dtype, device: True)
     modes = torch.backends.cuda.matmul.allow_tf32, torch.are_deterministic_algorithms_enabled()
     selector_device.device_query.cache_clear()
     yield
@@ -749,8 +748,8 @@ def test_explain_refuses_what_is_not_a_layout():
 
 
 def test_kernels_usable_answers_without_a_gpu():
-    assert isinstance(choice.kernels_usable(torch.float32, torch.device("cuda")), bool)
-    assert choice.kernels_usable(torch.float64, torch.device("cuda")) is False
+    assert isinstance(choice.kernels.usable_for(torch.float32, torch.device("cuda")), bool)
+    assert choice.kernels.usable_for(torch.float64, torch.device("cuda")) is False
 
 
 # The grouped path.
@@ -782,7 +781,7 @@ def test_grouped_path_cost_choice_and_availability(monkeypatch):
     assert explanation.choice == "grouped" and "grouped predicted faster still" in explanation.reason
     assert rank(with_blocks[1000], 128, model(**costly), selector.CALIBRATED_CHOICES).choice != "grouped"
 
-    monkeypatch.setattr(choice, "kernels_usable", lambda dtype, device: True)
+    monkeypatch.setattr(choice.kernels, "usable_for", lambda dtype, device: True)
     cuda = torch.device("cuda")
     assert "grouped" in selector.runnable_paths(torch.float32, cuda, with_blocks[1000])
     assert "grouped" not in selector.runnable_paths(torch.float32, cuda, plain)
@@ -914,7 +913,7 @@ def test_first_choice_benchmark_runs_without_a_gpu(tmp_path, capsys):
     and leaves the process's answer to whether the kernels run as it found it."""
     from benchmarks import selector as selector_benchmark
 
-    usable = choice.kernels_usable(torch.float32, CUDA)
+    usable = choice.kernels.usable_for(torch.float32, CUDA)
     selector_benchmark.main(["--first-choice", "--graphs", "sbm_2708_d4", "--n", "32,128", "--dtypes",
                              "float32,float16", "--out", str(tmp_path)])
     lines = (tmp_path / "first_choice.csv").read_text().splitlines()
@@ -925,4 +924,4 @@ def test_first_choice_benchmark_runs_without_a_gpu(tmp_path, capsys):
         assert row["graph"] == "sbm_2708_d4" and float(row["choice_us"]) > 0 and float(row["features_us"]) > 0
         assert row["path"] in selector.CHOICES
     assert "float32: median" in capsys.readouterr().out
-    assert choice.kernels_usable(torch.float32, CUDA) == usable
+    assert choice.kernels.usable_for(torch.float32, CUDA) == usable

@@ -86,7 +86,7 @@ def measured_cache(monkeypatch):
     """A SelectionCache that believes it runs on CUDA with every path of a matrix without a
     grouped layout available, and predicts base at 10 us with balanced and rows close, csr far."""
     costs = {"base": 10.0, "balanced": 12.0, "csr": 30.0, "rows": 11.0}
-    monkeypatch.setattr(cache, "kernels_usable", lambda dtype, device: True)
+    monkeypatch.setattr(cache.kernels, "usable_for", lambda dtype, device: True)
     monkeypatch.setattr(cache.native, "choose", lambda features, query, candidates: "base")
     monkeypatch.setattr(cache.native, "choose_with_costs", lambda features, query, candidates: ("base", costs))
     monkeypatch.setattr(cache, "explain_features", lambda *args: selector.Explanation(

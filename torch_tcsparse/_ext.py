@@ -9,9 +9,9 @@ set, else torch's extension cache, ``$TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch
 and redone only when they change; a file lock makes two processes building at once safe.
 
 Ahead of time without installing (e.g. in a Docker image, or before a timed run); this prints
-which module serves::
+which module serves (``__main__.py``)::
 
-    python -m torch_tcsparse._ext
+    python -m torch_tcsparse
 """
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ def _prebuilt():
 
 
 def _check_toolchain(why_not_prebuilt: str | None) -> None:
+    import torch
     from torch.utils import cpp_extension
 
     context = f"; {why_not_prebuilt}" if why_not_prebuilt else ""
@@ -71,6 +72,9 @@ def _check_toolchain(why_not_prebuilt: str | None) -> None:
             "torch_tcsparse needs nvcc to build its CUDA kernels, and none was found "
             f"(set CUDA_HOME or put nvcc on PATH); the CPU path works without it{context}"
         )
+    if torch.version.cuda is None:
+        raise RuntimeError(f"torch {torch.__version__} is a CPU build: it builds no CUDA kernels, and the CPU path "
+                           f"needs none{context}")
     if not cpp_extension.is_ninja_available():
         raise RuntimeError(f"torch_tcsparse needs ninja to build its CUDA kernels: pip install ninja{context}")
 
@@ -125,8 +129,3 @@ def available() -> bool:
         except Exception:  # any build or driver failure means: use the other paths
             _available = False
     return _available
-
-
-if __name__ == "__main__":
-    module = load(verbose=True)
-    print(f"{'prebuilt' if is_prebuilt(module) else 'built'}: {module.__name__} ({module.__file__})")

@@ -3,12 +3,13 @@ structure they come from, the traceable wrapper subclass protocol (``__tensor_fl
 ``__tensor_unflatten__``), and the autograd link that carries a gradient of the values across it.
 
 The compiler replaces every tensor by a stand-in (a fake tensor while tracing, a graph input at
-run time), so the product's code under compile must read every array it passes to a kernel from
-the flattened tensors, never from the kept structure, and must build none from them on the host
-(a CUDA graph replays no host work). A traced product reads the layout, the transpose's layout
-(for dX), the canonical CSR arrays (the "mean" and max/min products) and the "rows" path's split
-of the canonical CSR rows, of the matrix and of its transpose: all of them travel. What is built
-from the indices on the host (the transpose, the split) is built on flattening, from real arrays.
+run time), so a traced product must read every array it passes to a kernel from the flattened
+tensors, never from the kept structure, and must build none of them from stand-ins (a host read
+of a fake tensor fails, and a CUDA graph replays no host work). So flattening carries, for the
+matrix and for its transpose (for dX), what every traceable engine reads (``Engine.indices``:
+the ME-TCF layout, the canonical CSR, the rows kernel's CSR and split for each dtype the kernels
+take), built on the host from real arrays when the compiler first takes the matrix. ``unflatten``
+rebuilds a structure whose kept indices are the stand-ins, so ``engine.indices`` finds them.
 
 Gradients: inside a compiled function the matrix is one input, and autograd reaches its values
 only through it. A matrix whose values require grad is therefore built through ``Wrap`` (its
@@ -18,80 +19,92 @@ Eager products read the values directly and never use either link.
 """
 from __future__ import annotations
 
-import dataclasses
+import hashlib
 import weakref
 
 import torch
 
-from . import csr_rows
+from .engines import ENGINES
 from .formats.metcf import MetcfLayout
+from .paths import KERNEL_DTYPES
 from .structure import Structure
 
-_LAYOUT_FIELDS = MetcfLayout.TENSOR_FIELDS
-_PIECE_FIELDS = ("piece_slots", "piece_starts", "split_rows")
-_FIELDS = ("rowptr", "col") + tuple(f"layout_{name}" for name in _LAYOUT_FIELDS) + tuple(
-    f"pieces_{name}" for name in _PIECE_FIELDS)
-INDEX_NAMES = tuple(f"_index_{name}" for name in _FIELDS) + tuple(f"_index_t_{name}" for name in _FIELDS)
-
-# Flattened arrays per structure and piece size: the compiled code flattens its matrix inputs at
-# every call, and a small graph's product costs about as much as building this dictionary.
+# Flattened arrays per structure and mode: the compiled code flattens its matrix inputs at every
+# call, and a small graph's product costs about as much as building them.
 _flattened: "weakref.WeakKeyDictionary[Structure, dict]" = weakref.WeakKeyDictionary()
 
 
+class Recipe:
+    """How to rebuild one structure's traced copy from the flattened tensors: for each kept item
+    (key, engine name, positions of its tensors in the flattened list, its ints), and the
+    positions of the layout's and the CSR's arrays."""
+
+    __slots__ = ("layout", "rowptr", "col", "items", "ints")
+
+    def __init__(self, layout, rowptr, col, items, ints):
+        self.layout, self.rowptr, self.col, self.items, self.ints = layout, rowptr, col, items, ints
+
+
 class StructureRef:
-    """The flattening's context: the structure itself, and the "rows" split's piece size the
-    traced product reads (``csr_rows.piece_size()``, which deterministic mode changes). The
+    """The flattening's context: the structure itself, the mode its arrays were built for
+    (deterministic algorithms split no rows) and the recipes of it and its transpose. The
     compiler keeps a deep copy of the context and guards on its equality; the same structure is
     the same matrix pattern, so the reference copies as itself and compares the structure by
     identity (a copy of the arrays would cost their size and never compare equal)."""
 
-    __slots__ = ("structure", "piece_nnz")
+    __slots__ = ("structure", "deterministic", "recipes", "names")
 
-    def __init__(self, structure: Structure, piece_nnz: int):
-        self.structure = structure
-        self.piece_nnz = piece_nnz
+    def __init__(self, structure: Structure, deterministic: bool, recipes: tuple, names: list[str]):
+        self.structure, self.deterministic, self.recipes, self.names = structure, deterministic, recipes, names
 
     def __deepcopy__(self, memo) -> "StructureRef":
         return self
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, StructureRef) and other.structure is self.structure
-                and other.piece_nnz == self.piece_nnz)
+                and other.deterministic == self.deterministic)
 
     def __hash__(self) -> int:
-        return hash((id(self.structure), self.piece_nnz))
+        return hash((id(self.structure), self.deterministic))
+
+    def stable_hash(self) -> str:
+        """A digest that two processes building the same matrix agree on (the FX graph cache's
+        key): sizes, window, order method and the mode; the arrays' own shapes join it from the
+        flattened tensors."""
+        s = self.structure
+        text = repr((s.num_rows, s.num_cols, s.nnz, s.window, s.method, s.max_row_nnz(), self.deterministic))
+        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def flatten(structure: Structure) -> tuple[dict[str, torch.Tensor], StructureRef]:
-    """The index arrays of ``structure`` and of its transpose, by their names in ``INDEX_NAMES``,
-    and the context that rebuilds the structure from them (``unflatten``)."""
-    piece_nnz = csr_rows.piece_size()
-    per_size = _flattened.setdefault(structure, {})
-    tensors = per_size.get(piece_nnz)
-    if tensors is None:
-        ours, theirs = _arrays(structure, piece_nnz), _arrays(structure.transposed(), piece_nnz)
-        tensors = per_size[piece_nnz] = {**{f"_index_{k}": v for k, v in ours.items()},
-                                         **{f"_index_t_{k}": v for k, v in theirs.items()}}
-    return tensors, StructureRef(structure, piece_nnz)
+    """The index arrays of ``structure`` and of its transpose, by name, and the context that
+    rebuilds the structure from them (``unflatten``)."""
+    traced = getattr(structure, "traced_flat", None)
+    if traced is not None:  # a rebuilt copy flattens into the stand-ins it was built from
+        return traced
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    per_mode = _flattened.setdefault(structure, {})
+    flat = per_mode.get(deterministic)
+    if flat is None:
+        tensors: list[torch.Tensor] = []
+        positions: dict[int, int] = {}
+        recipes = (_recipe(structure, tensors, positions), _recipe(structure.transposed(), tensors, positions))
+        names = [f"_index_{i}" for i in range(len(tensors))]
+        flat = per_mode[deterministic] = (dict(zip(names, tensors)), StructureRef(structure, deterministic, recipes,
+                                                                                   names))
+    return flat
 
 
 def unflatten(context: StructureRef, tensors: dict[str, torch.Tensor]) -> Structure:
     """A copy of the context's structure (and of its transpose, linked) reading the given index
     arrays; ``traced_from`` on each copy names the structure it stands for."""
+    arrays = [tensors[name] for name in context.names]
     source = context.structure
-    ours = _replaced(source, {k[len("_index_"):]: v for k, v in tensors.items() if not k.startswith("_index_t_")},
-                     context.piece_nnz)
-    theirs = _replaced(source.transposed(),
-                       {k[len("_index_t_"):]: v for k, v in tensors.items() if k.startswith("_index_t_")},
-                       context.piece_nnz)
+    ours = _replaced(source, context.recipes[0], arrays)
+    theirs = _replaced(source.transposed(), context.recipes[1], arrays)
     ours._derived["transpose"], theirs._derived["transpose"] = theirs, ours
+    ours.traced_flat = ({name: tensors[name] for name in context.names}, context)
     return ours
-
-
-def traced_row_pieces(structure: Structure) -> list[torch.Tensor]:
-    """The flattened "rows" split of a structure that ``unflatten`` rebuilt (``ops.spmm``'s
-    ``row_pieces`` for it)."""
-    return list(structure.traced_row_pieces)
 
 
 def source_of(structure: Structure) -> Structure:
@@ -99,25 +112,46 @@ def source_of(structure: Structure) -> Structure:
     return getattr(structure, "traced_from", structure)
 
 
-def _arrays(structure: Structure, piece_nnz: int) -> dict[str, torch.Tensor]:
-    layout = {f"layout_{name}": getattr(structure.layout, name) for name in _LAYOUT_FIELDS}
-    # A rebuilt copy (a matrix built inside the compiled function from an input's structure)
-    # hands on the split it was given.
-    split = getattr(structure, "traced_row_pieces", None) or structure.row_pieces(piece_nnz, canonical=True)
-    pieces = {f"pieces_{name}": getattr(split, name) for name in _PIECE_FIELDS}
-    return {"rowptr": structure.rowptr, "col": structure.col, **layout, **pieces}
+def _recipe(structure: Structure, tensors: list, positions: dict) -> Recipe:
+    def place(group) -> list[int]:
+        slots = []
+        for t in group:
+            if id(t) not in positions:  # an array read by several engines travels once
+                positions[id(t)] = len(tensors)
+                tensors.append(t)
+            slots.append(positions[id(t)])
+        return slots
+
+    items = []
+    for engine in ENGINES.values():
+        if not engine.traceable:
+            continue
+        for key in dict.fromkeys(engine.index_key(structure, dtype) for dtype in KERNEL_DTYPES):
+            indices = engine.indices(structure, _dtype_of(engine, structure, key))
+            group, ints = engine.flat(indices)
+            items.append((key, engine.name, place(group), ints))
+    layout = structure.layout
+    return Recipe(place(layout.tensors()), place([structure.rowptr])[0], place([structure.col])[0], items,
+                  {"max_row_nnz": structure.max_row_nnz()})
 
 
-def _replaced(structure: Structure, arrays: dict[str, torch.Tensor], piece_nnz: int) -> Structure:
+def _dtype_of(engine, structure: Structure, key) -> torch.dtype:
+    """A kernel dtype whose indices on ``engine`` are kept under ``key``."""
+    return next(dtype for dtype in KERNEL_DTYPES if engine.index_key(structure, dtype) == key)
+
+
+def _replaced(structure: Structure, recipe: Recipe, arrays: list) -> Structure:
     copy = object.__new__(Structure)
     copy.__dict__.update(structure.__dict__)
-    copy.rowptr, copy.col = arrays["rowptr"], arrays["col"]
-    copy.layout = dataclasses.replace(structure.layout, **{name: arrays[f"layout_{name}"] for name in _LAYOUT_FIELDS})
-    copy.traced_row_pieces = csr_rows.RowPieces(*(arrays[f"pieces_{name}"] for name in _PIECE_FIELDS), piece_nnz)
+    copy.rowptr, copy.col = arrays[recipe.rowptr], arrays[recipe.col]
+    layout = structure.layout
+    copy.layout = MetcfLayout.from_tensors([arrays[i] for i in recipe.layout], layout.window, layout.num_rows,
+                                           layout.num_cols)
+    # Only the stand-ins: nothing derived from the kept arrays is built from them.
+    copy._derived = dict(recipe.ints)
+    for key, name, slots, ints in recipe.items:
+        copy._derived[key] = ENGINES[name].unflat([arrays[i] for i in slots], ints)
     copy.traced_from = structure
-    # What was derived from the kept arrays (splits, the rows kernel's CSR) stays behind: a
-    # traced product builds no such item from stand-ins.
-    copy._derived = {}
     return copy
 
 

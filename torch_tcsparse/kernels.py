@@ -1,8 +1,8 @@
-"""The CUDA kernels' build state, precision mode, launch shapes and SDDMM (the products' own
-launches live with their engines, ``engines/``).
+"""The CUDA kernels as Python functions: the one module that calls the compiled extension
+(``_ext``), with their build state, precision mode and launch shapes.
 
-X and Y are float32, float16 or bfloat16 (Y has X's dtype); the values of A reach the kernels
-as float32, and every product is accumulated in fp32. Precision of ``spmm`` (csrc/metcf_spmm.h):
+X and Y are float32, float16 or bfloat16 (Y has X's dtype), and every product is accumulated in
+fp32. Precision of the ME-TCF Tensor-Core kernels (``csrc/metcf_spmm.h``, values as float32):
 
 * float32 with TF32 allowed (``torch.backends.cuda.matmul.allow_tf32`` or float32 matmul
   precision "high"/"medium"): operands rounded to TF32; relative error ~1e-4..1e-3 of
@@ -10,21 +10,38 @@ as float32, and every product is accumulated in fp32. Precision of ``spmm`` (csr
 * float32 otherwise: 3xTF32 split (hi*hi + hi*lo + lo*hi), about fp32 accuracy (~1e-6 relative).
 * float16 / bfloat16: exact products of the 16-bit operands summed in fp32, one rounding to the
   output dtype at the end (relative 2^-11 / 2^-8 of each output), however long the row.
+
+The rows kernel (``csrc/csr_rows_spmm.h``) sums with plain fp32 FMAs (no TF32 rounding). Every
+binding checks its arguments (RuntimeError naming the argument).
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
 from . import _ext
-from .formats.metcf import BALANCE_CHUNK, MetcfLayout
-from .paths import KERNEL_DTYPES as DTYPES
-from .paths import KERNEL_PATHS as KERNELS
+from .formats import metcf as _metcf
+from .paths import KERNEL_DTYPES, KERNEL_PATHS
 
 # Row windows of a matrix large enough for the widest column slices of every kernel (the launch
 # shape of 16-bit kernels depends on the window count; see use_wide_slices in csrc/metcf_spmm.cuh).
 MANY_WINDOWS = 1 << 40
 
 available = _ext.available
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether the kernels can multiply this operand: on CUDA, in a kernel dtype, built."""
+    return usable_for(x.dtype, x.device)
+
+
+@functools.lru_cache(maxsize=None)
+def usable_for(dtype: torch.dtype, device: torch.device) -> bool:
+    """``usable`` for operands of ``dtype`` on ``device``: a fact of the process (whether the
+    extension builds does not change), kept because reading it costs a first choice more than the
+    lookup."""
+    return device.type == "cuda" and dtype in KERNEL_DTYPES and available()
 
 
 # torch.backends.cuda.matmul.allow_tf32 is read through a module __getattr__, a cost paid on every
@@ -38,31 +55,77 @@ def tf32_allowed() -> bool:
     return bool(allowed) or torch.get_float32_matmul_precision() != "highest"
 
 
-def layout_arguments(layout: MetcfLayout) -> list:
-    """The ME-TCF layout as the kernels' bindings take it."""
-    return [
-        layout.window_offsets,
-        layout.block_offsets,
-        layout.local_ids,
-        layout.block_cols,
-        layout.block_bitmap,
-        layout.row_map,
-        layout.chunk_offsets,
-        layout.window,
-        layout.num_rows,
-        layout.num_cols,
-        BALANCE_CHUNK,
-    ]
+def exact(x: torch.Tensor) -> bool:
+    """Whether a float32 product must keep fp32 accuracy (the 3xTF32 split) rather than TF32."""
+    return x.dtype == torch.float32 and not tf32_allowed()
 
 
-def _check_dense(layout: MetcfLayout, **dense) -> None:
-    """Each dense operand: one of DTYPES (all the same), 2-D with the given rows, on the layout's
-    CUDA device."""
+def layout_arguments(layout) -> tuple:
+    """The ME-TCF layout as the Tensor-Core bindings take it."""
+    return (layout.window_offsets, layout.block_offsets, layout.local_ids, layout.block_cols, layout.block_bitmap,
+            layout.row_map, layout.chunk_offsets, layout.window, layout.num_rows, layout.num_cols,
+            _metcf.BALANCE_CHUNK)
+
+
+def metcf_spmm(x: torch.Tensor, block_values: torch.Tensor, arguments: tuple, balanced: bool) -> torch.Tensor:
+    """Y = A @ x for A given by ``layout_arguments`` and its float32 block-order values."""
+    return _ext.load().spmm(x, block_values, *arguments, balanced, torch.are_deterministic_algorithms_enabled(),
+                            exact(x))
+
+
+def sddmm(grad_y: torch.Tensor, x: torch.Tensor, layout) -> torch.Tensor:
+    """For every nonzero of the ME-TCF ``layout`` in block order, <grad_y[row], x[col]>: summed in
+    fp32 and returned in x's dtype."""
+    _check_dense(layout, grad_y=(grad_y, layout.num_rows), x=(x, layout.num_cols))
+    if grad_y.shape[1] != x.shape[1]:
+        raise ValueError(f"grad_y has {grad_y.shape[1]} columns but x has {x.shape[1]}")
+    return _ext.load().sddmm(grad_y, x, *layout_arguments(layout)).to(x.dtype)
+
+
+def csr_rows_spmm(x, rowptr, col, values, pieces, num_cols: int, bias=None, row_map=None, addend=None) -> torch.Tensor:
+    """Y = A @ x (+ bias on every row) for the CSR (rowptr, col, values) split by ``pieces``
+    (``csr_rows.RowPieces``); x may be a column slice of a wider tensor (any row stride), Y is
+    contiguous. ``row_map`` (int32, a permutation) writes CSR row i to row ``row_map[i]`` of Y.
+    ``addend`` (fp32, Y's shape and row order) is added to Y before its one rounding: another
+    kernel's sums over the same Y."""
+    return _ext.load().csr_rows_spmm(x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts,
+                                     pieces.split_rows, num_cols, pieces.piece_nnz, bias, row_map, addend)
+
+
+def grouped_spmm(x, fragments, arrays, num_rows: int, bias, keep_fp32: bool) -> torch.Tensor:
+    """The grouped layout's Tensor-Core sums (``csrc/grouped_spmm.h``): Y in x's dtype, or with
+    ``keep_fp32`` the unrounded float32 sums another kernel adds to."""
+    return _ext.load().grouped_spmm(x, fragments, *arrays, num_rows, exact(x), bias, keep_fp32)
+
+
+def reduce_rows(x, rowptr, col, values, is_max: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Y, the winning nonzero of every output) of the max/min product (``csrc/reduce_rows.h``)."""
+    return _ext.load().reduce_rows(x, rowptr, col, values, is_max)
+
+
+def metcf_row_map(perm, num_rows: int, window: int):
+    """The conversion's first step (``csrc/metcf_convert.h``): window slot of every row and back."""
+    return _ext.load().metcf_row_map(perm, num_rows, window)
+
+
+def metcf_count(rowptr, col, row_map, slot_of_row, window: int, chunk: int):
+    """The conversion's second step: blocks and chunks per window, and the longest row."""
+    return _ext.load().metcf_count(rowptr, col, row_map, slot_of_row, window, chunk)
+
+
+def metcf_fill(*arguments):
+    """The conversion's last step: the layout's arrays."""
+    return _ext.load().metcf_fill(*arguments)
+
+
+def _check_dense(layout, **dense) -> None:
+    """Each dense operand: one of KERNEL_DTYPES (all the same), 2-D with the given rows, on the
+    layout's CUDA device."""
     if layout.device.type != "cuda":
         raise ValueError(f"the kernels need a CUDA layout, got one on {layout.device}")
     dtypes = set()
     for name, (t, rows) in dense.items():
-        if not isinstance(t, torch.Tensor) or t.dtype not in DTYPES:
+        if not isinstance(t, torch.Tensor) or t.dtype not in KERNEL_DTYPES:
             raise TypeError(f"{name} must be a float32, float16 or bfloat16 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
         dtypes.add(t.dtype)
         if t.dim() != 2 or t.shape[0] != rows:
@@ -73,24 +136,15 @@ def _check_dense(layout: MetcfLayout, **dense) -> None:
         raise TypeError(f"the dense operands must share one dtype, got {sorted(map(str, dtypes))}")
 
 
-def sddmm(grad_y: torch.Tensor, x: torch.Tensor, layout: MetcfLayout) -> torch.Tensor:
-    """For every nonzero in block order, <grad_y[row], x[col]>: the gradient of the values, summed
-    in fp32 and returned in x's dtype."""
-    _check_dense(layout, grad_y=(grad_y, layout.num_rows), x=(x, layout.num_cols))
-    if grad_y.shape[1] != x.shape[1]:
-        raise ValueError(f"grad_y has {grad_y.shape[1]} columns but x has {x.shape[1]}")
-    return _ext.load().sddmm(grad_y, x, *layout_arguments(layout)).to(x.dtype)
-
-
 def _launch_shape(kernel: str, n: int, dtype: torch.dtype, num_windows: int) -> list[int]:
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if kernel not in KERNEL_PATHS:
+        raise ValueError(f"kernel must be one of {KERNEL_PATHS}, got {kernel!r}")
     if n < 1:
         raise ValueError(f"n must be positive, got {n}")
-    if dtype not in DTYPES:
-        raise TypeError(f"dtype must be one of {DTYPES}, got {dtype}")
-    exact = dtype == torch.float32 and not tf32_allowed()
-    return list(_ext.load().launch_shape(16, int(num_windows), int(n), kernel == "balanced", exact, dtype))
+    if dtype not in KERNEL_DTYPES:
+        raise TypeError(f"dtype must be one of {KERNEL_DTYPES}, got {dtype}")
+    exact_fp32 = dtype == torch.float32 and not tf32_allowed()
+    return list(_ext.load().launch_shape(16, int(num_windows), int(n), kernel == "balanced", exact_fp32, dtype))
 
 
 def occupancy(kernel: str, n: int, dtype: torch.dtype = torch.float32, num_windows: int = MANY_WINDOWS) -> int:

@@ -1,4 +1,4 @@
-"""What a matrix derives from its values, kept in one place with one rule for when it is stale."""
+"""What a matrix derives from its values, kept in one place with one rule for when it may be."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
@@ -8,38 +8,44 @@ import torch
 
 class OperandCache:
     """Values-derived operands of one matrix (each engine's, its transpose's for backward passes,
-    casts for autocast), built on first need and kept: a product on a small graph costs less than
-    rebuilding them. One rule keeps them fresh: every entry is dropped as soon as the values'
-    version counter moves, that is after any in-place change (an optimizer step on a learnable
-    ``nn.Parameter``, ``w.mul_(2)`` under ``no_grad``). Writes through ``w.data`` bypass the
-    counter, as they bypass autograd's own checks: change values in place on the tensor itself.
-    Entries are built without grad; gradients flow through ``engines.autograd.Product``."""
+    the mean's row-scaled values, casts for autocast), built on first need and kept: a product on
+    a small graph costs less than rebuilding them. They must never outlive the values they came
+    from, whatever wrote them, and not every writer tells: a fused optimizer step
+    (``torch.optim.Adam(fused=True)``) and writes through ``w.data`` leave the version counter
+    as it was. So values that require grad, the ones optimizers and training code write, are
+    never kept: their operands are derived at every product (a gather of the values, small beside
+    the product and its backward). Other values are kept while their version counter and storage
+    stay: any in-place torch operation on them moves the counter."""
 
-    __slots__ = ("_values", "_version", "_entries")
+    __slots__ = ("_values", "_stamp", "_entries")
 
     def __init__(self, values: torch.Tensor):
         self._values = values
-        self._version = values._version
+        self._stamp = None  # read on first need: a traced matrix's stand-in values have no storage
         self._entries: dict = {}
 
-    def lookup(self, key: Hashable):
-        """The entry ``key``, or None if absent or stale: what a product asks first (no closure
-        to build on the common path, where the entry is there)."""
-        if self._values._version != self._version:
-            return None
-        return self._entries.get(key)
-
     def get(self, key: Hashable, build: Callable[[], object]):
-        """The entry ``key``, built by ``build()`` if absent or if the values changed since."""
-        version = self._values._version
-        if version != self._version:
+        """The entry ``key``: built by ``build()`` if absent or if the values changed since, and
+        every time for values that require grad (then as part of autograd's graph, where
+        ``build`` reads them so)."""
+        values = self._values
+        if values.requires_grad:
+            return build()
+        stamp = _stamp(values)
+        if stamp != self._stamp:
             self._entries.clear()
-            self._version = version
+            self._stamp = stamp
         entry = self._entries.get(key)
         if entry is None:
-            with torch.no_grad():
-                entry = self._entries[key] = build()
+            entry = self._entries[key] = build()
         return entry
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _stamp(values: torch.Tensor) -> tuple:
+    """What every in-place torch operation on ``values`` changes, and what replacing their
+    storage (``w.data = ...``) changes."""
+    return values._version, values.data_ptr()
+

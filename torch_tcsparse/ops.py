@@ -1,97 +1,119 @@
-"""The ``tcsparse`` operators, which ``torch.compile`` traces through their fake implementations.
+"""The ``tcsparse`` operators: what ``torch.compile`` traces, through their fake implementations.
 
-``tcsparse::spmm`` multiplies an ME-TCF matrix (its layout arrays, ``MetcfLayout.tensors()``,
-and its values in block order) by a dense ``x`` of shape [K, N] on the engine ``path`` names
-(``engines``); ``"grouped"`` runs ``"base"`` here (the op carries the ME-TCF arrays only: the
-same product). Its backward is the engines' one formula (``engines.autograd.backward``): dX
-runs the same op on the transpose's layout (``layout_t``), the values' gradient is
-``tcsparse::sddmm``. Eager products do not go through the dispatcher: ``product.py`` runs the
-engines directly (the custom op's dispatch costs more than a whole product on a small graph).
+``tcsparse::spmm`` is one product on one engine: it runs exactly what an eager product runs,
+``engine.run(x, engine.operands(indices, values), bias)`` (``engines.base``), with the engine's
+index arrays given as the op's inputs (``Engine.flat``), so that a compiled function reads them
+from the matrix it takes as an input (``flattening``). Values are in canonical CSR order. Its
+backward is the engines' one formula (``engines.autograd.backward``): dX runs the same op on the
+transpose's indices, with the values put in the transpose's order through the two ME-TCF layouts
+(``layout``/``layout_t``, given where a gradient is needed), and the values' gradient is the
+``tcsparse::sddmm`` op.
+Eager products do not go through the dispatcher (its boxing of a dozen arguments costs more than
+a whole product on a small graph): ``product.py`` calls the same engine functions directly.
 
 ``tcsparse::spmm_extreme`` is the max/min product (``engines/extreme.py``) on the canonical CSR;
 its backward sends each output's gradient to the nonzero it came from.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
 
-from .engines import ENGINES, extreme, resolve
-from .engines.autograd import backward, block_values_gradient
+from .engines import ENGINES, extreme
+from .engines.autograd import backward, values_gradient
+from .engines.tensor_core import block_order
 from .formats.metcf import MetcfLayout
-
-
-def _layout(tensors, window: int, num_rows: int, num_cols: int) -> MetcfLayout:
-    return MetcfLayout.from_tensors(tensors, window, num_rows, num_cols)
 
 
 @torch.library.custom_op("tcsparse::spmm", mutates_args=())
 def spmm(
     x: Tensor,
     values: Tensor,
+    bias: Optional[Tensor],
+    indices: list[Tensor],
+    index_ints: list[int],
+    indices_t: list[Tensor],
+    index_ints_t: list[int],
     layout: list[Tensor],
     layout_t: list[Tensor],
-    window: int,
-    num_rows: int,
-    num_cols: int,
+    sizes: list[int],
     path: str,
-    row_pieces: list[Tensor],
 ) -> Tensor:
-    """Y[num_rows, N] = A @ x for the ME-TCF matrix A given by ``layout`` and block-order ``values``.
+    """Y[num_rows, N] = A @ x (+ bias on every row) on engine ``path``, for the matrix given by the
+    engine's ``indices`` / ``index_ints`` (``Engine.flat``) and CSR-order ``values``.
 
-    ``layout_t`` is the transpose's layout (for the backward) or an empty list when no gradient
-    for ``x`` is needed. ``row_pieces``, read by the "rows" path only: the split of the layout's
-    CSR into pieces (``csr_rows.RowPieces``' three tensors, for ``csr_rows.piece_size()``), then
-    the transpose's when ``layout_t`` is given; the split needs a host sync to build, so a
-    TCSparseTensor passes the one it keeps. Empty: built at each call."""
-    path = resolve(path, x)
-    engine = ENGINES["base" if path == "grouped" else path]
-    a = _layout(layout, window, num_rows, num_cols)
-    return engine.run(x, engine.from_layout(a, values, row_pieces[:3]), None)
+    ``indices_t`` / ``index_ints_t``: the engine's indices of the transpose, for dX (empty when no
+    gradient of x is needed). ``layout`` / ``layout_t``: the ME-TCF arrays (``MetcfLayout.tensors``)
+    of the matrix and of its transpose, for any gradient (empty otherwise). ``sizes``: (window,
+    num_rows, num_cols)."""
+    engine = ENGINES[path]
+    return engine.run(x, engine.operands(engine.unflat(indices, index_ints), values), bias)
 
 
 @spmm.register_fake
-def _(x, values, layout, layout_t, window, num_rows, num_cols, path, row_pieces):
-    return x.new_empty(num_rows, x.shape[1])
+def _(x, values, bias, indices, index_ints, indices_t, index_ints_t, layout, layout_t, sizes, path):
+    return x.new_empty(sizes[1], x.shape[1])
 
 
 @torch.library.custom_op("tcsparse::sddmm", mutates_args=())
-def sddmm(grad_y: Tensor, x: Tensor, layout: list[Tensor], window: int, num_rows: int, num_cols: int) -> Tensor:
-    """For every nonzero (row, col) of the ME-TCF matrix, in block order: <grad_y[row], x[col]>."""
-    return block_values_gradient(grad_y, x, _layout(layout, window, num_rows, num_cols))
+def sddmm(grad_y: Tensor, x: Tensor, layout: list[Tensor], sizes: list[int]) -> Tensor:
+    """For every nonzero (row, col) of the matrix given by its ME-TCF arrays ``layout`` and
+    ``sizes`` (window, num_rows, num_cols), in canonical CSR order: <grad_y[row], x[col]>, the
+    gradient of the values (``engines.autograd.values_gradient``)."""
+    return values_gradient(grad_y, x, MetcfLayout.from_tensors(layout, *sizes))
 
 
 @sddmm.register_fake
-def _(grad_y, x, layout, window, num_rows, num_cols):
-    return x.new_empty(layout[2].shape[0])
+def _(grad_y, x, layout, sizes):
+    return x.new_empty(layout[MetcfLayout.TENSOR_FIELDS.index("csr_gather")].shape[0])
+
+
+def _layouts(layout: list[Tensor], layout_t: list[Tensor], sizes: list[int]) -> tuple[MetcfLayout, MetcfLayout]:
+    window, num_rows, num_cols = sizes
+    return (MetcfLayout.from_tensors(layout, window, num_rows, num_cols),
+            MetcfLayout.from_tensors(layout_t, window, num_cols, num_rows))
 
 
 def _spmm_setup_context(ctx, inputs, output):
-    x, values, layout, layout_t, window, num_rows, num_cols, path, row_pieces = inputs
-    ctx.save_for_backward(x, values, *layout, *layout_t, *row_pieces)
-    ctx.sizes = (len(layout), len(layout_t), window, num_rows, num_cols, path)
+    x, values, bias, indices, index_ints, indices_t, index_ints_t, layout, layout_t, sizes, path = inputs
+    ctx.save_for_backward(x, values, *indices, *indices_t, *layout, *layout_t)
+    ctx.counts = (len(indices), len(indices_t), len(layout))
+    ctx.options = (index_ints, index_ints_t, sizes, path)
+    ctx.no_gradients = tuple(_no_gradient(a) for a in inputs[3:])
+
+
+def _no_gradient(argument):
+    """The gradient of an argument that gets none, in the structure autograd checks it against: a
+    None per tensor of a list of tensors (an empty list counts as one), one None for anything
+    else."""
+    if isinstance(argument, (list, tuple)) and all(isinstance(a, Tensor) for a in argument):
+        return [None] * len(argument)
+    return None
 
 
 def _spmm_backward(ctx, grad_y):
-    count, count_t, window, num_rows, num_cols, path = ctx.sizes
+    count, count_t, count_layout = ctx.counts
+    index_ints, index_ints_t, sizes, path = ctx.options
     x, values, *arrays = ctx.saved_tensors
-    layout, layout_t, row_pieces = arrays[:count], arrays[count : count + count_t], arrays[count + count_t :]
+    indices, arrays = arrays[:count], arrays[count:]
+    indices_t, arrays = arrays[:count_t], arrays[count_t:]
+    layout, layout_t = arrays[:count_layout], arrays[count_layout:]
+    if (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]) and not layout:
+        raise RuntimeError("tcsparse::spmm was called without the layouts its gradient needs")
+    ours, theirs = _layouts(layout, layout_t, sizes) if layout else (None, None)
 
     def transposed_product(g: Tensor) -> Tensor:
-        if not layout_t:
-            raise RuntimeError("tcsparse::spmm was called without the transpose layout; it cannot compute dX")
-        values_t = values[_layout(layout_t, window, num_cols, num_rows).transpose_gather]
-        # The transpose's pieces first: its product is the one this call runs.
-        pieces_t = row_pieces[3:] + row_pieces[:3] if len(row_pieces) == 6 else []
-        return spmm(g, values_t, layout_t, layout, window, num_cols, num_rows, path, pieces_t)
+        if not indices_t:
+            raise RuntimeError("tcsparse::spmm was called without the transpose's indices; it cannot compute dX")
+        values_t = block_order(values, ours).index_select(0, theirs.transpose_gather).index_select(0, theirs.csr_gather)
+        sizes_t = [sizes[0], sizes[2], sizes[1]]
+        return spmm(g, values_t, None, indices_t, index_ints_t, indices, index_ints, layout_t, layout, sizes_t, path)
 
-    grad_x, grad_values, _ = backward(
-        grad_y,
-        (ctx.needs_input_grad[0], ctx.needs_input_grad[1], False),
-        transposed_product,
-        lambda g: sddmm(g, x, layout, window, num_rows, num_cols),
-    )
-    return grad_x, grad_values, [None] * count, [None] * count_t, None, None, None, None, [None] * len(row_pieces)
+    grad_x, grad_values, grad_bias = backward(
+        grad_y, tuple(ctx.needs_input_grad[:3]), transposed_product, lambda g: sddmm(g, x, layout, sizes))
+    return (grad_x, grad_values, grad_bias, *ctx.no_gradients)
 
 
 spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup_context)

@@ -1,18 +1,22 @@
-"""``A @ X`` from a TCSparseTensor to its engine: the operand checks, autocast, the path (the
-selector's choice or the caller's), the operands the matrix keeps, and autograd.
+"""``A @ X`` from a TCSparseTensor to its engine: the operand checks, autocast, the path (one
+function decides it: ``choose_path``), the operands, and autograd.
 
-Eager products call the engine directly, through ``engines.autograd.Product`` when a gradient
-is needed; under ``torch.compile`` they go through the ``tcsparse::spmm`` op (``ops.py``), which
-the compiler traces.
+One route for eager and compiled products alike: the engine's indices come from the matrix's
+structure, its operands from the values (``engines.base``), and the launch is ``engine.run``. An
+eager product calls it directly (through ``engines.autograd.Product`` when a gradient is needed)
+with the operands its matrix keeps; a traced one (under ``torch.compile``, whose stand-in tensors
+no kernel can read) calls the ``tcsparse::spmm`` op (``ops.py``), which runs the same functions on
+the indices the compiled function takes as inputs.
 """
 from __future__ import annotations
 
 import torch
 
-from . import flattening, ops
-from .engines import ENGINES, Engine, extreme, kernels_apply, resolve
+from . import flattening, kernels, ops
+from .engines import ENGINES, extreme
 from .engines.autograd import Product
-from .paths import REDUCTION_ALIASES, REDUCTIONS
+from .paths import CUDA_ONLY_PATHS, EXTREME_PATHS, KERNEL_DTYPES, PATHS, REDUCTION_ALIASES, REDUCTIONS
+from .structure import BUILD_AFTER_USES
 
 
 def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None, reduce: str = "sum") -> torch.Tensor:
@@ -20,12 +24,13 @@ def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None, 
     combines the products of a row (``paths.REDUCTIONS``)."""
     # The per-call path reads the plain tensors the subclass holds: attributes of the subclass
     # itself (shape, device, dtype) go through __torch_function__ on every access.
-    if torch.compiler.is_compiling() and matrix.requires_grad:
+    traced = is_traced(matrix._values, other)
+    if traced and matrix.requires_grad:
         matrix = _connected(matrix)
     autocast_dtype = _autocast_dtype(matrix._values, other)
     if autocast_dtype is not None:
         bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
-        return matmul(_in_dtype(matrix, autocast_dtype), other.to(autocast_dtype), path, bias, reduce)
+        return matmul(_in_dtype(matrix, autocast_dtype, traced), other.to(autocast_dtype), path, bias, reduce)
     if reduce != "sum":
         reduce = check_reduce(reduce)
     x = _check_operand(matrix, other)
@@ -34,30 +39,68 @@ def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None, 
     vector = x.dim() == 1
     if vector:
         x = x.unsqueeze(1)
-    y = _extreme(matrix, x, path, bias, reduce) if reduce in ("max", "min") else _sum(matrix, x, path, bias, reduce)
+    path, trial = choose_path(matrix._structure, x, path, reduce, traced)
+    if reduce in ("max", "min"):
+        y = _extreme(matrix, x, path, reduce, traced)
+        y = y if bias is None else y + bias
+    elif trial is not None:
+        # this product measures the choice (torch_tcsparse.trials)
+        y = matrix._structure.selection.measure(trial, lambda candidate: _sum(matrix, x, candidate, bias, reduce, False))
+    else:
+        y = _sum(matrix, x, path, bias, reduce, traced)
     return y.squeeze(1) if vector else y
 
 
-def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: str) -> torch.Tensor:
-    """A @ X with ``reduce`` "sum" or "mean" (+ bias on every row) for a checked 2-D X."""
-    mean = reduce == "mean"
-    if mean and not torch.compiler.is_compiling():
-        # The mean is the sum over the matrix whose values are divided by their row's nonzero
-        # count: every sum path, its backward and the kernels' precision serve it unchanged.
-        matrix = _mean_matrix(matrix)
-    s = matrix._structure
-    if torch.compiler.is_compiling():
-        n = x.shape[1]
-        return _run(matrix, x, _traced_path(s, path, n if isinstance(n, int) else None, x.dtype, x.device),
-                    bias, mean)
+def is_traced(values: torch.Tensor, x) -> bool:
+    """Whether this product is being traced (``torch.compile``, ``torch.export``): its tensors are
+    stand-ins that no kernel can read. Read from the tensors themselves, which every torch
+    version agrees on (whether ``torch.compiler.is_compiling()`` holds while the compiler runs a
+    graph's operators on fake tensors depends on the version)."""
+    return torch.compiler.is_compiling() or isinstance(values, _stand_ins()) or isinstance(x, _stand_ins())
+
+
+def choose_path(structure, x: torch.Tensor, path: str, reduce: str, traced: bool):
+    """(the engine of a product, the ``trials.Trial`` that is to measure the choice or None): the
+    one place a path is decided. ``path`` as the caller names it ("auto": the selector's choice
+    where the kernels run, else torch.sparse), checked against X; a matrix whose Tensor-Core
+    layout is pending runs the rows kernel (or torch.sparse) until it has paid for the layout;
+    the grouped kernel adds with atomics, so deterministic mode runs "base" instead, as do
+    traced products (its layout does not travel with a compiled function's input)."""
+    if reduce in ("max", "min"):
+        return _extreme_path(path, x, structure), None
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    usable = kernels.usable(x)
+    if path in CUDA_ONLY_PATHS and not usable:
+        raise ValueError(f"path {path!r} needs a CUDA tensor of dtype {KERNEL_DTYPES}, got {x.dtype} on {x.device}")
     trial = None
-    if path == "auto" and kernels_apply(x):
-        path, trial = s.selection.choose(s.layout, x.shape[1], x.dtype, x.device)
-    path = resolve(path, x)
-    if trial is None:
-        return _run(matrix, x, path, bias, mean)
-    # this product measures the choice (torch_tcsparse.trials)
-    return s.selection.measure(trial, lambda candidate: _run(matrix, x, candidate, bias, mean))
+    if path == "auto":
+        if not usable:
+            return "csr", None
+        if structure.layout_pending and structure.uses < BUILD_AFTER_USES and not traced:
+            structure.uses += 1
+            return ("rows" if structure.col.dtype == torch.int32 else "csr"), None
+        selection = flattening.source_of(structure).selection
+        path, trial = selection.choose(flattening.source_of(structure).layout, x.shape[1], x.dtype, x.device)
+        if traced:
+            trial = None
+    if path == "grouped" and (traced or torch.are_deterministic_algorithms_enabled()):
+        return "base", None
+    return path, trial
+
+
+def _extreme_path(path: str, x: torch.Tensor, structure) -> str:
+    """The path of a max/min product: ``path`` as given, or for "auto" the kernel where it applies
+    (a CUDA X of a kernel dtype, int32 indices), else the torch ops."""
+    if path not in EXTREME_PATHS:
+        raise ValueError(f"reduce='max'/'min' runs on path {EXTREME_PATHS}, got path={path!r}")
+    kernel = kernels.usable(x) and structure.rowptr.dtype == torch.int32
+    if path == "rows" and not kernel:
+        raise ValueError(f"path 'rows' needs a CUDA tensor of dtype {KERNEL_DTYPES} and int32 indices, "
+                         f"got {x.dtype} on {x.device}")
+    if path == "auto":
+        return "rows" if kernel else "reference"
+    return path
 
 
 def check_reduce(reduce) -> str:
@@ -70,41 +113,93 @@ def check_reduce(reduce) -> str:
     return reduce
 
 
-def _extreme(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: str) -> torch.Tensor:
-    """A @ X with ``reduce`` "max" or "min" (+ bias on every row) for a checked 2-D X:
-    ``engines/extreme.py``."""
+def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: str, traced: bool) -> torch.Tensor:
+    """A @ X with ``reduce`` "sum" or "mean" (+ bias on every row) for a checked 2-D X on engine
+    ``path``. The mean is the sum over the values divided by their row's nonzero count: every
+    engine, its backward and the kernels' precision serve it unchanged."""
+    engine = ENGINES[path]
+    s = matrix._structure
+    mean = reduce == "mean"
+    values = _mean_values(matrix, traced) if mean else matrix._values
+    indices = engine.indices(s, x.dtype)
+    if traced:
+        return _traced_sum(s, x, values, bias, engine, indices)
+    needs_x = x.requires_grad
+    needs_values = values.requires_grad or (bias is not None and bias.requires_grad)
+    key = (engine.operand_key, engine.index_key(s, x.dtype), mean)
+    # Detached: the gradients of the values flow through the product's own backward.
+    operands = matrix._cache.get(key, lambda: engine.operands(indices, values.detach()))
+    if torch.is_grad_enabled() and (needs_x or needs_values):
+        return Product.apply(x, values, bias, engine, operands,
+                             lambda: _transposed_operands(matrix, engine, key, values, x.dtype), s)
+    return engine.run(x, operands, bias)
+
+
+def launcher(matrix, path: str):
+    """``x -> A @ x`` on engine ``path`` with the operands prepared once: the launch alone, without
+    the route's checks and choice (what a benchmark times to tell the two apart)."""
+    engine = ENGINES[path]
     s, values = matrix._structure, matrix._values
-    if torch.compiler.is_compiling():
-        path = _traced_extreme_path(path, x.dtype, x.device, s.rowptr.dtype)
-        y = ops.spmm_extreme(x, values, s.rowptr, s.col, reduce, path)[0]
-        return y if bias is None else y + bias
-    path = extreme.resolve(path, x, s.rowptr)
+    operands = engine.operands(engine.indices(s, values.dtype), values.detach())
+    return lambda x: engine.run(x, operands, None)
+
+
+def _transposed_operands(matrix, engine, key, values: torch.Tensor, dtype: torch.dtype):
+    """The operands of the transpose on ``engine`` (a backward pass's dX = A^T dY), kept by the
+    matrix as its own are. A matrix equal to its transpose (GCN's normalized adjacency) shares its
+    own."""
+    s = matrix._structure
+
+    def build():
+        t = s.transposed()
+        values_t = s.transpose_values(values.detach())
+        # Kept values only: comparing them reads the device, once for the matrix's lifetime.
+        if not values.requires_grad and t.col is s.col and t.rowptr is s.rowptr and torch.equal(values_t, values):
+            return matrix._cache.get(key, lambda: engine.operands(engine.indices(s, dtype), values.detach()))
+        return engine.operands(engine.indices(t, dtype), values_t)
+
+    return matrix._cache.get(key + ("transposed",), build)
+
+
+def _traced_sum(structure, x, values, bias, engine, indices) -> torch.Tensor:
+    """The product as ``torch.compile`` sees it: the ``tcsparse::spmm`` op on the engine's indices
+    of the matrix it takes as an input (``flattening``), with its transpose's indices and both
+    layouts where a gradient will need them."""
+    grad = torch.is_grad_enabled()
+    needs_x = grad and x.requires_grad
+    needs_any = grad and (needs_x or values.requires_grad)
+    tensors, ints = engine.flat(indices)
+    tensors_t, ints_t, layout, layout_t = [], [], [], []
+    if needs_x:
+        tensors_t, ints_t = engine.flat(engine.indices(structure.transposed(), x.dtype))
+    if needs_any:
+        layout, layout_t = structure.layout.tensors(), structure.transposed().layout.tensors()
+    sizes = [structure.window, structure.num_rows, structure.num_cols]
+    return ops.spmm(x, values, bias, tensors, ints, tensors_t, ints_t, layout, layout_t, sizes, engine.name)
+
+
+def _extreme(matrix, x: torch.Tensor, path: str, reduce: str, traced: bool) -> torch.Tensor:
+    """A @ X with ``reduce`` "max" or "min" for a checked 2-D X: ``engines/extreme.py``."""
+    s, values = matrix._structure, matrix._values
+    if traced:
+        return ops.spmm_extreme(x, values, s.rowptr, s.col, reduce, path)[0]
     if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
-        y = extreme.ExtremeProduct.apply(x, values, s.rowptr, s.col, reduce, path)
-    else:
-        y = extreme.output(x, values, s.rowptr, s.col, reduce, path)
-    return y if bias is None else y + bias
+        return extreme.ExtremeProduct.apply(x, values, s.rowptr, s.col, reduce, path)
+    return extreme.output(x, values, s.rowptr, s.col, reduce, path)
 
 
-def _mean_matrix(matrix):
-    """The matrix with every row's values divided by its nonzero count (canonical CSR order, so
-    right for a reordered matrix too). Kept by the matrix while its values need no gradient;
-    with one, built per product so that the division is part of the graph."""
-    if torch.is_grad_enabled() and matrix._values.requires_grad:
-        return type(matrix)(matrix._structure, _mean_values(matrix))
-    return matrix._cache.get(("mean",), lambda: type(matrix)(matrix._structure, _mean_values(matrix)))
-
-
-def _mean_values(matrix) -> torch.Tensor:
+def _mean_values(matrix, traced: bool) -> torch.Tensor:
     """The values divided by their row's nonzero count: the quotient is formed in float32
-    (float64 for float64) and rounded once to the values' dtype."""
-    values = matrix._values
+    (float64 for float64) and rounded once to the values' dtype. Kept by the matrix as any
+    operand; the row scale depends on the indices alone and is kept by the structure."""
+    values, s = matrix._values, matrix._structure
     dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
-    if torch.compiler.is_compiling():
-        scale = _row_scale(matrix._structure, dtype)
-    else:
-        scale = matrix._cache.get(("row_scale", dtype), lambda: _row_scale(matrix._structure, dtype))
-    return (values.to(dtype) * scale).to(values.dtype)
+
+    def build():
+        scale = s.kept(("row_scale", dtype), lambda: _row_scale(s, dtype))
+        return (values.to(dtype) * scale).to(values.dtype)
+
+    return build() if traced or values.requires_grad else matrix._cache.get(("mean",), build)
 
 
 def _row_scale(structure, dtype: torch.dtype) -> torch.Tensor:
@@ -114,99 +209,6 @@ def _row_scale(structure, dtype: torch.dtype) -> torch.Tensor:
     return torch.repeat_interleave(inverse, counts, output_size=structure.nnz)
 
 
-def _run(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, mean: bool = False) -> torch.Tensor:
-    """A @ x (+ bias) on a resolved path, with the autograd the operands need. ``mean``: under
-    ``torch.compile``, divide the values by their row's nonzero count inside the graph (eager
-    products get a matrix divided already)."""
-    if path == "grouped" and torch.are_deterministic_algorithms_enabled():
-        path = "base"  # the same product without the grouped kernel's atomics
-    if torch.compiler.is_compiling():
-        return _traced(matrix, x, path, bias, mean)
-    engine = ENGINES[path]
-    values = matrix._values
-    operands = operands_of(matrix, engine)
-    if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad or
-                                    (bias is not None and bias.requires_grad)):
-        return Product.apply(x, values, bias, engine, operands, lambda: transposed_operands(matrix, engine),
-                             matrix._structure.layout)
-    return engine.run(x, operands, bias)
-
-
-def operands_of(matrix, engine: Engine):
-    """``engine``'s operands of ``matrix``, kept by the matrix while its values do not change."""
-    cache = matrix._cache
-    operands = cache.lookup(engine.operand_key)
-    if operands is None:
-        operands = cache.get(engine.operand_key, lambda: engine.prepare(matrix._structure, matrix._values))
-    return operands
-
-
-def transposed_operands(matrix, engine: Engine):
-    """``engine``'s operands of the transpose (the backward's dX = A^T dY), kept likewise. A
-    matrix equal to its transpose (GCN's normalized adjacency) shares its own."""
-
-    def build():
-        transposed = matrix.t()
-        if transposed._structure.col is matrix._structure.col and torch.equal(transposed._values, matrix._values):
-            return operands_of(matrix, engine)
-        return engine.prepare(transposed._structure, transposed._values)
-
-    if torch.compiler.is_compiling():
-        # An eager backward inside a function the compiler runs piecewise (a training step
-        # around loss.backward()): the transpose is built outside the compiler, which would
-        # otherwise split the matrix's construction across graphs.
-        build = torch.compiler.disable(build)
-    return matrix._cache.get((engine.operand_key, "transposed"), build)
-
-
-def _traced(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, mean: bool) -> torch.Tensor:
-    """The product as ``torch.compile`` sees it: the ``tcsparse::spmm`` op on the ME-TCF arrays,
-    with the values put in block order inside the graph (so never stale, and differentiable)."""
-    s = matrix._structure
-    x_needs_grad = torch.is_grad_enabled() and x.requires_grad
-    values = s.to_block_order(_mean_values(matrix) if mean else matrix._values)
-    layout_t = s.transposed().layout.tensors() if x_needs_grad else []
-    pieces = _op_row_pieces(s, path, x_needs_grad)
-    y = ops.spmm(x, values, s.layout.tensors(), layout_t, s.window, s.num_rows, s.num_cols, path, pieces)
-    return y if bias is None else y + bias
-
-
-def _op_row_pieces(structure, path: str, with_transpose: bool) -> list[torch.Tensor]:
-    """``tcsparse::spmm``'s ``row_pieces``: the splits of the canonical CSR (and of the
-    transpose's) that travel with the matrix (``flattening``): built on the host once, never in
-    the graph, whose size they would make data-dependent."""
-    if path != "rows":
-        return []
-    pieces = flattening.traced_row_pieces(structure)
-    return pieces + flattening.traced_row_pieces(structure.transposed()) if with_transpose else pieces
-
-
-def _traced_path(structure, path: str, n: int | None, dtype: torch.dtype, device: torch.device) -> str:
-    """The engine a traced product runs: ``path`` as given, or for "auto" the selector's choice
-    for the structure the traced one stands for, at ``n`` columns (None: N varies between calls;
-    then "base" where the kernels apply, as ``resolve`` picks). The compiler runs this at trace
-    time and keeps the answer as a constant of the graph (``assume_constant_result``): a Python
-    side choice per (matrix, N, dtype), which the graph's guards on the matrix and X cover. The
-    choice is not measured here (``trials``); a later measured choice leaves compiled code on
-    the predicted path."""
-    probe = torch.empty(0, dtype=dtype, device=device)
-    if path == "auto" and n is not None and kernels_apply(probe):
-        s = flattening.source_of(structure)
-        path = s.selection.choose(s.layout, n, dtype, device)[0]
-    return resolve(path, probe)
-
-
-def _traced_extreme_path(path: str, dtype: torch.dtype, device: torch.device, index_dtype: torch.dtype) -> str:
-    """``extreme.resolve`` for a traced max/min product, run at trace time like ``_traced_path``."""
-    return extreme.resolve(path, torch.empty(0, dtype=dtype, device=device), torch.empty(0, dtype=index_dtype))
-
-
-# What torch._dynamo.assume_constant_result sets: the compiler calls the function at trace time
-# and keeps its result; set here so that importing the package does not import the compiler.
-_traced_path._dynamo_marked_constant = True
-_traced_extreme_path._dynamo_marked_constant = True
-
-
 def _connected(matrix):
     """A matrix taken by a compiled function as an input, whose values need a gradient: the same
     matrix reading its values through ``flattening.Unwrap``, so that their gradient becomes the
@@ -214,10 +216,10 @@ def _connected(matrix):
     return type(matrix)(matrix._structure, flattening.Unwrap.apply(matrix, type(matrix)))
 
 
-def _in_dtype(matrix, dtype: torch.dtype):
-    """The matrix with values in ``dtype``; kept while the values need no gradient (and do not
-    change), so a model under autocast converts them once, not at every product."""
-    if matrix._values.requires_grad or torch.compiler.is_compiling():
+def _in_dtype(matrix, dtype: torch.dtype, traced: bool):
+    """The matrix with values in ``dtype``; kept by the matrix as any operand, so a model under
+    autocast converts them once, not at every product."""
+    if traced:
         return matrix.to(dtype)
     return matrix._cache.get(("cast", dtype), lambda: matrix.to(dtype))
 
@@ -267,3 +269,18 @@ def _autocast_dtype(values: torch.Tensor, x) -> torch.dtype | None:
     if torch.float32 not in operands or not operands <= {torch.float32, dtype}:
         return None
     return dtype
+
+
+_STAND_INS: tuple | None = None
+
+
+def _stand_ins() -> tuple:
+    """The tensor types a tracer hands an operator: fake tensors, and the functional tensors that
+    wrap them (imported on the first product: the compiler's modules are not the library's)."""
+    global _STAND_INS
+    if _STAND_INS is None:
+        from torch._subclasses.fake_tensor import FakeTensor
+        from torch._subclasses.functional_tensor import FunctionalTensor
+
+        _STAND_INS = (FakeTensor, FunctionalTensor)
+    return _STAND_INS

@@ -1,23 +1,27 @@
-"""The value-independent part of a TCSparseTensor: CSR indices, permutation, ME-TCF layout, and
-the transpose built on first need. Tensors that differ only in values (``with_values``) share one
-``Structure``, so conversion and transposition are paid once."""
+"""The value-independent part of a TCSparseTensor: CSR indices, permutation, ME-TCF layout, the
+transpose built on first need, and what engines derive from the indices (``kept``). Tensors that
+differ only in values (``with_values``) share one ``Structure``, so conversion and transposition
+are paid once."""
 from __future__ import annotations
 
 import weakref
-from typing import NamedTuple
 
 import torch
 
-from . import csr_rows
+from .engines.grouped import grouped_layout
+from .engines.tensor_core import block_order
 from .formats import native
 from .formats.arrays import INT32_MAX
 from .formats.csr import CSR, transpose_pattern
-from .formats import grouped as grouped_format
-from .formats.grouped import GroupedLayout, build_grouped, group_pairs, may_pay, split_sizes
-from .formats.metcf import build_layout
+from .formats.grouped import may_pay
+from .formats.metcf import MetcfLayout, build_layout
 from .reorder.locality import share_ratio
-from .selector import MatrixFeatures, SelectionCache, device_model, grouped_split
-from .selector.pending import PendingLayout
+from .selector import SelectionCache
+
+# The conversion's price in SpMMs at N = 128: 2 to 16 on the suite's large graphs, about 10 on
+# those the Tensor-Core paths win (BENCHMARKS.md, SpMM tables' conversion column). A matrix
+# built for a few products (``CsrStructure``) builds its Tensor-Core layout after that many.
+BUILD_AFTER_USES = 10
 
 
 def _transpose_in_blocks(csr: CSR, csr_gather: torch.Tensor):
@@ -48,20 +52,11 @@ def _linked_gathers(ours: torch.Tensor, theirs: torch.Tensor, both: bool):
     return gather, gather_t
 
 
-class RowsCsr(NamedTuple):
-    """The CSR of the "rows" kernel: its rows in the order the warps take them, original column
-    ids; ``gather`` (canonical nonzero of each entry) and ``row_map`` (Y row of each row) are
-    None when that is the canonical order."""
-
-    rowptr: torch.Tensor
-    col: torch.Tensor
-    gather: torch.Tensor | None
-    row_map: torch.Tensor | None
-
-
 class Structure:
     """Indices of a sparse matrix in canonical CSR and ME-TCF. ``layout.csr_gather`` links the
     two orders of the values: CSR-order values are ``block_values[csr_gather]``."""
+
+    layout_pending = False  # the layout is built with the structure (see CsrStructure)
 
     def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None, col_perm: torch.Tensor | None, method: str,
                  rows_share_ratio: float | None = None):
@@ -71,8 +66,8 @@ class Structure:
         self.row_perm, self.col_perm = row_perm, col_perm
         self.method = method
         self.layout = build_layout(csr, window, row_perm)
-        # What is built from the indices on first need (the transpose, the rows kernel's CSR and
-        # splits, the grouped layout): kept here, and built anew for a copy on another device.
+        # What is built from the indices on first need (the transpose, each engine's index arrays):
+        # kept here, and built anew for a copy on another device.
         self._derived: dict = {}
         if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
             rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
@@ -94,78 +89,35 @@ class Structure:
     def device(self) -> torch.device:
         return self.col.device
 
-    def _kept(self, key, build):
-        """The derived item ``key``, built by ``build()`` on first need."""
+    def kept(self, key, build):
+        """The item ``key`` derived from the indices (an engine's index arrays, a row scale, ...),
+        built by ``build()`` on first need and kept."""
         item = self._derived.get(key)
         if item is None:
             item = self._derived[key] = build()
         return item
 
     def to_block_order(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """CSR-order values in block order (the kernels'), scattered through ``csr_gather``:
-        differentiable, and no inverse permutation kept (it would be an index per nonzero)."""
-        gather = self.layout.csr_gather
-        if csr_values.device.type == "cpu":
-            # index_put copies the int32 index to int64 (8 bytes per nonzero) on the CPU; adding
-            # into -0.0 reads it as it is and is exact (-0.0 + v is v, signed zeros included).
-            # On a GPU index_add is an atomic add, where index_put is a plain store.
-            return csr_values.new_full(csr_values.shape, -0.0).index_add(0, gather, csr_values)
-        return csr_values.new_empty(csr_values.shape).index_put((gather,), csr_values)
+        """CSR-order values in the layout's block order (the Tensor-Core kernels')."""
+        return block_order(csr_values, self.layout)
 
-    def row_pieces(self, piece_nnz: int, canonical: bool = False) -> csr_rows.RowPieces:
-        """The "rows" kernel's split of the rows of ``rows_csr`` into pieces of ``piece_nnz``
-        nonzeros, built on first need (a host sync) and kept. ``canonical``: of the canonical
-        CSR instead (what ``tcsparse::spmm`` reads); the same for a matrix in its given order."""
-        of_canonical = canonical and self.row_perm is not None
-
-        def build() -> csr_rows.RowPieces:
-            rowptr = self.rowptr if of_canonical else self.rows_csr().rowptr
-            return csr_rows.row_pieces(rowptr, piece_nnz, self.max_row_nnz())
-
-        return self._kept(("row_pieces", piece_nnz, of_canonical), build)
+    def transpose_values(self, csr_values: torch.Tensor) -> torch.Tensor:
+        """Our CSR-order values in the transpose's CSR order (differentiable), through the block
+        orders: the links the layouts keep anyway, so no CSR-to-CSR order is stored."""
+        layout_t = self.transposed().layout
+        block_values_t = self.to_block_order(csr_values).index_select(0, layout_t.transpose_gather)
+        return block_values_t.index_select(0, layout_t.csr_gather)
 
     def max_row_nnz(self) -> int:
         """Nonzeros of the longest row, from the conversion's host copies (read back once for a
         layout without them)."""
-        return self._kept("max_row_nnz", self._longest_row)
+        return self.kept("max_row_nnz", self._longest_row)
 
     def _longest_row(self) -> int:
         counts = self.layout.host_counts
         if counts is not None:
             return counts.max_row_nnz
         return int((self.rowptr[1:] - self.rowptr[:-1]).max()) if self.num_rows else 0
-
-    def rows_csr(self) -> RowsCsr:
-        """The CSR the "rows" kernel reads: ours, or for a reordered matrix a copy with the rows
-        in the reordering's order (built on first need and kept: a contiguous stream of indices
-        in the order the warps take them, faster than reading ours through an order index)."""
-        return self._kept("rows_csr", self._build_rows_csr)
-
-    def _build_rows_csr(self) -> RowsCsr:
-        if self.row_perm is None:
-            return RowsCsr(self.rowptr, self.col, None, None)
-        rowptr, col, gather = csr_rows.permuted_rows(self.rowptr, self.col, self.row_perm)
-        return RowsCsr(rowptr, col, gather, self.layout.row_map[: self.num_rows])
-
-    def grouped(self) -> GroupedLayout:
-        """The layout of the "grouped" path, in our row order, built on first need and kept: its
-        split between the Tensor-Core layout and the rows kernel's rest is the one the selector
-        prices fastest (``formats.grouped.SPLIT_THRESHOLDS``)."""
-        return self._kept("grouped", self._build_grouped)
-
-    def _build_grouped(self) -> GroupedLayout:
-        if self.col.dtype != torch.int32:
-            raise ValueError(f"path 'grouped' needs int32 indices (under 2^31 nonzeros), got {self.col.dtype}")
-        pairs = group_pairs(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm)
-        features = MatrixFeatures.of_layout(self.layout, rows_share_ratio=self.selection.rows_share_ratio)
-        threshold = grouped_split(split_sizes(pairs, grouped_format.SPLIT_THRESHOLDS), features,
-                                  device_model(self.device))
-        return build_grouped(self.rowptr, self.col, self.num_rows, self.num_cols, self.row_perm,
-                             min_pair_nnz=threshold, pairs=pairs)
-
-    def grouped_pieces(self) -> csr_rows.RowPieces:
-        """The rows kernel's split of the grouped layout's rest, built on first need and kept."""
-        return self._kept("grouped_pieces", lambda: csr_rows.row_pieces(self.grouped().rest.rowptr))
 
     def grouped_size(self) -> tuple[int, int, bool] | None:
         """(blocks of the grouped layout, nonzeros it leaves to the rows kernel, whether every
@@ -174,7 +126,7 @@ class Structure:
         need int64. Builds the layout where it may pay (milliseconds, once per matrix)."""
         if not may_pay(self.nnz, self.layout.num_blocks) or self.col.dtype != torch.int32:
             return None
-        layout = self.grouped()
+        layout = grouped_layout(self)
         return layout.num_blocks, layout.rest_nnz, layout.one_chunk_per_group
 
     def csr(self, values: torch.Tensor) -> CSR:
@@ -230,6 +182,7 @@ class Structure:
         the values' order differs, which ``transposed`` links as for any transpose."""
         shared = object.__new__(Structure)
         shared.__dict__.update(self.__dict__)  # the selection cache too: same blocks, same choices
+        shared.layout = self.layout
         shared._derived = {key: item for key, item in self._derived.items() if key != "transpose"}
         return shared
 
@@ -262,12 +215,18 @@ class Structure:
 
 
 class CsrStructure(Structure):
-    """A structure that holds the CSR alone until a product needs the Tensor-Core layout
-    (``selector.pending``): what ``TCSparseTensor.from_batch`` builds for a matrix used a few
-    times. Its transpose is a CSR-only structure too (one sort of the column ids), the two linked
-    through their CSR orders (``transposed_with_order``: one gather of the values); building either layout unlinks
-    the pair, and the next transpose is built as any matrix's. Values in block order
-    (``to_block_order``) are the built layout's: its callers read the layout next."""
+    """A structure that holds the CSR alone until a product needs the Tensor-Core layout: what
+    ``TCSparseTensor.from_batch`` builds for a matrix multiplied a few times (a sampled mini-batch
+    or one of its blocks, multiplied two or three times and dropped), for which the conversion
+    (several SpMMs' time) would never pay. Its products run the CSR "rows" kernel (or
+    torch.sparse) while ``layout_pending``; ``product.choose_path`` counts them in ``uses`` and
+    builds the layout once the matrix has run ``BUILD_AFTER_USES`` products, the conversion's
+    price (a matrix that stays is then converted for good, at most doubling what it paid). Reading
+    ``layout`` builds it, as a path named by the caller or a gradient of the values does.
+
+    Its transpose is a CSR-only structure too (one sort of the column ids), the two linked through
+    their CSR orders (``transposed_with_order``: one gather of the values); building either
+    layout unlinks the pair, and the next transpose is built as any matrix's."""
 
     def __init__(self, csr: CSR, window: int, max_row_nnz: int | None = None):
         self.num_rows, self.num_cols = csr.num_rows, csr.num_cols
@@ -277,26 +236,35 @@ class CsrStructure(Structure):
         self.method = "none"
         # ``max_row_nnz``: the longest row where the conversion read it (else read on first need).
         self._derived: dict = {} if max_row_nnz is None else {"max_row_nnz": max_row_nnz}
-        self._layout = None
-        # A weak link: the pending layout lives in products' autograd state, which must not keep
-        # the structure (and its index arrays) alive.
-        index_only = CSR(csr.rowptr, csr.col, csr.col.new_empty(0), csr.num_rows, csr.num_cols)
-        self._pending = PendingLayout(index_only, window, _weak_call(self, "_layout_built"))
+        self._layout: MetcfLayout | None = None
+        # While linked to a CSR-only transpose: entry p of its CSR is our CSR entry order[p].
+        self._transpose_order: torch.Tensor | None = None
+        self.uses = 0
         self.selection = SelectionCache(1.0, self.grouped_size)
 
     @property
-    def layout(self):
-        return self._pending if self._layout is None else self._layout
+    def layout_pending(self) -> bool:
+        return self._layout is None
+
+    @property
+    def layout(self) -> MetcfLayout:
+        """The Tensor-Core layout, built on the first read."""
+        if self._layout is None:
+            index_only = CSR(self.rowptr, self.col, self.col.new_empty(0), self.num_rows, self.num_cols)
+            self._layout = build_layout(index_only, self.window)
+            self._unlink()
+        return self._layout
 
     @layout.setter
-    def layout(self, layout) -> None:
+    def layout(self, layout: MetcfLayout) -> None:
         self._layout = layout
 
-    def _layout_built(self, layout) -> None:
-        self._layout = layout
+    def _unlink(self) -> None:
         transpose = self._derived.pop("transpose", None)
-        if transpose is not None:
+        if isinstance(transpose, CsrStructure) and transpose.layout_pending:
             transpose._derived.pop("transpose", None)
+            transpose._transpose_order = None
+        self._transpose_order = None
 
     def prepare_selection(self) -> None:
         """Nothing while the layout is pending: the selector's features are read from it."""
@@ -308,10 +276,10 @@ class CsrStructure(Structure):
             return super()._longest_row()
         return int((self.rowptr[1:] - self.rowptr[:-1]).max()) if self.num_rows else 0
 
-    def to_block_order(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """As any structure's: the layout built first, since callers read it after the values."""
-        self._pending.build()
-        return super().to_block_order(csr_values)
+    def transpose_values(self, csr_values: torch.Tensor) -> torch.Tensor:
+        if self._layout is not None:
+            return super().transpose_values(csr_values)
+        return csr_values.index_select(0, self.transposed_with_order()[1])
 
     def transposed_with_order(self) -> tuple["Structure", torch.Tensor | None]:
         """While the layout is pending, the CSR-only transpose and, at every call, the order that
@@ -319,7 +287,7 @@ class CsrStructure(Structure):
         if self._layout is not None:
             return super().transposed_with_order()
         t = self.transposed()
-        return t, t.layout.partner_positions
+        return t, self._transpose_order
 
     def transposed(self) -> "Structure":
         if self._layout is not None:
@@ -328,13 +296,11 @@ class CsrStructure(Structure):
         if t is None:
             rowptr_t, col_t, order = transpose_pattern(self.csr(None))
             t = CsrStructure(CSR(rowptr_t, col_t, col_t.new_empty(0), self.num_cols, self.num_rows), self.window)
-            # Entry p of the transpose's CSR is our entry order[p]; the way back is its inverse.
-            # index_add_ onto zeros takes the int32 positions as they are (a permutation: the
-            # sum is the assignment).
+            # The way back is the inverse permutation. index_add_ onto zeros takes the int32
+            # positions as they are (a permutation: the sum is the assignment).
             positions = torch.arange(order.numel(), dtype=order.dtype, device=order.device)
-            inverse = torch.zeros_like(order).index_add_(0, order, positions)
-            t._pending.link_transpose(order, self._pending)
-            self._pending.link_transpose(inverse, t._pending)
+            t._transpose_order = torch.zeros_like(order).index_add_(0, order, positions)
+            self._transpose_order = order
             t._derived["transpose"], self._derived["transpose"] = self, t
         return t
 
@@ -349,20 +315,3 @@ class CsrStructure(Structure):
         if self._layout is not None:
             return super()._moved(device)
         return self.to(device)
-
-    def _sharing_indices(self) -> "Structure":
-        shared = super()._sharing_indices()
-        shared.layout = self.layout
-        return shared
-
-
-def _weak_call(owner, method: str):
-    """``owner.<method>(*args)`` while ``owner`` is alive, without keeping it alive."""
-    ref = weakref.ref(owner)
-
-    def call(*args):
-        target = ref()
-        if target is not None:
-            getattr(target, method)(*args)
-
-    return call

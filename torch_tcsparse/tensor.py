@@ -17,13 +17,13 @@ import copy
 import torch
 
 from . import flattening, product, serialization
+from .product import is_traced
 from .conversion import build_batch_structure, build_structure
 from .formats import inputs
 from .formats.csr import CSR, check_values, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
 from .operands import OperandCache
 from .paths import VALUE_DTYPES
-from .selector.pending import PendingLayout
 from .structure import Structure
 
 
@@ -35,7 +35,7 @@ class TCSparseTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, structure: Structure, values: torch.Tensor):
-        if values.requires_grad and not torch.compiler.is_compiling():
+        if values.requires_grad and not is_traced(values, None):
             # The matrix requires grad too, linked to its values: a compiled function that takes
             # it as an input sends the values' gradient through it (flattening.py).
             with torch.enable_grad():
@@ -155,16 +155,14 @@ class TCSparseTensor(torch.Tensor):
     def t(self) -> "TCSparseTensor":
         """The transpose (K, M); its structure is built once and cached on both matrices. Its
         values are gathered (differentiable) with the order of the structure's build where this
-        call builds it (and always for a CSR-only matrix, whose layout this must not build), else
-        through the block orders, the links the kernels' backward keeps anyway: no CSR-to-CSR
-        order is stored. Either way the same values, a permutation of ours."""
+        call builds it, else through the block orders (``Structure.transpose_values``), the links
+        the kernels' backward keeps anyway: no CSR-to-CSR order is stored. Either way the same
+        values, a permutation of ours."""
         values = live_values(self)
         structure_t, order = self._structure.transposed_with_order()
         if order is not None:
             return TCSparseTensor(structure_t, values.index_select(0, order))
-        # index_select reads the int32 index as it is; indexing with [] first copies it to int64.
-        block_values_t = self._structure.to_block_order(values).index_select(0, structure_t.layout.transpose_gather)
-        return TCSparseTensor(structure_t, block_values_t.index_select(0, structure_t.layout.csr_gather))
+        return TCSparseTensor(structure_t, self._structure.transpose_values(values))
 
     @property
     def T(self) -> "TCSparseTensor":
@@ -195,9 +193,7 @@ class TCSparseTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None) -> str:
         # Printing a CSR-only matrix must not build its layout: the blocks are "pending" until then.
-        layout = self._structure.layout
-        built = not isinstance(layout, PendingLayout) or layout.is_built
-        blocks = layout.num_blocks if built else "pending"
+        blocks = "pending" if self._structure.layout_pending else self._structure.layout.num_blocks
         return (
             f"TCSparseTensor(shape={tuple(self.shape)}, nnz={self.nnz}, dtype={self.dtype}, device={self.device}, "
             f"window={self._structure.window}, tc_blocks={blocks}, reorder={self._structure.method!r})"
@@ -263,12 +259,18 @@ class TCSparseTensor(torch.Tensor):
         if self.__dict__.get("_flattened") is not tensors:
             self.__dict__.update(tensors)
             self._flattened = tensors
-        return ["_values", *flattening.INDEX_NAMES], context
+        return ["_values", *context.names], context
 
     @staticmethod
     def __tensor_unflatten__(inner_tensors, context, outer_size, outer_stride):
-        indices = {name: inner_tensors[name] for name in flattening.INDEX_NAMES}
-        return _wrapper(flattening.unflatten(context, indices), inner_tensors["_values"])
+        return _wrapper(flattening.unflatten(context, inner_tensors), inner_tensors["_values"])
+
+    def _stable_hash_for_caching(self) -> str:
+        """The compiled graph cache's key for this input (no pickling of the structure): what the
+        traced code depends on, the sizes of every array it reads and the values' dtype."""
+        names, context = self.__tensor_flatten__()
+        arrays = [(tuple(getattr(self, name).shape), str(getattr(self, name).dtype)) for name in names]
+        return f"TCSparseTensor:{context.stable_hash()}:{self.requires_grad}:{arrays}"
 
     # torch function protocol.
 
@@ -315,7 +317,7 @@ def live_values(matrix: TCSparseTensor) -> torch.Tensor:
     """The matrix's values as autograd reaches them. Inside a compiled function a matrix input
     whose values require grad is one input to autograd: its values are read through
     ``flattening.Unwrap``, which hands their gradient back as the matrix's."""
-    if torch.compiler.is_compiling() and matrix.requires_grad:
+    if matrix.requires_grad and is_traced(matrix._values, None):
         return flattening.Unwrap.apply(matrix, TCSparseTensor)
     return matrix._values
 

@@ -10,6 +10,7 @@ from torch_tcsparse.formats.grouped import (
     GroupedLayout,
     RestCsr,
     build_grouped,
+    fragment_index,
     fragment_values,
     group_pairs,
     may_pay,
@@ -17,6 +18,11 @@ from torch_tcsparse.formats.grouped import (
 )
 from torch_tcsparse.formats.metcf import BLOCK_WIDTH
 
+
+
+def fragments_of(layout, values):
+    """The fragments the kernel reads for ``values`` (canonical CSR order)."""
+    return fragment_values(layout, fragment_index(layout, values.element_size()), values)
 
 def grouped_dense(layout: GroupedLayout, fragments: torch.Tensor) -> torch.Tensor:
     """The dense matrix a grouped layout and its fragments hold, read the way the mma reads them
@@ -97,7 +103,7 @@ def test_round_trip(shape, density, reordered, chunk):
     perm = torch.randperm(m) if reordered else None
     layout = build_grouped(rowptr, col, m, k, perm, chunk)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        assert torch.equal(grouped_dense(layout, fragment_values(layout, values.to(dtype))), dense.to(dtype))
+        assert torch.equal(grouped_dense(layout, fragments_of(layout, values.to(dtype))), dense.to(dtype))
     groups = -(-m // GROUP_ROWS)
     blocks = layout.num_blocks
     assert layout.row_map.numel() == groups * GROUP_ROWS
@@ -132,7 +138,7 @@ def test_empty_groups_keep_one_chunk():
     chunk_group = layout.chunk_group.tolist()
     assert [sizes[chunk_group.index(g)] for g in (1, 2)] == [0, 0]
     assert chunk_group.count(1) == chunk_group.count(2) == 1
-    assert torch.equal(grouped_dense(layout, fragment_values(layout, csr.values())), dense)
+    assert torch.equal(grouped_dense(layout, fragments_of(layout, csr.values())), dense)
     nothing = torch.zeros(70, 70).to_sparse_csr()
     layout = build_grouped(nothing.crow_indices().int(), nothing.col_indices().int(), 70, 70)
     assert layout.num_blocks == 0
@@ -169,7 +175,7 @@ def test_split_round_trip(reordered, min_pair_nnz):
     layout = build_grouped(rowptr, col, m, m, perm, min_pair_nnz=min_pair_nnz, pairs=pairs)
     rest = layout.rest
     assert rest is not None
-    held = grouped_dense(layout, fragment_values(layout, values)) + rest_dense(rest, values[rest.gather.long()], m, m)
+    held = grouped_dense(layout, fragments_of(layout, values)) + rest_dense(rest, values[rest.gather.long()], m, m)
     assert torch.equal(held, dense)
     assert torch.equal(torch.sort(torch.cat([layout.gather, rest.gather])).values, torch.arange(col.numel(), dtype=torch.int32))
     assert split_sizes(pairs, [min_pair_nnz])[min_pair_nnz] == (layout.num_blocks, rest.nnz)

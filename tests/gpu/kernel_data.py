@@ -3,7 +3,7 @@ import os
 
 import torch
 
-from torch_tcsparse.engines import ENGINES
+from torch_tcsparse import kernels
 
 # Under compute-sanitizer (TCSPARSE_SANITIZER_SUBSET=1) the tests run a representative subset.
 SUBSET = os.environ.get("TCSPARSE_SANITIZER_SUBSET") == "1"
@@ -115,5 +115,4 @@ def tf32_tolerance(row, col, values, x, m, ref):
 def tensor_core_spmm(x, block_values, layout, kernel):
     """A @ x through the Tensor-Core engine ``kernel`` ("base" or "balanced") on an ME-TCF layout
     and its block-order values, as the ``tcsparse::spmm`` op runs it."""
-    engine = ENGINES[kernel]
-    return engine.run(x, engine.from_layout(layout, block_values, []), None)
+    return kernels.metcf_spmm(x, block_values.float(), kernels.layout_arguments(layout), kernel == "balanced")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torch_tcsparse import TCSparseTensor
-from torch_tcsparse.selector.pending import BUILD_AFTER_USES, PendingLayout
+from torch_tcsparse.structure import BUILD_AFTER_USES
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -29,8 +29,7 @@ def block(dtype, seed=0):
 
 
 def is_pending(matrix) -> bool:
-    layout = matrix._structure.layout
-    return isinstance(layout, PendingLayout) and not layout.is_built
+    return matrix._structure.layout_pending
 
 
 def assert_close(ours, theirs, dtype):

@@ -10,12 +10,11 @@ dtype and the tolerance of test_kernels_16bit.py.
 import pytest
 import torch
 
-from torch_tcsparse import TCSparseTensor, _ext
+from torch_tcsparse import TCSparseTensor, _ext, csr_rows, kernels
 from torch_tcsparse.engines import ENGINES
-from torch_tcsparse.engines import grouped as grouped_engine
-from torch_tcsparse.product import operands_of
+from torch_tcsparse.engines.grouped import grouped_layout
 from torch_tcsparse.formats import grouped as grouped_format
-from torch_tcsparse.formats.grouped import build_grouped, fragment_values
+from torch_tcsparse.formats.grouped import build_grouped, fragment_index, fragment_values
 
 from .kernel_data import (
     HUB_NNZ,
@@ -71,7 +70,7 @@ def check_matrix(row, col, values, shape, n, dtype=torch.float32, bias=False, re
     m, k = shape
     a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=shape, reorder=reorder)
     if rest:
-        assert a._structure.grouped().rest_nnz > 0
+        assert grouped_layout(a._structure).rest_nnz > 0
     csr = a.csr
     x = torch.randn(k, n, device="cuda").to(dtype) if x is None else x
     b = torch.randn(n, device="cuda").to(dtype) if bias else None
@@ -178,12 +177,12 @@ def test_single_chunk_groups_store_y(tf32, split_at, n, bias, dtype):
     order = torch.cat([pieces[i].flip(0) for i in torch.randperm(len(pieces)).tolist()])
     for reorder in ("none", order):
         a = check_matrix(*band_coo(m, 8), (m, m), n, dtype, bias, reorder=reorder)
-        layout = a._structure.grouped()
+        layout = grouped_layout(a._structure)
         assert layout.rest is None and chunks_per_group(layout) == [1] * 16
     row, col, values = band_coo(m, 8)
     kept = row >= 128  # groups 0 and 1 empty: their chunk of no block writes zeros (or the bias)
     a = check_matrix(row[kept], col[kept], values[kept], (m, m), n, dtype, bias)
-    assert chunks_per_group(a._structure.grouped()) == [1] * 16
+    assert chunks_per_group(grouped_layout(a._structure)) == [1] * 16
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -197,7 +196,7 @@ def test_mixed_and_empty_groups(tf32, split_at, n, bias, dtype):
     split_at(1)
     m, k = 1000, 3000
     a = check_matrix(*mixed_coo(m, k), (m, k), n, dtype, bias)
-    layout = a._structure.grouped()
+    layout = grouped_layout(a._structure)
     per_group = chunks_per_group(layout)
     sizes = (layout.chunk_starts[1:] - layout.chunk_starts[:-1]).tolist()
     assert layout.rest is None and per_group[0] > 1 and set(per_group[1:]) == {1}
@@ -205,7 +204,7 @@ def test_mixed_and_empty_groups(tf32, split_at, n, bias, dtype):
     assert [sizes[chunk_group.index(g)] for g in (1, 2)] == [0, 0]
     split_at(2)
     a = check_matrix(*mixed_coo(m, k, scattered=500), (m, k), n, dtype, bias, rest=True)
-    assert chunks_per_group(a._structure.grouped())[0] > 1
+    assert chunks_per_group(grouped_layout(a._structure))[0] > 1
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -217,7 +216,9 @@ def test_keep_fp32_output(tf32, split_at, bias, dtype):
     m, k, n = 1000, 3000, 40
     row, col, values = mixed_coo(m, k)
     a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k))
-    layout, fragments, _, _ = operands_of(a, ENGINES["grouped"])
+    indices = ENGINES["grouped"].indices(a._structure, dtype)
+    layout = indices.layout
+    _, fragments, _ = ENGINES["grouped"].operands(indices, a.csr.values)
     x = torch.randn(k, n, device="cuda").to(dtype)
     b = torch.randn(n, device="cuda").to(dtype) if bias else None
     csr = a.csr
@@ -257,7 +258,7 @@ def test_rows_binding_checks_the_addend():
     row, col, values = random_matrix(100, 100, 5)
     a = TCSparseTensor.from_coo(row, col, values, shape=(100, 100))
     s = a._structure
-    pieces = s.row_pieces(256)
+    pieces = csr_rows.row_pieces(s.rowptr, 256)
     x = torch.randn(100, 8, device="cuda")
     kernels = _ext.load()
     args = (x, s.rowptr, s.col, a.csr.values, *pieces[:3], 100, 256, None, None)
@@ -296,7 +297,7 @@ def test_gradients_and_deterministic_mode(tf32, split_at, split):
     y = a.matmul(x, path="grouped")
     grad_y = torch.randn_like(y)
     y.backward(grad_y)
-    assert (a._structure.grouped().rest_nnz > 0) == (split > 1)
+    assert (grouped_layout(a._structure).rest_nnz > 0) == (split > 1)
     assert relative_error(y, dense @ x.detach().double()) <= 1e-3
     assert relative_error(x.grad, dense.t() @ grad_y.double()) <= 1e-3
     edge_values = a.csr.values.clone().requires_grad_()
@@ -323,29 +324,29 @@ def test_16bit_rounding_bound():
 def test_binding_rejects_bad_inputs():
     row, col, values = random_matrix(100, 100, 5)
     a = TCSparseTensor.from_coo(row, col, values, shape=(100, 100))
-    layout = a._structure.grouped()
-    fragments = fragment_values(layout, a.csr.values)
+    layout = grouped_layout(a._structure)
+    fragments = fragment_values(layout, fragment_index(layout, 4), a.csr.values)
     x = torch.randn(100, 8, device="cuda")
     with pytest.raises(RuntimeError, match="fragments must have x's dtype Half, got Float"):
-        grouped_engine.launch(x.half(), layout, fragments)
+        kernels.grouped_spmm(x.half(), fragments, layout.kernel_arrays(), layout.num_rows, None, False)
     with pytest.raises(RuntimeError, match="fragments must be 1-D and contiguous with a multiple of 128"):
-        grouped_engine.launch(x, layout, fragments[:-1])
+        kernels.grouped_spmm(x, fragments[:-1], layout.kernel_arrays(), layout.num_rows, None, False)
     with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16"):
-        grouped_engine.launch(x.double(), layout, fragments.double())
+        kernels.grouped_spmm(x.double(), fragments.double(), layout.kernel_arrays(), layout.num_rows, None, False)
     with pytest.raises(RuntimeError, match="bias must be"):
-        grouped_engine.launch(x, layout, fragments, torch.zeros(9, device="cuda"))
+        kernels.grouped_spmm(x, fragments, layout.kernel_arrays(), layout.num_rows, torch.zeros(9, device="cuda"), False)
     short = layout._replace(row_map=layout.row_map[:-1])
     with pytest.raises(RuntimeError, match="row_map must be 1-D with"):
-        grouped_engine.launch(x, short, fragments)
+        kernels.grouped_spmm(x, fragments, short.kernel_arrays(), short.num_rows, None, False)
     short = layout._replace(sub_slots=layout.sub_slots[:-1])
     with pytest.raises(RuntimeError, match="sub_slots must be 1-D with"):
-        grouped_engine.launch(x, short, fragments)
+        kernels.grouped_spmm(x, fragments, short.kernel_arrays(), short.num_rows, None, False)
 
 
 def test_selector_offers_grouped_on_dense_matrices_only():
     dense_rows = random_matrix(2000, 2000, 400)
     dense = TCSparseTensor.from_coo(*dense_rows[:2], dense_rows[2], shape=(2000, 2000))
-    layout = dense._structure.grouped()
+    layout = grouped_layout(dense._structure)
     assert dense._structure.grouped_size() == (layout.num_blocks, layout.rest_nnz, layout.one_chunk_per_group)
     assert layout.num_blocks <= build_grouped(dense._structure.rowptr, dense._structure.col, 2000, 2000).num_blocks
     assert "grouped" in dense.explain(128).candidates

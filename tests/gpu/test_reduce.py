@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 import torch
 
-from torch_tcsparse import TCSparseTensor, _ext
+from torch_tcsparse import TCSparseTensor, _ext, product
 from torch_tcsparse.engines import extreme
 from torch_tcsparse.formats.csr import from_coo
 
@@ -147,7 +147,8 @@ def test_matrix_product_and_gradients(reorder, reduce, dtype):
     row, col, values = random_matrix(m, k, 7, hub_row=5, hub_nnz=600)
     order = torch.randperm(m, device="cuda") if reorder == "permutation" else reorder
     a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k), reorder=order)
-    assert extreme.resolve("auto", torch.empty(1, 1, device="cuda", dtype=dtype), a._structure.rowptr) == "rows"
+    probe = torch.empty(1, 1, device="cuda", dtype=dtype)
+    assert product.choose_path(a._structure, probe, "auto", reduce, False) == ("rows", None)
     v = a.csr.values.clone().requires_grad_()
     x = torch.randn(k, 40, device="cuda").to(dtype).requires_grad_()
     y = a.with_values(v).matmul(x, reduce=reduce)

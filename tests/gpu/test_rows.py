@@ -10,8 +10,8 @@ test_kernels_16bit.py).
 import pytest
 import torch
 
-from torch_tcsparse import TCSparseTensor, csr_rows
-from torch_tcsparse.engines import rows
+from torch_tcsparse import TCSparseTensor, csr_rows, kernels
+from torch_tcsparse.engines import ENGINES
 from torch_tcsparse.formats.csr import from_coo
 
 from .kernel_data import (
@@ -52,7 +52,7 @@ def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
     ref = product + (b.double() if bias else 0.0)
     poison(m * n * dtype.itemsize // 4 + 1)
-    out = rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, k, b)
+    out = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b)
     torch.cuda.synchronize()
     assert out.dtype == dtype
     err = relative_error(out, ref)
@@ -112,15 +112,15 @@ def test_split_sums_stay_zero_between_calls(dtype):
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 3000)
     limit = tolerance(csr, x, product, product)
     with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
-        rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+        kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
-        captured = rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+        captured = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
     for _ in range(3):
         graph.replay()
         with torch.cuda.stream(side):
-            eager = rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
+            eager = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
         torch.cuda.synchronize()
         assert relative_error(captured, product) <= limit
         assert relative_error(eager, product) <= limit
@@ -152,7 +152,7 @@ def test_reordered_matrix_runs_rows_in_its_order(n, bias, dtype):
     row, col, values = random_matrix(m, k, 6, hub_row=1234, hub_nnz=HUB_NNZ)
     perm = torch.randperm(m, device="cuda")
     a = TCSparseTensor.from_coo(row, col, values.to(dtype), shape=(m, k), reorder=perm)
-    rows = a._structure.rows_csr()
+    rows = ENGINES["rows"].indices(a._structure, dtype)
     assert torch.equal(rows.row_map.long(), perm)
     assert torch.equal(rows.col, a.csr.col[rows.gather.long()])
     csr = a.csr
@@ -173,8 +173,8 @@ def test_reordered_gradients_through_the_rows_path():
     m = k = 400
     row, col, values = random_matrix(m, k, 7)
     a = TCSparseTensor.from_coo(row, col, values, shape=(m, k), reorder="degree")
-    assert a._structure.rows_csr().row_map is not None
-    assert a._structure.transposed().rows_csr().row_map is not None
+    assert ENGINES["rows"].indices(a._structure, torch.float32).row_map is not None
+    assert ENGINES["rows"].indices(a._structure.transposed(), torch.float32).row_map is not None
     dense = a.to_dense().double()
     x = torch.randn(k, 40, device="cuda", requires_grad=True)
     y = a.matmul(x, path="rows")
@@ -270,21 +270,21 @@ def test_rejects_bad_inputs():
     pieces = csr_rows.row_pieces(csr.rowptr)
     x = torch.randn(100, 4, device="cuda")
     with pytest.raises(RuntimeError, match="values must be Float like x, got Double"):
-        rows.launch(x, csr.rowptr, csr.col, csr.values.double(), pieces, 100)
+        kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values.double(), pieces, 100)
     with pytest.raises(RuntimeError, match="bias must be Half like x, got Float"):
-        rows.launch(x.half(), csr.rowptr, csr.col, csr.values.half(), pieces, 100, torch.zeros(4, device="cuda"))
+        kernels.csr_rows_spmm(x.half(), csr.rowptr, csr.col, csr.values.half(), pieces, 100, torch.zeros(4, device="cuda"))
     with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16, got Double"):
-        rows.launch(x.double(), csr.rowptr, csr.col, csr.values.double(), pieces, 100)
+        kernels.csr_rows_spmm(x.double(), csr.rowptr, csr.col, csr.values.double(), pieces, 100)
     with pytest.raises(RuntimeError, match="x must be 2-D with 100 rows"):
-        rows.launch(x[:50], csr.rowptr, csr.col, csr.values, pieces, 100)
+        kernels.csr_rows_spmm(x[:50], csr.rowptr, csr.col, csr.values, pieces, 100)
     with pytest.raises(RuntimeError, match="col must be Int, got Long"):
-        rows.launch(x, csr.rowptr, csr.col.long(), csr.values, pieces, 100)
+        kernels.csr_rows_spmm(x, csr.rowptr, csr.col.long(), csr.values, pieces, 100)
     with pytest.raises(RuntimeError, match="row_map must be 1-D with 100 entries"):
-        rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(99, device="cuda").int())
+        kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(99, device="cuda").int())
     with pytest.raises(RuntimeError, match="row_map must be Int, got Long"):
-        rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(100, device="cuda"))
+        kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, row_map=torch.arange(100, device="cuda"))
     with pytest.raises(RuntimeError, match="bias must be 1-D with 4 entries"):
-        rows.launch(x, csr.rowptr, csr.col, csr.values, pieces, 100, torch.zeros(5, device="cuda"))
+        kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, 100, torch.zeros(5, device="cuda"))
 
 
 @pytest.mark.parametrize("reorder", ["none", "degree"])

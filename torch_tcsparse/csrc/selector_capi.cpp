@@ -99,6 +99,15 @@ extern "C" {
 // The message of the last call that failed (returned null or a negative code).
 const char* tcs_last_error() { return last_error.c_str(); }
 
+// The name of path `path` of the model's enum Path (the order its costs and choices use), null
+// past the last: the Python side checks it against its own list when it loads the library.
+const char* tcs_path_name(int path) {
+    static const char* const kNames[sel::kNumPaths] = {"base", "balanced", "csr", "rows", "grouped"};
+    static_assert(sel::kBase == 0 && sel::kBalanced == 1 && sel::kCsr == 2 && sel::kRows == 3 && sel::kGrouped == 4,
+                  "kNames follows enum Path");
+    return path >= 0 && path < sel::kNumPaths ? kNames[path] : nullptr;
+}
+
 // Prefix sums of `window_blocks` into three arrays of `windows + 1` entries.
 void tcs_prefixes(const int64_t* window_blocks, int64_t windows, int64_t chunk, int64_t* chunk_start,
                   int64_t* block_start, int64_t* nonempty_before) {

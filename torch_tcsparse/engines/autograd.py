@@ -2,7 +2,7 @@
 ``tcsparse::spmm`` op that ``torch.compile`` traces (``ops.py``):
 
 - dX = A^T dY, on the same engine, with the transpose's operands;
-- d(values) = for every nonzero (i, j): <dY[i], X[j]> (an SDDMM);
+- d(values) = for every nonzero (i, j): <dY[i], X[j]> (an SDDMM), in canonical CSR order;
 - d(bias) = the column sums of dY.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ from torch import Tensor
 
 from .. import kernels
 from ..formats.metcf import MetcfLayout
-from ..paths import KERNEL_DTYPES
 from . import reference
 
 
@@ -28,23 +27,26 @@ def backward(grad_y: Tensor, needs: tuple[bool, bool, bool], transposed_product:
     return grad_x, grad_values, grad_bias
 
 
-def block_values_gradient(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
-    """<grad_y[row], x[col]> for every nonzero of ``layout``, in block order, in x's dtype (summed
-    in float32): the CUDA kernel where it applies, the torch reference elsewhere."""
-    if layout.nnz and x.is_cuda and x.dtype in KERNEL_DTYPES and kernels.available():
-        return kernels.sddmm(grad_y, x, layout)
-    with torch.autocast(x.device.type, enabled=False):
-        return reference.sddmm(grad_y, x, layout)
+def values_gradient(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
+    """<grad_y[row], x[col]> for every nonzero of ``layout``, in canonical CSR order and x's dtype
+    (summed in float32): the CUDA kernel where it applies, the torch reference elsewhere; both
+    work in the layout's block order."""
+    if layout.nnz and kernels.usable(x):
+        block = kernels.sddmm(grad_y, x, layout)
+    else:
+        with torch.autocast(x.device.type, enabled=False):
+            block = reference.sddmm(grad_y, x, layout)
+    return block.index_select(0, layout.csr_gather)
 
 
 class Product(torch.autograd.Function):
     """``engine.run(x, operands, bias)`` in eager mode, differentiable for x, the matrix's values
-    (canonical CSR order, nonzeros of ``layout``) and the bias; ``transposed_operands()`` gives
-    the transpose's operands on the same engine, built on first need and kept by the matrix."""
+    (canonical CSR order) and the bias. ``transposed_operands()`` gives the transpose's operands
+    on the same engine (built on first need); ``structure`` gives the layout of the SDDMM."""
 
     @staticmethod
-    def forward(ctx, x, values, bias, engine, operands, transposed_operands, layout):
-        ctx.engine, ctx.transposed_operands, ctx.layout = engine, transposed_operands, layout
+    def forward(ctx, x, values, bias, engine, operands, transposed_operands, structure):
+        ctx.engine, ctx.transposed_operands, ctx.structure = engine, transposed_operands, structure
         # Saving the values makes autograd refuse a backward after they changed in place.
         ctx.save_for_backward(x, values)
         return engine.run(x, operands, bias)
@@ -52,11 +54,11 @@ class Product(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, _ = ctx.saved_tensors
-        engine, layout = ctx.engine, ctx.layout
+        engine = ctx.engine
         grad_x, grad_values, grad_bias = backward(
             grad_y,
             ctx.needs_input_grad[:3],
             lambda g: engine.run(g, ctx.transposed_operands(), None),
-            lambda g: block_values_gradient(g, x, layout)[layout.csr_gather],
+            lambda g: values_gradient(g, x, ctx.structure.layout),
         )
         return grad_x, grad_values, grad_bias, None, None, None, None

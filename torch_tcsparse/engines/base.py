@@ -1,4 +1,12 @@
-"""What every engine provides."""
+"""What every engine provides: its index arrays, its operands, its launch.
+
+A product on an engine is ``engine.run(x, engine.operands(indices, values), bias)``, whoever calls
+it: an eager product (``product.py``) with the indices its matrix keeps, or the ``tcsparse::spmm``
+op (``ops.py``) with the indices a compiled function takes as inputs. Indices depend on the
+sparsity pattern alone and are built once per matrix structure (``Structure.kept``); operands are
+derived from the values in canonical CSR order, at every product or, where the values cannot
+change unseen, kept by the matrix (``operands.OperandCache``).
+"""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -6,29 +14,44 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from ..formats.metcf import MetcfLayout
     from ..structure import Structure
 
 
 class Engine:
-    """One path of ``A @ X``. ``operand_key`` names the operands it reads: engines that read the
-    same ones (base and balanced) share a key, so a matrix builds them once."""
+    """One path of ``A @ X``. ``name`` is its path name (``paths.ENGINE_PATHS``); engines that read
+    the same indices and operands (base and balanced) share ``operand_key``. ``traceable``: its
+    indices travel with a matrix that ``torch.compile`` takes as an input (``flattening``)."""
 
     name: str
     operand_key: str
+    traceable = True
 
-    def prepare(self, structure: "Structure", values: torch.Tensor):
-        """The operands of the matrix (``structure``, CSR-order ``values`` in X's dtype), built
-        once and kept by the matrix while its values do not change."""
+    def index_key(self, structure: "Structure", dtype: torch.dtype) -> tuple:
+        """The name under which a structure keeps this engine's indices for values of ``dtype``
+        (under torch's current modes)."""
+        return (self.operand_key,)
+
+    def indices(self, structure: "Structure", dtype: torch.dtype):
+        """This engine's index arrays of ``structure``, built on first need and kept by it."""
+        return structure.kept(self.index_key(structure, dtype), lambda: self.build_indices(structure, dtype))
+
+    def build_indices(self, structure: "Structure", dtype: torch.dtype):
         raise NotImplementedError
 
-    def from_layout(self, layout: "MetcfLayout", block_values: torch.Tensor, row_pieces: list[torch.Tensor]):
-        """The operands from the ME-TCF arrays and block-order values that ``tcsparse::spmm``
-        carries (``row_pieces``: see ``ops.spmm``)."""
+    def operands(self, indices, values: torch.Tensor):
+        """What the launch reads, from ``indices`` and CSR-order ``values`` in X's dtype."""
         raise NotImplementedError
 
     def run(self, x: torch.Tensor, operands, bias: torch.Tensor | None) -> torch.Tensor:
         """A @ x (+ bias on every row) for a 2-D x of the matrix's dtype and device."""
+        raise NotImplementedError
+
+    def flat(self, indices) -> tuple[list[torch.Tensor], list[int]]:
+        """``indices`` as the ``tcsparse::spmm`` op carries them: their tensors and their ints."""
+        raise NotImplementedError
+
+    def unflat(self, tensors: list[torch.Tensor], ints: list[int]):
+        """The indices ``flat`` gave, from (stand-ins of) their tensors and their ints."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

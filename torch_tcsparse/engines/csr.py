@@ -6,11 +6,20 @@ float32 and X is rounded up for the product and Y rounded once, so the CPU sums 
 in float32 as the CUDA kernels do."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ..formats.csr import torch_csr
 from ..paths import CPU_CSR_DTYPES
 from .base import Engine
+
+
+class CsrIndices(NamedTuple):
+    rowptr: torch.Tensor
+    col: torch.Tensor
+    num_rows: int
+    num_cols: int
 
 
 def product(matrix: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -26,14 +35,12 @@ def _held_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
 class CsrEngine(Engine):
     name = operand_key = "csr"
 
-    def prepare(self, structure, values):
-        held = values.to(_held_dtype(values.dtype, values.device))
-        return torch_csr(structure.rowptr, structure.col, held, (structure.num_rows, structure.num_cols))
+    def build_indices(self, structure, dtype):
+        return CsrIndices(structure.rowptr, structure.col, structure.num_rows, structure.num_cols)
 
-    def from_layout(self, layout, block_values, row_pieces):
-        values = block_values[layout.csr_gather]
-        values = values.to(_held_dtype(values.dtype, values.device))
-        return torch_csr(layout.csr_rowptr, layout.csr_col, values, (layout.num_rows, layout.num_cols))
+    def operands(self, indices, values):
+        held = values.to(_held_dtype(values.dtype, values.device))
+        return torch_csr(indices.rowptr, indices.col, held, (indices.num_rows, indices.num_cols))
 
     def run(self, x, operands, bias):
         matrix = operands
@@ -42,6 +49,12 @@ class CsrEngine(Engine):
         with torch.autocast(x.device.type, enabled=False):
             wide = None if bias is None else bias.to(matrix.dtype)
             return product(matrix, x.to(matrix.dtype), wide).to(x.dtype)
+
+    def flat(self, indices):
+        return [indices.rowptr, indices.col], [indices.num_rows, indices.num_cols]
+
+    def unflat(self, tensors, ints):
+        return CsrIndices(*tensors, *ints)
 
 
 CSR_ENGINE = CsrEngine()

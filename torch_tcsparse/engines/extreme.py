@@ -19,32 +19,17 @@ import bisect
 import torch
 from torch import Tensor
 
-from .. import _ext
+from .. import kernels
 from ..formats.csr import torch_csr
-from ..paths import CPU_CSR_DTYPES, EXTREME_PATHS, KERNEL_DTYPES
-from . import kernels_apply
+from ..paths import CPU_CSR_DTYPES
 from .reference import CHUNK_ELEMENTS
-
-
-def resolve(path: str, x: Tensor, rowptr: Tensor) -> str:
-    """The path of a max/min product: ``path`` as given, or for "auto" the kernel where it applies
-    (a CUDA X of a kernel dtype, int32 indices), else the torch ops."""
-    if path not in EXTREME_PATHS:
-        raise ValueError(f"reduce='max'/'min' runs on path {EXTREME_PATHS}, got path={path!r}")
-    kernel = kernels_apply(x) and rowptr.dtype == torch.int32
-    if path == "rows" and not kernel:
-        raise ValueError(f"path 'rows' needs a CUDA tensor of dtype {KERNEL_DTYPES} and int32 indices, "
-                         f"got {x.dtype} on {x.device}")
-    if path == "auto":
-        return "rows" if kernel else "reference"
-    return path
 
 
 def forward(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str) -> tuple[Tensor, Tensor]:
     """(Y, the winning nonzero of every output) for the canonical CSR (rowptr, col, values) and a
-    2-D ``x`` of the values' dtype, on a path given by ``resolve``."""
+    2-D ``x`` of the values' dtype, on a path ``product.choose_path`` gave."""
     if path == "rows":
-        return _ext.load().reduce_rows(x, rowptr, col, values, reduce == "max")
+        return kernels.reduce_rows(x, rowptr, col, values, reduce == "max")
     return _torch_forward(x, values, rowptr, col, reduce == "max")
 
 

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from ..formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
 from .base import Engine
+from .tensor_core import block_order
 
 # Upper bound on the elements of one chunk of dense temporaries: 16M floats (64 MB) keeps the
 # reference usable on graphs of millions of nonzeros without running out of memory, while each
@@ -66,11 +67,11 @@ def sddmm(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
 class ReferenceEngine(Engine):
     name = operand_key = "reference"
 
-    def prepare(self, structure, values):
-        return structure.to_block_order(values), structure.layout
+    def indices(self, structure, dtype):
+        return structure.layout
 
-    def from_layout(self, layout, block_values, row_pieces):
-        return block_values, layout
+    def operands(self, layout, values):
+        return block_order(values, layout), layout
 
     def run(self, x, operands, bias):
         values, layout = operands
@@ -78,6 +79,12 @@ class ReferenceEngine(Engine):
         with torch.autocast(x.device.type, enabled=False):
             y = spmm(x, values.to(x.dtype), layout) if layout.nnz and x.shape[1] else x.new_zeros(layout.num_rows, x.shape[1])
         return y if bias is None else y + bias
+
+    def flat(self, layout):
+        return layout.tensors(), [layout.window, layout.num_rows, layout.num_cols]
+
+    def unflat(self, tensors, ints):
+        return MetcfLayout.from_tensors(tensors, *ints)
 
 
 REFERENCE = ReferenceEngine()

@@ -6,66 +6,72 @@ runs its rows in the reordering's order (rows sharing columns side by side, thei
 found in L2) and writes Y in the user's order."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
-from .. import _ext, csr_rows
+from .. import csr_rows, kernels
 from .base import Engine
 
 
-def launch(x, rowptr, col, values, pieces: csr_rows.RowPieces, num_cols: int, bias=None, row_map=None,
-           addend=None) -> torch.Tensor:
-    """Y = A @ x (+ bias on every row) for the CSR (rowptr, col, values) split by ``pieces``; x may
-    be a column slice of a wider tensor (any row stride), Y is contiguous. ``row_map`` (int32, a
-    permutation) writes CSR row i to row ``row_map[i]`` of Y. ``addend`` (fp32, Y's shape and row
-    order) is added to Y before its one rounding: another kernel's sums over the same Y. The
-    binding checks every argument (RuntimeError naming it)."""
-    return _ext.load().csr_rows_spmm(
-        x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts, pieces.split_rows, num_cols,
-        pieces.piece_nnz, bias, row_map, addend,
-    )
+class RowsIndices(NamedTuple):
+    """The CSR the kernel reads, its rows in the order the warps take them, original column ids;
+    ``gather`` (canonical nonzero of each entry) and ``row_map`` (Y row of each row) are None
+    where that is the canonical order; and the split of its long rows."""
+
+    rowptr: torch.Tensor
+    col: torch.Tensor
+    gather: torch.Tensor | None
+    row_map: torch.Tensor | None
+    pieces: csr_rows.RowPieces
+    num_cols: int
 
 
 class RowsOperands(NamedTuple):
-    rowptr: torch.Tensor
-    col: torch.Tensor
-    values: torch.Tensor
-    num_cols: int
-    row_map: torch.Tensor | None
-    # The split of long rows for products in the values' dtype, and the one without split rows
-    # that deterministic mode runs (built on first need, asked per call: the mode may change).
-    split: csr_rows.RowPieces
-    unsplit: Callable[[], csr_rows.RowPieces]
+    indices: RowsIndices
+    values: torch.Tensor  # in the kernel's order
 
 
 class RowsEngine(Engine):
     name = operand_key = "rows"
 
-    def prepare(self, structure, values):
-        csr_rows.check_indices(structure.rowptr)
-        rows = structure.rows_csr()
-        ordered = values if rows.gather is None else values[rows.gather]
-        split = structure.row_pieces(csr_rows.split_piece_nnz(structure.nnz, structure.max_row_nnz(), values.dtype))
-        return RowsOperands(rows.rowptr, rows.col, ordered, structure.num_cols, rows.row_map, split,
-                            lambda: structure.row_pieces(csr_rows.UNSPLIT))
+    def index_key(self, structure, dtype):
+        # The split depends on the matrix, the dtype and deterministic mode (no split rows there).
+        return ("rows", csr_rows.product_piece_nnz(structure.nnz, structure.max_row_nnz(), dtype))
 
-    def from_layout(self, layout, block_values, row_pieces):
-        csr_rows.check_indices(layout.csr_rowptr)
-        size = csr_rows.piece_size()
-        if row_pieces:
-            pieces = csr_rows.RowPieces(*row_pieces[:3], size)
+    def build_indices(self, structure, dtype):
+        csr_rows.check_indices(structure.rowptr)
+        piece_nnz = self.index_key(structure, dtype)[1]
+        if structure.row_perm is None:
+            rowptr, col, gather, row_map = structure.rowptr, structure.col, None, None
         else:
-            pieces = csr_rows.row_pieces(layout.csr_rowptr, size)
-        return RowsOperands(layout.csr_rowptr, layout.csr_col, block_values[layout.csr_gather], layout.num_cols, None,
-                            pieces, lambda: pieces)
+            # A copy with the rows in the reordering's order: a contiguous stream of indices in
+            # the order the warps take them, faster than reading ours through an order index.
+            rowptr, col, gather = csr_rows.permuted_rows(structure.rowptr, structure.col, structure.row_perm)
+            row_map = structure.layout.row_map[: structure.num_rows]
+        pieces = csr_rows.row_pieces(rowptr, piece_nnz, structure.max_row_nnz())
+        return RowsIndices(rowptr, col, gather, row_map, pieces, structure.num_cols)
+
+    def operands(self, indices, values):
+        return RowsOperands(indices, values if indices.gather is None else values.index_select(0, indices.gather))
 
     def run(self, x, operands, bias):
-        o = operands
-        values = o.values if o.values.dtype == x.dtype else o.values.to(x.dtype)
-        pieces = o.unsplit() if torch.are_deterministic_algorithms_enabled() else o.split
-        return launch(x, o.rowptr, o.col, values, pieces, o.num_cols, bias, o.row_map)
+        i, values = operands
+        return kernels.csr_rows_spmm(x, i.rowptr, i.col, values, i.pieces, i.num_cols, bias, i.row_map)
+
+    def flat(self, i):
+        optional = [t for t in (i.gather, i.row_map) if t is not None]
+        p = i.pieces
+        tensors = [i.rowptr, i.col, *optional, p.piece_slots, p.piece_starts, p.split_rows]
+        return tensors, [i.num_cols, p.piece_nnz, i.gather is not None, i.row_map is not None]
+
+    def unflat(self, tensors, ints):
+        num_cols, piece_nnz, has_gather, has_row_map = ints
+        rowptr, col, *optional, slots, starts, split_rows = tensors
+        gather = optional.pop(0) if has_gather else None
+        row_map = optional.pop(0) if has_row_map else None
+        pieces = csr_rows.RowPieces(slots, starts, split_rows, piece_nnz)
+        return RowsIndices(rowptr, col, gather, row_map, pieces, num_cols)
 
 
 ROWS = RowsEngine()

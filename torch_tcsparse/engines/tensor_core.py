@@ -1,34 +1,35 @@
 """The ``"base"`` and ``"balanced"`` paths: the ME-TCF Tensor-Core kernels of
 ``csrc/metcf_spmm.cuh`` (base: a warp per row window and column slice; balanced: fixed chunks of
-TC blocks per warp, cut windows summed with atomics). The values reach the kernels as float32
-in block order; products are summed in fp32 (see ``kernels.py`` for the precision)."""
+TC blocks per warp, cut windows summed with atomics). Their indices are the matrix's ME-TCF
+layout; the values reach the kernels as float32 in block order; products are summed in fp32
+(``kernels.py`` gives the precision)."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
 
-from .. import _ext
+from .. import kernels
 from ..formats.metcf import MetcfLayout
-from ..kernels import layout_arguments, tf32_allowed
 from .base import Engine
-
-
-def _launch(x: torch.Tensor, values: torch.Tensor, arguments: tuple, balanced: bool) -> torch.Tensor:
-    """Y = A @ x for A given by the layout's binding ``arguments`` and its float32 block-order
-    ``values``; the binding checks every argument (RuntimeError naming it)."""
-    return _ext.load().spmm(x, values, *arguments, balanced, torch.are_deterministic_algorithms_enabled(),
-                            not tf32_allowed())
 
 
 class TensorCoreOperands(NamedTuple):
     values: torch.Tensor  # float32, block order
     layout: MetcfLayout
-    arguments: tuple  # the layout as the binding takes it, built once
+    arguments: tuple  # the layout as the binding takes it
 
 
-def _operands(block_values: torch.Tensor, layout: MetcfLayout) -> TensorCoreOperands:
-    return TensorCoreOperands(block_values.float(), layout, tuple(layout_arguments(layout)))
+def block_order(values: torch.Tensor, layout: MetcfLayout) -> torch.Tensor:
+    """CSR-order ``values`` in the layout's block order (``csr_gather`` names each one's place):
+    differentiable, and no inverse permutation kept (it would be an index per nonzero)."""
+    gather = layout.csr_gather
+    if values.device.type == "cpu":
+        # index_put copies the int32 index to int64 (8 bytes per nonzero) on the CPU; adding
+        # into -0.0 reads it as it is and is exact (-0.0 + v is v, signed zeros included).
+        # On a GPU index_add is an atomic add, where index_put is a plain store.
+        return values.new_full(values.shape, -0.0).index_add(0, gather, values)
+    return values.new_empty(values.shape).index_put((gather,), values)
 
 
 class TensorCoreEngine(Engine):
@@ -37,19 +38,25 @@ class TensorCoreEngine(Engine):
     def __init__(self, name: str, balanced: bool):
         self.name, self.balanced = name, balanced
 
-    def prepare(self, structure, values):
-        return _operands(structure.to_block_order(values), structure.layout)
+    def indices(self, structure, dtype):
+        return structure.layout  # read as it is now: the transpose's link is set on it later
 
-    def from_layout(self, layout, block_values, row_pieces):
-        return _operands(block_values, layout)
+    def operands(self, layout, values):
+        return TensorCoreOperands(block_order(values, layout).float(), layout, kernels.layout_arguments(layout))
 
     def run(self, x, operands, bias):
         o = operands
         if o.values.numel() == 0 or x.shape[1] == 0:
             y = x.new_zeros(o.layout.num_rows, x.shape[1])
         else:
-            y = _launch(x, o.values, o.arguments, self.balanced)
+            y = kernels.metcf_spmm(x, o.values, o.arguments, self.balanced)
         return y if bias is None else y + bias
+
+    def flat(self, layout):
+        return layout.tensors(), [layout.window, layout.num_rows, layout.num_cols]
+
+    def unflat(self, tensors, ints):
+        return MetcfLayout.from_tensors(tensors, *ints)
 
 
 BASE = TensorCoreEngine("base", balanced=False)

@@ -44,6 +44,8 @@ def torch_csr(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, sha
     """A torch sparse CSR tensor over canonical arrays (already validated: no invariant check)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        # Said where the flag does not reach torch's check (fake tensors under torch.compile).
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
         return torch.sparse_csr_tensor(rowptr, col, values, tuple(shape), check_invariants=False)
 
 

@@ -249,26 +249,30 @@ def build_grouped(rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_co
                          num_slots, num_rows, num_cols, rest)
 
 
-def fragment_values(layout: GroupedLayout, values: torch.Tensor) -> torch.Tensor:
-    """The layout's nonzeros, ``values`` given in canonical CSR order, as the kernel reads them: per
-    fragment slot and lane (g, t) of the warp, the lane's four entries of the mma's A operand in
-    ``values``' dtype, zero where the sub-block has none. Entry k is (row g + 8 (k % 2), column
-    c(t, k // 2)) of the 16 x 8 sub-block, as ``csrc/elements.cuh`` lays out the mma: c = t + 4h
-    for float32 (TF32) and wider, kept in the order k = 0..3; c = 2t + h for 16-bit types, kept
-    in the order 0, 2, 1, 3 so that each pair of a row is one 32-bit register of the operand."""
+def fragment_index(layout: GroupedLayout, element_size: int) -> torch.Tensor:
+    """Where each of the layout's nonzeros goes among the fragments the kernel reads for values of
+    ``element_size`` bytes: per fragment slot and lane (g, t) of the warp, the lane's four entries
+    of the mma's A operand. Entry k is (row g + 8 (k % 2), column c(t, k // 2)) of the 16 x 8
+    sub-block, as ``csrc/elements.cuh`` lays out the mma: c = t + 4h for float32 (TF32) and wider,
+    kept in the order k = 0..3; c = 2t + h for 16-bit types, kept in the order 0, 2, 1, 3 so that
+    each pair of a row is one 32-bit register of the operand."""
     entry = layout.slot_entry % FRAGMENT_ENTRIES  # in the slot_entry's dtype: int32 up to 2^31 entries
     row, col = entry // BLOCK_WIDTH, entry % BLOCK_WIDTH
     g, upper = row % 8, row // 8
-    if values.dtype.itemsize == 2:
+    if element_size == 2:
         t, h = col // 2, col % 2
         position = 2 * upper + h
     else:
         t, h = col % 4, col // 4
         position = 2 * h + upper
-    index = layout.slot_entry - entry + (4 * g + t) * 4 + position
-    fragments = torch.zeros(layout.num_slots * FRAGMENT_ENTRIES, dtype=values.dtype, device=values.device)
-    fragments[index] = values[layout.gather]
-    return fragments
+    return layout.slot_entry - entry + (4 * g + t) * 4 + position
+
+
+def fragment_values(layout: GroupedLayout, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The fragments of ``values`` (canonical CSR order) through ``fragment_index``'s ``index``,
+    zero where a sub-block has no nonzero."""
+    fragments = values.new_zeros(layout.num_slots * FRAGMENT_ENTRIES)
+    return fragments.index_put_((index,), values.index_select(0, layout.gather))
 
 
 def _rest_csr(slot: torch.Tensor, col: torch.Tensor, left: torch.Tensor, num_rows: int,

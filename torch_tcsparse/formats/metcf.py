@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .. import _ext
+from .. import kernels
 from .. import csr_rows
 from . import native, packed
 from .arrays import INT32_MAX, compress, first_of_runs, sort_keys
@@ -277,7 +277,7 @@ def _builder(csr: CSR, window: int, row_perm: torch.Tensor | None, use_kernels: 
         lib = native.usable(csr.col, csr.rowptr) if csr.num_cols <= native.MAX_COLUMNS else None
         if lib is not None:
             return _NativeBuild(csr, window, row_perm, lib)
-        use_kernels = csr.col.is_cuda and _ext.available()
+        use_kernels = csr.col.is_cuda and kernels.available()
     if use_kernels:
         return _KernelBuild(csr, window, row_perm)
     return _TorchBuild(csr, window, row_perm)
@@ -490,14 +490,14 @@ class _KernelBuild:
         self.csr, self.window = csr, window
         self.num_windows = -(-csr.num_rows // window)
         perm = torch.empty(0, dtype=torch.long, device=device) if row_perm is None else row_perm.long().contiguous()
-        row_map, slot_of_row = _ext.load().metcf_row_map(perm, csr.num_rows, window)
+        row_map, slot_of_row = kernels.metcf_row_map(perm, csr.num_rows, window)
         self.row_map = row_map
         self.csr_args = (csr.rowptr.contiguous(), csr.col.contiguous(), row_map, slot_of_row)
 
     def _counts(self) -> torch.Tensor:
         """window_offsets, chunk_offsets and non-empty windows before each window (int64, windows
         + 1 each), then the longest row."""
-        self.first_before, self.owners, self.narrow_base, counts = _ext.load().metcf_count(
+        self.first_before, self.owners, self.narrow_base, counts = kernels.metcf_count(
             *self.csr_args, self.window, BALANCE_CHUNK
         )
         return counts
@@ -519,7 +519,7 @@ class _KernelBuild:
         csr = self.csr
         scratch = self.first_before, self.owners, self.narrow_base
         self.first_before = self.owners = self.narrow_base = None
-        block_cols, bitmap, block_offsets, local_ids, csr_gather = _ext.load().metcf_fill(
+        block_cols, bitmap, block_offsets, local_ids, csr_gather = kernels.metcf_fill(
             *self.csr_args, *scratch, window_offsets, num_blocks, self.window
         )
         gather_dtype = index_dtype_for(csr.num_rows, csr.num_cols, csr.nnz)

@@ -8,14 +8,13 @@ import torch
 
 from .. import trials
 from ..formats.metcf import MetcfLayout
-from ..kernels import tf32_allowed
 from . import native
-from .choice import explain_features, kernels_usable
+from .. import kernels
+from .choice import explain_features
 from .device import device_query
 from .explanation import Explanation
 from .native import MatrixFeatures
 from .paths import CHOICES, n_bucket
-from .pending import BUILD_AFTER_USES, PendingLayout
 
 
 class SelectionCache:
@@ -39,7 +38,6 @@ class SelectionCache:
         self._by_bucket: dict = {}  # (N bucket, dtype, device) -> path, or the Trial measuring it
         self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
         self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> settled path
-        self._light: dict = {}  # the same keys -> path while the layout is pending
 
     def _features_of(self, layout: MetcfLayout) -> MatrixFeatures:
         if self._features is None:
@@ -76,26 +74,16 @@ class SelectionCache:
             )
         return explanation
 
-    def choose(self, layout: MetcfLayout | PendingLayout, n: int, dtype: torch.dtype, device=None):
-        """(path, trial) of one product: the ``trials.Trial`` to run it through (``measure``)
-        when this product is to measure the choice, else None. A layout not built yet
-        (``pending``) runs its first ``BUILD_AFTER_USES`` products on the rows kernel and is built
-        for the next, which is chosen as any matrix's."""
+    def choose(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None):
+        """(path, trial) of one product with X of ``n`` columns: the ``trials.Trial`` to run it
+        through (``measure``) when this product is to measure the choice, else None."""
         # Called on every product: one dict lookup on the caller's own arguments, no bucketing
         # or device normalisation once the choice for an N has settled.
         key = (n, dtype, device)
         choice = self._choices.get(key)
         if choice is not None:
             return choice, None
-        if type(layout) is PendingLayout and not layout.is_built:
-            if layout.uses < BUILD_AFTER_USES:
-                layout.uses += 1
-                path = self._light.get(key)
-                if path is None:
-                    path = self._light[key] = layout.light_path(dtype, _device(device, layout))
-                return path, None
-            layout = layout.build()
-        normalized = _device(device, layout)
+        normalized = device if isinstance(device, torch.device) else torch.device(layout.device if device is None else device)
         bucket = (n_bucket(n), dtype, normalized)
         state = self._by_bucket.get(bucket)
         if state is None:
@@ -128,10 +116,10 @@ class SelectionCache:
         (prices, launch shapes) is shared by the matrices of its window count
         (``device.device_query``), and torch's modes are read here, so a first choice follows
         them."""
-        if not kernels_usable(dtype, device):
+        if not kernels.usable_for(dtype, device):
             return "csr"
         features = self._features_of(layout)
-        query = device_query(device, n, dtype, dtype == torch.float32 and tf32_allowed(), features.num_windows)
+        query = device_query(device, n, dtype, dtype == torch.float32 and kernels.tf32_allowed(), features.num_windows)
         candidates = features.candidates[torch.are_deterministic_algorithms_enabled()]
         if not trials.allowed(device):
             return native.choose(features, query, candidates)
@@ -151,8 +139,3 @@ class SelectionCache:
 
     def __len__(self) -> int:
         return len(self._by_bucket.keys() | self._explanations.keys())
-
-
-def _device(device, layout) -> torch.device:
-    """``device`` as given to ``choose`` (a torch.device, a name, or None for the layout's)."""
-    return device if isinstance(device, torch.device) else torch.device(layout.device if device is None else device)

@@ -2,13 +2,10 @@
 path's predicted time, its explanation, and the grouped layout's split."""
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from .. import kernels
 from ..formats.metcf import MetcfLayout
-from ..paths import KERNEL_DTYPES
 from . import native
 from .device import DeviceModel, device_model
 from .explanation import Explanation
@@ -16,20 +13,12 @@ from .native import MatrixFeatures
 from .paths import CHOICES, KERNEL_CHOICES, candidate_bits, matrix_paths, n_bucket
 
 
-@functools.lru_cache(maxsize=None)
-def kernels_usable(dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether the kernels run for X of ``dtype`` on ``device``: a fact of the process (whether the
-    extension is built does not change), kept because reading a device's type is a call into
-    torch's C++ that a first choice would otherwise pay cold."""
-    return device.type == "cuda" and dtype in KERNEL_DTYPES and kernels.available()
-
-
 def runnable_paths(dtype: torch.dtype, device: torch.device, features, deterministic: bool | None = None) -> tuple:
     """Every path that can run: where the kernels are built for the dtype, those the matrix may
     take (``paths.matrix_paths``: "rows" with int32 indices, "grouped" with a grouped layout and
     without deterministic algorithms; ``deterministic``: None for torch's current setting), else
     "csr" alone. ``features``: anything with ``rows``, ``num_cols``, ``nnz`` and ``grouped_blocks``."""
-    if not kernels_usable(dtype, device):
+    if not kernels.usable_for(dtype, device):
         return ("csr",)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()

@@ -65,6 +65,7 @@ class Query(ctypes.Structure):
 
 _SIGNATURES = {
     "tcs_last_error": (ctypes.c_char_p, []),
+    "tcs_path_name": (ctypes.c_char_p, [ctypes.c_int]),
     "tcs_prefixes": (None, [_I64P, _I64, _I64, _I64P, _I64P, _I64P]),
     "tcs_matrix_new": (_PTR, [_I64, _I64, _I64, _I64, _I64, _I64, _I64P, _I64P, _I64P, _F64, _I64, _I64,
                               ctypes.c_int, _I64, _I64P]),
@@ -95,8 +96,18 @@ def library() -> ctypes.CDLL:
                 for name, (result, arguments) in _SIGNATURES.items():
                     function = getattr(lib, name)
                     function.restype, function.argtypes = result, arguments
+                _check_paths(lib)
                 _library = lib
     return _library
+
+
+def _check_paths(lib: ctypes.CDLL) -> None:
+    """The model's costs and choices are indexed by its enum Path: its order must be ``CHOICES``."""
+    names = []
+    while (name := lib.tcs_path_name(len(names))) is not None:
+        names.append(name.decode())
+    if tuple(names) != CHOICES:
+        raise RuntimeError(f"the selector model's paths {names} do not match the library's {list(CHOICES)}")
 
 
 def _int64_pointer(array: np.ndarray):
