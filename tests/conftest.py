@@ -67,8 +67,15 @@ def single_thread_for_tiny_graphs(request):
 
 @pytest.fixture
 def fresh_dynamo():
-    """Compiled code and its guards from other tests dropped before and after the test: a cached
-    graph would hide a recompilation and count towards the compiler's recompile limit."""
+    """Compiled code and its guards from other tests dropped before and after the test, and the
+    compiled-graph caches off: a cached graph would hide a recompilation and count towards the
+    compiler's recompile limit, and tests that force a path behind the selector's back would
+    reuse each other's graphs (the caches key a matrix by what the selector chooses from)."""
+    import torch._functorch.config
+    import torch._inductor.config
+
     torch._dynamo.reset()
-    yield
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
     torch._dynamo.reset()

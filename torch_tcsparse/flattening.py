@@ -19,8 +19,10 @@ Eager products read the values directly and never use either link.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import weakref
+from pathlib import Path
 
 import torch
 
@@ -68,12 +70,28 @@ class StructureRef:
         return hash((id(self.structure), self.deterministic))
 
     def stable_hash(self) -> str:
-        """A digest that two processes building the same matrix agree on (the FX graph cache's
-        key): sizes, window, order method and the mode; the arrays' own shapes join it from the
-        flattened tensors."""
+        """A digest that two processes building the same matrix agree on (the compiled-graph
+        caches' key): everything a traced product's graph depends on besides the flattened
+        arrays' shapes (which join it from the tensors) and X: the sizes and mode, the selector's
+        features of the matrix (its choice of path follows from them), and the library's code."""
         s = self.structure
-        text = repr((s.num_rows, s.num_cols, s.nnz, s.window, s.method, s.max_row_nnz(), self.deterministic))
-        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        features = s.selection.features(s.layout)
+        digest = hashlib.blake2b(digest_size=16)
+        digest.update(repr((s.num_rows, s.num_cols, s.nnz, s.window, s.method, self.deterministic,
+                            features.max_row_nnz, features.rows_share_ratio, features.grouped_blocks,
+                            features.grouped_rest_nnz, features.grouped_one_chunk, _code_digest())).encode())
+        for prefix in features.prefixes:
+            digest.update(prefix.tobytes())
+        return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """The library's Python sources: a graph traced by other code must not be reused."""
+    digest = hashlib.blake2b(digest_size=16)
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def flatten(structure: Structure) -> tuple[dict[str, torch.Tensor], StructureRef]:
@@ -88,7 +106,8 @@ def flatten(structure: Structure) -> tuple[dict[str, torch.Tensor], StructureRef
     if flat is None:
         tensors: list[torch.Tensor] = []
         positions: dict[int, int] = {}
-        recipes = (_recipe(structure, tensors, positions), _recipe(structure.transposed(), tensors, positions))
+        transpose = structure.transposed()  # first: building it links both layouts
+        recipes = (_recipe(structure, tensors, positions), _recipe(transpose, tensors, positions))
         names = [f"_index_{i}" for i in range(len(tensors))]
         flat = per_mode[deterministic] = (dict(zip(names, tensors)), StructureRef(structure, deterministic, recipes,
                                                                                    names))

@@ -5,7 +5,6 @@
 
 #include <map>
 #include <mutex>
-#include <utility>
 
 namespace tcsparse_binding {
 
@@ -21,14 +20,15 @@ SplitBuffers split_buffers(const at::Device& device, int64_t num_split_rows, int
     const auto zeroed = [&](int64_t floats, int64_t counts) {
         return SplitBuffers{at::zeros({floats}, options.dtype(at::kFloat)), at::zeros({counts}, options.dtype(at::kInt))};
     };
-    if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
-        return zeroed(sums, arrivals);
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device.index());
+    if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None ||
+        stream != c10::cuda::getDefaultCUDAStream(device.index()))
+        return zeroed(sums, arrivals);
     static std::mutex mutex;
     // Never destroyed: freeing device memory while the process exits can outlive the CUDA context.
-    static auto* kept = new std::map<std::pair<int, c10::StreamId>, SplitBuffers>();
+    static auto* kept = new std::map<int, SplitBuffers>();
     const std::lock_guard<std::mutex> lock(mutex);
-    SplitBuffers& buffers = (*kept)[{device.index(), stream.id()}];
+    SplitBuffers& buffers = (*kept)[device.index()];
     if (!buffers.sums.defined() || buffers.sums.numel() < sums || buffers.arrivals.numel() < arrivals) {
         const int64_t had_sums = buffers.sums.defined() ? buffers.sums.numel() : 0;
         const int64_t had_arrivals = buffers.arrivals.defined() ? buffers.arrivals.numel() : 0;

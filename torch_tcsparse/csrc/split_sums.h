@@ -9,10 +9,12 @@
 
 namespace tcsparse_binding {
 
-// Buffers that stay zero between calls, so a product needs no memset: one pair per (device,
-// stream), grown to the largest call seen on it (calls on one stream never overlap, and each
-// leaves them zero). Under CUDA graph capture each call takes fresh zeroed buffers from the
-// graph's pool instead: a replay may run beside eager calls on the stream it was captured on.
+// Buffers that stay zero between calls, so a product needs no memset: one pair per device, on
+// its default stream, grown to the largest call seen (calls on one stream never overlap, and
+// each leaves them zero). Under CUDA graph capture, and on any other stream, each call takes
+// fresh zeroed buffers instead: a replay may run beside eager calls on the stream it was
+// captured on, and torch.compile's CUDA graphs run their warm-up on a stream of their own, from
+// the graphs' memory pool, which must hold nothing once the call returns.
 // The tensors keep the buffers alive until the call has been queued.
 struct SplitBuffers {
     at::Tensor sums;

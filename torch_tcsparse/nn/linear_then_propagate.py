@@ -13,9 +13,12 @@ from ..tensor import TCSparseTensor
 def applies(lin: torch.nn.Module, x: Tensor, adj: TCSparseTensor) -> bool:
     """Whether the narrower product gives the same gradients: features need no gradient, the
     matrix's values neither, in_channels < out_channels, no autocast, and ``lin`` is a plain
-    Linear whose weight needs a gradient."""
+    Linear whose weight needs a gradient. Not in a function torch.compile traces: the compiler
+    derives the gradients itself, and the Function's own backward would read the forward's
+    outputs after a CUDA graph replay has overwritten them."""
     return (
         torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
         and not x.requires_grad
         and _is_plain_linear(lin)
         and lin._parameters["weight"].requires_grad

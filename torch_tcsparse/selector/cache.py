@@ -39,7 +39,8 @@ class SelectionCache:
         self._measured: dict = {}  # (N bucket, dtype, device) -> path -> median us of its trial
         self._choices: dict = {}  # (n, dtype, device) as the caller gives them -> settled path
 
-    def _features_of(self, layout: MetcfLayout) -> MatrixFeatures:
+    def features(self, layout: MetcfLayout) -> MatrixFeatures:
+        """The matrix's features in the C++ model, built once."""
         if self._features is None:
             grouped = self._grouped_size() if self._grouped_size is not None else None
             blocks, rest, one_chunk = grouped or (None, 0, False)
@@ -51,7 +52,7 @@ class SelectionCache:
     def prepare(self, layout: MetcfLayout) -> None:
         """Build the matrix's features for its choices now rather than on its first product:
         once per matrix, for every N bucket and dtype."""
-        self._features_of(layout)
+        self.features(layout)
 
     def explain(self, layout: MetcfLayout, n: int, dtype: torch.dtype, device=None) -> Explanation:
         """The prediction's explanation, with the measured times and the settled path once the
@@ -60,7 +61,7 @@ class SelectionCache:
         key = (n_bucket(n), dtype, device)
         if key not in self._explanations:
             self._explanations[key] = self._outside_graphs(
-                lambda: explain_features(self._features_of(layout), n, dtype, device))
+                lambda: explain_features(self.features(layout), n, dtype, device))
         explanation = self._explanations[key]
         state = self._by_bucket.get(key)
         if isinstance(state, trials.Trial):
@@ -118,7 +119,7 @@ class SelectionCache:
         them."""
         if not kernels.usable_for(dtype, device):
             return "csr"
-        features = self._features_of(layout)
+        features = self.features(layout)
         query = device_query(device, n, dtype, dtype == torch.float32 and kernels.tf32_allowed(), features.num_windows)
         candidates = features.candidates[torch.are_deterministic_algorithms_enabled()]
         if not trials.allowed(device):
