@@ -113,6 +113,8 @@ CRAFTED = {
     "shape of floats": (dict(shape=(3.0, 3.0)), r"num_rows must be an int"),
     "shape of three": (dict(shape=(3, 3, 1)), r"shape.*pair.*\(3, 3, 1\)"),
     "shape overflowing int64": (dict(shape=(3, 2**62)), r"too large"),
+    # A transpose would hold 2**40 + 1 row offsets: 8 TB from a file of a few hundred bytes.
+    "columns no array stores": (dict(shape=(3, 2**40)), r"at most num_rows \+ nnz \+ 4194304 columns, got 1099511627776"),
     "2-D values": (dict(values=torch.ones(4, 1)), r"values.*1-D.*\(4, 1\)"),
     "window as a float": (dict(window=16.0), r"window.*16\.0"),
     "symmetric as a string": (dict(symmetric="yes"), r"symmetric.*'yes'"),
@@ -130,6 +132,12 @@ def test_crafted_file_gives_value_error(name, weights_only):
     buffer.seek(0)
     with pytest.raises(ValueError, match=message):
         torch.load(buffer, weights_only=weights_only)
+
+
+def test_a_matrix_whose_file_would_be_refused_is_not_saved():
+    wide = TCSparseTensor.from_coo(torch.tensor([0, 2]), torch.tensor([1, 2**40]), shape=(3, 2**40 + 1))
+    with pytest.raises(ValueError, match=r"columns, got 1099511627777"):
+        torch.save(wide, io.BytesIO())
 
 
 def test_crafted_state_without_a_key_gives_value_error():

@@ -25,6 +25,16 @@ def build_structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed
     return structure
 
 
+def build_loaded_structure(csr: CSR, window, row_perm: torch.Tensor | None, symmetric: bool) -> Structure:
+    """The structure of a loaded matrix (``serialization.rebuild``): without a row permutation its
+    CSR alone, the Tensor-Core layout built when a product needs it (``structure.CsrStructure``),
+    so that loading costs memory in proportion to the file; with one, as any constructor builds it."""
+    window, symmetric, _ = check_options(window, symmetric, 0)
+    if row_perm is not None:
+        return build_structure(csr, window, row_perm, symmetric, 0)
+    return CsrStructure(csr, window)
+
+
 def build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window) -> tuple[CsrStructure, torch.Tensor]:
     """The structure and CSR-order values of a matrix used a few times
     (``TCSparseTensor.from_batch``, arguments as ``from_edge_index``'s): its CSR, the Tensor-Core

@@ -242,6 +242,46 @@ def from_csr_arrays(
     return from_coo(row, col, values, num_rows, num_cols, dtype)
 
 
+def checked_canonical(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, num_rows: int,
+                      num_cols: int) -> CSR:
+    """The CSR of arrays that must be canonical already (a saved matrix's), in the canonical index
+    dtype; ValueError where they are not. Checked in slices, without a sort or a copy beyond the
+    index dtype's: what a load costs stays in proportion to the file."""
+    check_index_tensor("rowptr", rowptr)
+    check_index_tensor("col", col)
+    index_dtype = index_dtype_for(num_rows, num_cols, col.numel())
+    rowptr, col = rowptr.to(index_dtype).contiguous(), col.to(index_dtype).contiguous()
+    check_values(values, col.numel(), col.device)
+    if rowptr.device != col.device:
+        raise ValueError(f"rowptr is on {rowptr.device} but col is on {col.device}")
+    if rowptr.dim() != 1 or rowptr.numel() != num_rows + 1:
+        raise ValueError(f"rowptr has {rowptr.numel()} entries, expected num_rows + 1 = {num_rows + 1}")
+    if int(rowptr[0]) != 0:
+        raise ValueError(f"rowptr must start at 0, got {int(rowptr[0])}")
+    if int(rowptr[-1]) != col.numel():
+        raise ValueError(f"rowptr ends at {int(rowptr[-1])} but col holds {col.numel()} entries")
+    for start, stop in _check_slices(num_rows):
+        falls = torch.nonzero(rowptr[start + 1:stop + 1] < rowptr[start:stop])
+        if falls.numel():
+            raise ValueError(f"rowptr must be non-decreasing; it falls at row {start + int(falls[0])}")
+    check_range("col", col, num_cols)
+    # Inside a row the columns rise strictly: a column at or below its predecessor starts a row.
+    for start, stop in _check_slices(col.numel() - 1):
+        drops = torch.nonzero(col[start + 1:stop + 1] <= col[start:stop]).view(-1).add_(start + 1)
+        rows = torch.searchsorted(rowptr, drops).clamp_(max=num_rows)
+        if drops.numel() and not bool((rowptr[rows] == drops).all()):
+            raise ValueError("the CSR is not canonical: columns unsorted or repeated inside a row")
+    return CSR(rowptr, col, values.contiguous(), num_rows, num_cols)
+
+
+def _check_slices(total: int):
+    """(start, stop) of slices covering [0, total) small enough that a check's int64 temporaries
+    over one slice stay within a few MB."""
+    step = 2**18
+    for start in range(0, max(total, 0), step):
+        yield start, min(start + step, total)
+
+
 def transpose_pattern(csr: CSR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """rowptr and col of the transpose's CSR, and for each of its nonzeros the position of that
     entry in ``csr`` (the indices in the index dtype, the positions in int32 where the nonzeros'
