@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from .formats import inputs
-from .formats.csr import CSR, index_dtype_for
+from .formats.csr import CSR, cast_values, index_dtype_for
 from .formats.metcf import WINDOWS
 from .paths import VALUE_DTYPES
 from .structure import CsrStructure, Structure
@@ -96,7 +96,7 @@ def _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) -> tuple[CSR,
     if edge_weight is None:
         values = torch.ones(num_edges, dtype=dtype or torch.float32, device=device)
     else:
-        values = edge_weight.index_select(0, order).to(dtype or edge_weight.dtype)
+        values = cast_values(edge_weight.index_select(0, order), dtype or edge_weight.dtype, "edge_weight")
     return CSR(rowptr, col, values, num_dst, num_src), longest
 
 

@@ -47,6 +47,17 @@ def torch_csr(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, sha
         return torch.sparse_csr_tensor(rowptr, col, values, tuple(shape), check_invariants=False)
 
 
+def scipy_csr(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape):
+    """A scipy CSR matrix over canonical arrays, on the host. 16-bit values come out in float32,
+    which holds each exactly: scipy.sparse computes on neither float16 nor bfloat16."""
+    import scipy.sparse as sp
+
+    values = values.detach().cpu()
+    if values.dtype in (torch.float16, torch.bfloat16):
+        values = values.float()
+    return sp.csr_matrix((values.numpy(), col.cpu().numpy(), rowptr.cpu().numpy()), shape=tuple(shape))
+
+
 def index_dtype_for(num_rows: int, num_cols: int, nnz: int) -> torch.dtype:
     return torch.int32 if max(num_rows, num_cols, nnz) <= INT32_MAX else torch.int64
 
@@ -56,6 +67,9 @@ def check_index_tensor(name: str, index: torch.Tensor) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(index).__name__}")
     if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
         raise TypeError(f"{name} must hold integers, got dtype {index.dtype}")
+    if index.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor (a shape without data): the conversion reads the indices, "
+                         "so build the matrix from a tensor on the CPU or a GPU")
 
 
 def check_values(values: torch.Tensor, nnz: int, device: torch.device, name: str = "values") -> None:
@@ -96,6 +110,20 @@ def check_size(name: str, value) -> int:
     return value
 
 
+def cast_values(values: torch.Tensor, dtype: torch.dtype, name: str = "values") -> torch.Tensor:
+    """``values`` in ``dtype``; ValueError where a finite value is beyond ``dtype``'s range (it would
+    silently become inf, e.g. 1e6 in float16)."""
+    cast = values.to(dtype)
+    if cast.dtype == values.dtype or not bool(torch.isinf(cast).any()):
+        return cast
+    beyond = torch.nonzero(torch.isinf(cast) & torch.isfinite(values))
+    if beyond.numel():
+        value = values.reshape(-1)[int(beyond[0])].item()
+        raise ValueError(f"{name} holds {value:g}, beyond the range of {dtype} (largest finite value "
+                         f"{torch.finfo(dtype).max:g}): it would become inf")
+    return cast
+
+
 def accumulation_dtype(*dtypes: torch.dtype) -> torch.dtype:
     """The dtype duplicates are summed in: float64 when any of ``dtypes`` is float64, else float32,
     so that a 16-bit sum of many duplicates neither saturates nor loses its low bits (the result
@@ -110,13 +138,13 @@ def from_coo(
     num_rows: int,
     num_cols: int,
     dtype: torch.dtype | None = None,
-    names: tuple[str, str] = ("row", "col"),
+    names: tuple[str, str, str] = ("row", "col", "values"),
 ) -> CSR:
     """Canonical CSR from COO triplets; duplicate (row, col) pairs are summed in
     ``accumulation_dtype`` and rounded once. The values come out in ``dtype`` (default: the
-    dtype of ``values``, float32 without values). ``names`` are what error messages call the
-    two index arrays (the caller's own names for them)."""
-    row_name, col_name = names
+    dtype of ``values``, float32 without values); ValueError where one is beyond its range.
+    ``names`` are what error messages call the three arrays (the caller's own names for them)."""
+    row_name, col_name, values_name = names
     check_index_tensor(row_name, row)
     check_index_tensor(col_name, col)
     num_rows, num_cols = check_size("num_rows", num_rows), check_size("num_cols", num_cols)
@@ -152,7 +180,7 @@ def from_coo(
     else:
         key, order = sort_with_positions(key, num_rows * width)
     is_first = first_of_runs(key)
-    values = _summed_values(is_first, order, values, dtype)
+    values = _summed_values(is_first, order, values, dtype, values_name)
     del order
     if values.numel() != key.numel():
         counts -= torch.bincount(_rows_of(compress(key, ~is_first), width, shift), minlength=num_rows)
@@ -175,13 +203,15 @@ def _rows_of(key: torch.Tensor, width: int, shift: int | None) -> torch.Tensor:
     return floor_divide(key, width) if shift is None else key >> shift
 
 
-def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: torch.Tensor | None, dtype: torch.dtype):
+def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: torch.Tensor | None, dtype: torch.dtype,
+                   name: str):
     """Values in ``dtype`` of the distinct sorted keys, ``is_first`` marking where each starts: the
     values taken in ``order`` (ones without values), those of equal keys summed in
-    ``accumulation_dtype``. Differentiable for the values."""
+    ``accumulation_dtype``; ValueError where a value or a sum is beyond ``dtype``'s range (what
+    error messages call the values: ``name``). Differentiable for the values."""
     n, device = is_first.numel(), is_first.device
     if bool(is_first.all()):
-        return torch.ones(n, dtype=dtype, device=device) if values is None else values.index_select(0, order).to(dtype)
+        return torch.ones(n, dtype=dtype, device=device) if values is None else cast_values(values.index_select(0, order), dtype, name)
     run_dtype = torch.int32 if n <= INT32_MAX else torch.int64
     if values is None:
         # Each distinct key counts one, plus one per repeat: only the repeats are scattered. The
@@ -191,12 +221,13 @@ def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: t
         repeats -= torch.arange(1, repeats.numel() + 1, device=device)
         counts = torch.ones(n - repeats.numel(), dtype=run_dtype, device=device)
         counts.index_add_(0, repeats, torch.ones_like(repeats, dtype=run_dtype))
-        return counts.to(dtype)
+        return cast_values(counts, dtype, "the count of a repeated entry")
     run = torch.cumsum(is_first, 0, dtype=run_dtype).sub_(1)  # the distinct key of each entry
     distinct = int(run[-1]) + 1
     accumulate = accumulation_dtype(values.dtype, dtype)
     summed = torch.zeros(distinct, dtype=accumulate, device=device)
-    return summed.index_add(0, run, values.to(accumulate).index_select(0, order)).to(dtype)
+    return cast_values(summed.index_add(0, run, values.to(accumulate).index_select(0, order)), dtype,
+                       f"{name} (summed over repeated entries)")
 
 
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
