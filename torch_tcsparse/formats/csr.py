@@ -164,6 +164,26 @@ def from_coo(
     check_range(row_name, row, num_rows)
     check_range(col_name, col, num_cols)
 
+    with_order = values is not None
+    lib = native.usable(row, col)
+    if lib is not None:
+        index_dtype = index_dtype_for(num_rows, num_cols, row.numel())
+        order_dtype = (torch.int32 if row.numel() <= INT32_MAX else torch.int64) if with_order else None
+        rowptr, col, first, repeated, targets = native.coo_sort(lib, row, col, num_rows, num_cols, index_dtype,
+                                                                order_dtype)
+    else:
+        rowptr, col, first, repeated, targets = _sorted_by_keys(row, col, num_rows, num_cols, with_order)
+    values = _merged_values(values, first, repeated, targets, col.numel(), dtype, device, values_name)
+    del first, repeated, targets
+    index_dtype = index_dtype_for(num_rows, num_cols, col.numel())
+    return CSR(rowptr.to(index_dtype), col.to(index_dtype), values, num_rows, num_cols)
+
+
+def _sorted_by_keys(row: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int, with_order: bool):
+    """What ``native.coo_sort`` returns, through one sort of int64 row-major keys (the route of a
+    GPU, and of a CPU without the compiled passes): rowptr (int64), the distinct entries' columns,
+    the position of each one's first entry (where ``with_order``), the positions of the repeated
+    entries and the distinct entry each adds to (None and None where nothing repeats)."""
     # Row-major keys row * width + col. A power-of-two width (wherever row and column bits fit
     # 63) splits them back with a shift and a mask: no integer division per nonzero.
     col_bits = bit_width(num_cols - 1)
@@ -175,27 +195,31 @@ def from_coo(
     for start, stop in packed.slices(key.numel()):  # an int32 col whole would be widened to a copy
         keys[start:stop] += cols[start:stop]
     del keys, cols
-    if values is None:
-        key, order = sort_keys(key), None
-    else:
+    if with_order:
         key, order = sort_with_positions(key, num_rows * width)
+    else:
+        key, order = sort_keys(key), None
     is_first = first_of_runs(key)
-    values = _summed_values(is_first, order, values, dtype, values_name)
-    del order
-    if values.numel() != key.numel():
-        counts -= torch.bincount(_rows_of(compress(key, ~is_first), width, shift), minlength=num_rows)
+    repeated = targets = None
+    if not bool(is_first.all()):
+        is_repeat = ~is_first
+        counts -= torch.bincount(_rows_of(compress(key, is_repeat), width, shift), minlength=num_rows)
+        # The k-th repeat (from 0) at position p adds to distinct entry p - k - 1.
+        targets = torch.nonzero(is_repeat).view(-1)
+        targets -= torch.arange(1, targets.numel() + 1, device=targets.device)
+        if order is not None:
+            repeated, order = compress(order, is_repeat), compress(order, is_first)
         key = compress(key, is_first)
     del is_first
-    index_dtype = index_dtype_for(num_rows, num_cols, key.numel())
-    rowptr = _exclusive_cumsum(counts).to(index_dtype)
+    rowptr = _exclusive_cumsum(counts)
     if shift is None:
         key -= _rows_of(key, width, shift).mul_(width)
-        return CSR(rowptr, key.to(index_dtype), values, num_rows, num_cols)
+        return rowptr, key, order, repeated, targets
     # The column is the key's low bits: cast first where they fit int32 (the cast keeps the low 32
     # bits), so the mask runs over half the bytes and no int64 copy is made.
-    col = key.to(index_dtype) if index_dtype == torch.int32 else key
+    col = key.to(torch.int32) if num_cols - 1 <= INT32_MAX else key
     del key
-    return CSR(rowptr, col.bitwise_and_(width - 1), values, num_rows, num_cols)
+    return rowptr, col.bitwise_and_(width - 1), order, repeated, targets
 
 
 def _rows_of(key: torch.Tensor, width: int, shift: int | None) -> torch.Tensor:
@@ -203,31 +227,28 @@ def _rows_of(key: torch.Tensor, width: int, shift: int | None) -> torch.Tensor:
     return floor_divide(key, width) if shift is None else key >> shift
 
 
-def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: torch.Tensor | None, dtype: torch.dtype,
-                   name: str):
-    """Values in ``dtype`` of the distinct sorted keys, ``is_first`` marking where each starts: the
-    values taken in ``order`` (ones without values), those of equal keys summed in
-    ``accumulation_dtype``; ValueError where a value or a sum is beyond ``dtype``'s range (what
-    error messages call the values: ``name``). Differentiable for the values."""
-    n, device = is_first.numel(), is_first.device
-    if bool(is_first.all()):
-        return torch.ones(n, dtype=dtype, device=device) if values is None else cast_values(values.index_select(0, order), dtype, name)
-    run_dtype = torch.int32 if n <= INT32_MAX else torch.int64
+def _merged_values(values: torch.Tensor | None, first: torch.Tensor | None, repeated: torch.Tensor | None,
+                   targets: torch.Tensor | None, distinct: int, dtype: torch.dtype, device: torch.device, name: str):
+    """Values in ``dtype`` of the ``distinct`` entries: the values at ``first`` (ones without
+    values), each repeated entry's (at ``repeated``) added to its distinct entry (``targets``), in
+    ``accumulation_dtype`` and rounded once, as scipy's ``sum_duplicates`` sums from the first, on
+    ``device``; a ValueError where one is beyond ``dtype``'s range (``name``: what error messages
+    call the values). Differentiable for the values."""
     if values is None:
-        # Each distinct key counts one, plus one per repeat: only the repeats are scattered. The
-        # k-th repeat (from 0) at position p belongs to distinct key p - k - 1: no prefix sum over
-        # every entry.
-        repeats = torch.nonzero(~is_first).view(-1)
-        repeats -= torch.arange(1, repeats.numel() + 1, device=device)
-        counts = torch.ones(n - repeats.numel(), dtype=run_dtype, device=device)
-        counts.index_add_(0, repeats, torch.ones_like(repeats, dtype=run_dtype))
+        if targets is None:
+            return torch.ones(distinct, dtype=dtype, device=device)
+        # Each distinct entry counts one, plus one per repeat.
+        run_dtype = torch.int32 if distinct <= INT32_MAX else torch.int64
+        counts = torch.ones(distinct, dtype=run_dtype, device=device)
+        counts.index_add_(0, targets, torch.ones_like(targets, dtype=run_dtype))
         return cast_values(counts, dtype, "the count of a repeated entry")
-    run = torch.cumsum(is_first, 0, dtype=run_dtype).sub_(1)  # the distinct key of each entry
-    distinct = int(run[-1]) + 1
+    if targets is None:
+        return cast_values(values.index_select(0, first), dtype, name)
     accumulate = accumulation_dtype(values.dtype, dtype)
-    summed = torch.zeros(distinct, dtype=accumulate, device=device)
-    return cast_values(summed.index_add(0, run, values.to(accumulate).index_select(0, order)), dtype,
-                       f"{name} (summed over repeated entries)")
+    # index_select gives a tensor of its own: adding into it in place keeps autograd's graph intact.
+    summed = values.index_select(0, first).to(accumulate)
+    summed.index_add_(0, targets, values.index_select(0, repeated).to(accumulate))
+    return cast_values(summed, dtype, f"{name} (summed over repeated entries)")
 
 
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
@@ -268,9 +289,9 @@ def from_csr_arrays(
         raise ValueError(f"rowptr must be non-decreasing; it falls at row {bad}")
     if rowptr.device != col.device:
         raise ValueError(f"rowptr is on {rowptr.device} but col is on {col.device}")
-    counts = steps.long()
-    row = torch.arange(num_rows, device=col.device).repeat_interleave(counts, output_size=col.numel())
-    return from_coo(row, col, values, num_rows, num_cols, dtype)
+    # Row ids in int32 where they fit: half the bytes of an int64 id per nonzero.
+    rows = torch.arange(num_rows, dtype=torch.int32 if num_rows <= INT32_MAX else torch.int64, device=col.device)
+    return from_coo(packed.expand(rows, steps, col.numel()), col, values, num_rows, num_cols, dtype)
 
 
 def checked_canonical(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, num_rows: int,
