@@ -1,6 +1,7 @@
 """torch.save / torch.load of a TCSparseTensor, with and without weights_only, and crafted files
 that must give a ValueError on load rather than a layout that reads out of bounds later."""
 import io
+import struct
 
 import pytest
 import torch
@@ -236,3 +237,20 @@ def test_load_reads_what_torch_save_wrote():
     torch.save({"adjacency": VALID}, buffer)
     buffer.seek(0)
     assert_same(load(buffer)["adjacency"], VALID)
+
+
+def zip64_directory_entry(name: bytes, method: int, stored: int, inflated: int) -> bytes:
+    """An archive of one directory entry whose sizes overflow 32 bits: kept in a zip64 extra field."""
+    extra = struct.pack("<2H2Q", 1, 16, inflated, stored)
+    entry = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 45, 45, 0, method, 0, 0, 0, 0xFFFFFFFF, 0xFFFFFFFF,
+                        len(name), len(extra), 0, 0, 0, 0, 0) + name + extra
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(entry), 0, 0)
+    return entry + end
+
+
+def test_the_archive_check_reads_zip64_sizes():
+    with pytest.raises(ValueError, match=r"'archive/data/0' is compressed \(method 8: 5,000,000,000 bytes that "
+                                         r"inflate to 6,000,000,000\)"):
+        load(io.BytesIO(zip64_directory_entry(b"archive/data/0", 8, 5 * 10**9, 6 * 10**9)))
+    with pytest.raises(ValueError, match=r"records claim 5,000,000,000 bytes in all, more than the file's"):
+        load(io.BytesIO(zip64_directory_entry(b"archive/data/0", 0, 5 * 10**9, 5 * 10**9)))

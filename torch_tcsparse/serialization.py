@@ -49,11 +49,15 @@ MAX_PICKLE_BYTES = 2**21
 
 # The end of a zip archive's central directory: its signature, disk numbers, entries on this
 # disk and in all, the directory's size and offset, the comment's length; and zip64's locator
-# and end record, which hold those fields where they overflow the 16- and 32-bit ones.
+# and end record, which hold those fields where they overflow the 16- and 32-bit ones. Parsed
+# here rather than by zipfile, which builds an object per entry of however long a directory.
 _END = struct.Struct("<4s4H2LH")
 _ZIP64_LOCATOR = struct.Struct("<4sLQL")
 _ZIP64_END = struct.Struct("<4sQ2H2L4Q")
 _LONGEST_COMMENT = 2**16 - 1
+# A central directory's entry: signature, versions, flags, method, time, date, CRC, stored and
+# inflated sizes, lengths of the name, extra field and comment, disk, attributes, offset.
+_RECORD = struct.Struct("<4s4H2H3L5H2L")
 
 
 def state_of(structure, values: torch.Tensor) -> dict:
@@ -106,64 +110,87 @@ def check_archive(file) -> None:
     """``ValueError`` unless ``file`` (a seekable binary file, read from where it stands) is a zip
     archive that torch may read in memory bounded by its size: at most ``MAX_RECORDS`` records,
     each stored uncompressed (as torch.save writes them), their sizes adding up to at most the
-    file's, every pickle at most ``MAX_PICKLE_BYTES``. Reads the directory only, not the records."""
+    file's, every pickle at most ``MAX_PICKLE_BYTES``. Reads the directory one record at a time,
+    in constant memory, as many records as the archive's end declares (all torch reads)."""
     start = file.tell()
     size = file.seek(0, io.SEEK_END) - start
-    file.seek(start)
-    count = _record_count(file, start, size)
+    count, directory = _directory(file, start, size)
     if count > MAX_RECORDS:
         raise ValueError(f"refused torch file: its archive has {count:,} records, more than the {MAX_RECORDS:,} "
                          "torch_tcsparse.load reads (use torch.load for a file you trust)")
-    try:
-        with zipfile.ZipFile(file) as archive:
-            records = archive.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, struct.error) as error:
-        raise ValueError(f"not a readable torch file: its zip directory is damaged ({error})") from error
+    file.seek(start + directory)
     total = 0
-    for record in records:
-        if record.compress_type != zipfile.ZIP_STORED:
+    for _ in range(count):
+        name, method, compressed, inflated = _next_record(file)
+        if method != zipfile.ZIP_STORED:
             raise ValueError(
-                f"refused torch file: record {record.filename!r} is compressed (method {record.compress_type}: "
-                f"{record.compress_size:,} bytes that inflate to {record.file_size:,}); torch.save stores every "
-                "record uncompressed, and torch would inflate it whole before anything could check it"
+                f"refused torch file: record {name!r} is compressed (method {method}: {compressed:,} bytes that "
+                f"inflate to {inflated:,}); torch.save stores every record uncompressed, and torch would inflate it "
+                "whole before anything could check it"
             )
-        if record.compress_size != record.file_size:
-            raise ValueError(f"refused torch file: record {record.filename!r} is stored with {record.compress_size:,} "
-                             f"bytes but claims {record.file_size:,}")
-        if record.filename.endswith(".pkl") and record.file_size > MAX_PICKLE_BYTES:
-            raise ValueError(f"refused torch file: its pickle {record.filename!r} has {record.file_size:,} bytes, more "
-                             f"than the {MAX_PICKLE_BYTES:,} torch_tcsparse.load reads (use torch.load for a file "
-                             "you trust)")
-        total += record.file_size
+        if compressed != inflated:
+            raise ValueError(f"refused torch file: record {name!r} is stored with {compressed:,} bytes but claims "
+                             f"{inflated:,}")
+        if name.endswith(".pkl") and inflated > MAX_PICKLE_BYTES:
+            raise ValueError(f"refused torch file: its pickle {name!r} has {inflated:,} bytes, more than the "
+                             f"{MAX_PICKLE_BYTES:,} torch_tcsparse.load reads (use torch.load for a file you trust)")
+        total += inflated
     if total > size:
         raise ValueError(f"refused torch file: its records claim {total:,} bytes in all, more than the file's {size:,} "
                          "(records that share bytes)")
 
 
-def _record_count(file, start: int, size: int) -> int:
-    """Records the archive's end of directory declares (zip64's where the 16-bit field overflows),
-    read before anything allocates per record."""
+def _directory(file, start: int, size: int) -> tuple[int, int]:
+    """(records, offset of the central directory) that the archive's end declares, zip64's where
+    the classic fields overflow."""
     tail_size = min(size, _END.size + _LONGEST_COMMENT)
     file.seek(start + size - tail_size)
     tail = file.read(tail_size)
     at = tail.rfind(b"PK\x05\x06")
     if at < 0 or at + _END.size > len(tail):
         raise ValueError("not a readable torch file: no zip directory (torch.save writes a zip archive)")
-    count = _END.unpack_from(tail, at)[4]
-    if count != 0xFFFF:
-        return count
-    locator_at = start + size - tail_size + at - _ZIP64_LOCATOR.size
-    if locator_at < start:
-        raise ValueError("not a readable torch file: its zip64 directory is missing")
-    file.seek(locator_at)
-    signature, _, end_offset, _ = _ZIP64_LOCATOR.unpack(file.read(_ZIP64_LOCATOR.size))
-    if signature != b"PK\x06\x07" or end_offset + _ZIP64_END.size > size:
-        raise ValueError("not a readable torch file: its zip64 directory is damaged")
-    file.seek(start + end_offset)
-    record = file.read(_ZIP64_END.size)
-    if record[:4] != b"PK\x06\x06":
-        raise ValueError("not a readable torch file: its zip64 directory is damaged")
-    return _ZIP64_END.unpack(record)[7]
+    *_, count, _, offset, _ = _END.unpack_from(tail, at)
+    if count == 0xFFFF or offset == 0xFFFFFFFF:
+        locator_at = size - tail_size + at - _ZIP64_LOCATOR.size
+        file.seek(start + max(locator_at, 0))
+        locator = file.read(_ZIP64_LOCATOR.size)
+        if locator_at < 0 or len(locator) < _ZIP64_LOCATOR.size or locator[:4] != b"PK\x06\x07":
+            raise ValueError("not a readable torch file: its zip64 directory is missing")
+        end_at = _ZIP64_LOCATOR.unpack(locator)[2]
+        file.seek(start + end_at)
+        end = file.read(_ZIP64_END.size)
+        if len(end) < _ZIP64_END.size or end[:4] != b"PK\x06\x06":
+            raise ValueError("not a readable torch file: its zip64 directory is damaged")
+        *_, count, _, offset = _ZIP64_END.unpack(end)
+    if offset >= size:
+        raise ValueError(f"not a readable torch file: its zip directory starts at {offset:,}, past its end ({size:,})")
+    return count, offset
+
+
+def _next_record(file) -> tuple[str, int, int, int]:
+    """(name, compression method, stored size, inflated size) of the directory entry at the file's
+    position, which then moves past it."""
+    header = file.read(_RECORD.size)
+    if len(header) < _RECORD.size or header[:4] != b"PK\x01\x02":
+        raise ValueError("not a readable torch file: its zip directory is damaged")
+    method, compressed, inflated, name_length, extra_length, comment_length = (
+        _RECORD.unpack(header)[i] for i in (4, 8, 9, 10, 11, 12))
+    name = file.read(name_length).decode("utf-8", "replace")
+    extra = file.read(extra_length)
+    file.seek(comment_length, io.SEEK_CUR)
+    # zip64 keeps a size that overflows 32 bits in an extra field (id 1): the inflated size
+    # first, then the stored one, each present only where its classic field overflows.
+    wide = [field == 0xFFFFFFFF for field in (inflated, compressed)]
+    at = 0
+    while any(wide) and at + 4 <= len(extra):
+        kind, length = struct.unpack_from("<2H", extra, at)
+        if kind == 1:
+            values = iter(struct.unpack_from(f"<{min(length // 8, 2)}Q", extra, at + 4))
+            inflated = next(values, inflated) if wide[0] else inflated
+            compressed = next(values, compressed) if wide[1] else compressed
+            break
+        at += 4 + length
+    return name, method, compressed, inflated
 
 
 def rebuild(state: dict):
