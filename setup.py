@@ -9,7 +9,8 @@ told otherwise, so a build with the kernels runs without it::
     python -m build --wheel --no-isolation
 
 Without torch, with a CPU build of torch or without nvcc, the package is pure Python and builds
-its kernels on first use. Editable installs build them on first use too (they follow the sources
+its kernels on first use; where nvcc is found all the same (an isolated build), the build says so
+in a banner. Editable installs build them on first use too (they follow the sources
 as they change). ``TCSPARSE_BUILD_CUDA=1`` makes the build required (also for editable installs),
 ``TCSPARSE_BUILD_CUDA=0`` skips it.
 """
@@ -112,7 +113,32 @@ def main():
             sys.exit(f"torch_tcsparse: {config.BUILD_ENV}=1, but the CUDA kernels cannot be built: {why_not}")
         else:
             print(f"torch_tcsparse: installing without prebuilt CUDA kernels: {why_not}", file=sys.stderr)
+            if cuda_toolkit_here():
+                print(NO_KERNELS_ON_A_CUDA_MACHINE.format(why_not=why_not, env=config.BUILD_ENV), file=sys.stderr)
     setup(ext_modules=extensions, cmdclass=commands)
+
+
+# Said where nvcc is found yet the kernels are not built: most often pip's or build's isolated
+# environment, which has no torch, so that the wheel quietly goes without the kernels.
+NO_KERNELS_ON_A_CUDA_MACHINE = """\
+torch_tcsparse: ************************************************************************
+torch_tcsparse: WARNING: this machine has nvcc, but this build holds NO compiled CUDA kernels:
+torch_tcsparse: {why_not}. To compile them in, build against an installed CUDA build
+torch_tcsparse: of torch, without isolation:
+torch_tcsparse:     pip wheel --no-deps --no-build-isolation -w dist .
+torch_tcsparse:     python -m build --wheel --no-isolation
+torch_tcsparse: Without them the kernels are compiled on first use on the GPU machine (nvcc and
+torch_tcsparse: ninja needed there). {env}=0 builds pure Python without this warning,
+torch_tcsparse: {env}=1 makes a build without the kernels fail.
+torch_tcsparse: ************************************************************************"""
+
+
+def cuda_toolkit_here():
+    """Whether the CUDA toolkit's nvcc is on this machine (on PATH, under $CUDA_HOME or
+    /usr/local/cuda), found without torch."""
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    return shutil.which("nvcc") is not None or any(home and os.path.isfile(os.path.join(home, "bin", "nvcc"))
+                                                   for home in homes)
 
 
 main()

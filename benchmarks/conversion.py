@@ -8,12 +8,15 @@ a fresh process so that no allocator cache or earlier peak is counted:
 - ``convert``: ``TCSparseTensor.from_edge_index`` (canonical CSR, ME-TCF layout);
 - ``transpose``: ``A.t()`` of a converted matrix.
 
+``--weighted`` gives both builds random float32 edge weights (a normalized GCN adjacency) instead
+of ones, which they then carry through their sorts.
+
 Peak memory is the peak resident set above the resident set just before the case (the edge
-list, and for ``transpose`` the converted matrix, already resident), read from the kernel's
+list and its weights, and for ``transpose`` the converted matrix, already resident), read from the kernel's
 high-water mark (``VmHWM``), reset through ``/proc/self/clear_refs`` before the case: torch's
 allocations escape ``tracemalloc``, and ``ru_maxrss`` cannot be reset.
 
-    python -m benchmarks.conversion --nodes 2000000 --edges 20000000
+    python -m benchmarks.conversion --nodes 2000000 --edges 20000000 [--weighted]
 
 (run from the repository root, it measures the package of this checkout.)
 """
@@ -56,7 +59,7 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(case: str, nodes: int, edges: int, seed: int) -> dict:
+def measure(case: str, nodes: int, edges: int, seed: int, weighted: bool) -> dict:
     """Wall seconds and peak bytes above the starting resident set of one case, in this process."""
     import scipy.sparse as sp
 
@@ -66,16 +69,18 @@ def measure(case: str, nodes: int, edges: int, seed: int) -> dict:
     # are paid on a small graph, not counted.
     TCSparseTensor.from_edge_index(edge_list(100, 1000, seed), num_nodes=100).t()
     edge_index = edge_list(nodes, edges, seed)
+    weights = torch.rand(edges, generator=torch.Generator().manual_seed(seed)) if weighted else None
     if case == "scipy":
         src, dst = edge_index[0].numpy(), edge_index[1].numpy()
 
         def run():
-            return sp.coo_matrix((np.ones(edges, dtype=np.float32), (dst, src)), shape=(nodes, nodes)).tocsr()
+            data = weights.numpy() if weighted else np.ones(edges, dtype=np.float32)
+            return sp.coo_matrix((data, (dst, src)), shape=(nodes, nodes)).tocsr()
     elif case == "convert":
         def run():
-            return TCSparseTensor.from_edge_index(edge_index, num_nodes=nodes)
+            return TCSparseTensor.from_edge_index(edge_index, weights, num_nodes=nodes)
     else:
-        matrix = TCSparseTensor.from_edge_index(edge_index, num_nodes=nodes)
+        matrix = TCSparseTensor.from_edge_index(edge_index, weights, num_nodes=nodes)
 
         def run():
             return matrix.t()
@@ -91,7 +96,7 @@ def measure(case: str, nodes: int, edges: int, seed: int) -> dict:
 
 def run_case(case: str, args) -> dict:
     command = [sys.executable, "-m", "benchmarks.conversion", "--case", case, "--nodes", str(args.nodes), "--edges", str(args.edges),
-               "--seed", str(args.seed), "--threads", str(args.threads)]
+               "--seed", str(args.seed), "--threads", str(args.threads)] + (["--weighted"] if args.weighted else [])
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -103,11 +108,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeats", type=int, default=1, help="processes per case; the median time is reported")
+    parser.add_argument("--weighted", action="store_true", help="random float32 edge weights instead of ones")
     parser.add_argument("--case", choices=CASES, help="measure this case in this process (used by the driver)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.case:
-        print(json.dumps(measure(args.case, args.nodes, args.edges, args.seed)))
+        print(json.dumps(measure(args.case, args.nodes, args.edges, args.seed, args.weighted)))
         return
 
     results = {}
@@ -118,7 +124,8 @@ def main() -> None:
             "cpu_seconds": float(np.median([r["cpu_seconds"] for r in runs])),
             "peak_bytes": int(np.max([r["peak_bytes"] for r in runs])),
         }
-    print(f"{args.nodes:,} nodes, {args.edges:,} edges, {args.threads} threads (seed {args.seed})")
+    weights = "random float32 weights" if args.weighted else "unweighted"
+    print(f"{args.nodes:,} nodes, {args.edges:,} edges, {weights}, {args.threads} threads (seed {args.seed})")
     print(f"{'case':<10} {'seconds':>8} {'cpu s':>7} {'peak MB':>9} {'B/edge':>7} {'time/scipy':>11} {'mem/scipy':>10}")
     base = results["scipy"]
     for case in CASES:

@@ -2,6 +2,9 @@
 
     python -m benchmarks.gcn                 # GPU: R-MAT scale 21 + every real graph, 10 accuracy seeds
     python -m benchmarks.gcn --quick         # CPU smoke test: tiny sizes, 2 seeds, few epochs
+
+Without a GPU the GPU sizes (7 GB and hours on a CPU) are refused unless asked for with --scale
+or --seeds: the benchmark points to --quick instead.
     python -m benchmarks.gcn --parts timing --graphs rmat,ogbl_ddi --tf32 off
 
 Timing: a 2-layer GCN with ogbn-products shapes (100 -> 256 -> 47, ReLU, dropout 0.5), an epoch
@@ -81,14 +84,18 @@ def parse_args(argv=None):
                         help="accuracy runs at once, one process per dataset, backend and seed (1: in this process)")
     args = parser.parse_args(argv)
     quick = args.quick
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cpu" and not quick and args.scale is None and args.seeds is None:
+        raise SystemExit("benchmarks.gcn: the default sizes are a GPU's (R-MAT scale 21, 10 seeds per dataset: "
+                         "7 GB and hours on a CPU), and no CUDA device is here.\n"
+                         "On a CPU run: python -m benchmarks.gcn --quick   (or choose sizes with --scale and --seeds)")
     args.scale = args.scale if args.scale is not None else (12 if quick else 21)
     args.warmup = args.warmup if args.warmup is not None else (1 if quick else 3)
     args.epochs = args.epochs if args.epochs is not None else (2 if quick else 10)
     args.seeds = args.seeds if args.seeds is not None else (2 if quick else 10)
     if args.parallel < 1 or args.seeds < 1:
         raise SystemExit(f"--parallel and --seeds must be at least 1, got {args.parallel} and {args.seeds}")
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     args.modes = args.modes.split(",")
     unknown = set(args.modes) - set(MODES)
     if unknown:

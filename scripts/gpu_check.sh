@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The one device script: install, build the CUDA extension once, run the GPU tests under
-# compute-sanitizer (memcheck, racecheck and synccheck, on representative subsets) and in full without it,
-# the whole test suite on the GPU, then the benchmarks. A short table comes last; logs, CSV and
-# charts go into $OUT/results.tgz (the device returns at most 8 files).
+# The GPU check of a checkout, for a maintainer on a machine with an NVIDIA GPU, the CUDA toolkit
+# and a CUDA build of torch: install, build the CUDA extension once, run the GPU tests under
+# compute-sanitizer (memcheck, racecheck and synccheck, on representative subsets) and in full
+# without it, the whole test suite on the GPU, then the benchmarks. A short table comes last; the
+# logs, CSV files and charts are packed into one archive, $OUT/results.tgz (default out/).
 #
 #   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,synccheck,properties,suite,
 #                                   bench,reorder,permutation,selector,gcn,host_overhead,compiled,accuracy (default: build
@@ -19,11 +20,12 @@
 #                                   ROUNDS (default 1) alternates the two sides that many times and
 #                                   prints the medians' ratios (benchmarks/compare.py).
 #
-# The device machine reaches no network: the data travels in the git-ignored .devdata/, laid out as
-# TCSPARSE_DATA expects (graphs/ for the real graphs, ogb/ogbl_ddi for the accuracy stage);
-# the ogb wheels (and their needs) in .devdata/whl and .devdata/whl-extra make the whole suite
-# runnable. The accuracy stage (ogbl-ddi Hits@20, 10 seeds x both backends, 20 runs at once)
-# needs the ogb wheels.
+# No network is needed: the real graphs are read from the git-ignored .devdata/ (or
+# $TCSPARSE_DATA), laid out as TCSPARSE_DATA expects (graphs/ for the real graphs, ogb/ogbl_ddi
+# for the accuracy stage). On a machine without ogb, its wheels (and their needs) placed in
+# .devdata/whl and .devdata/whl-extra are installed to a side path, which makes the whole suite
+# runnable; the accuracy stage (ogbl-ddi Hits@20, 10 seeds x both backends, 20 runs at once)
+# needs ogb.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL_OUT=${OUT:-out}
@@ -36,12 +38,12 @@ export TCSPARSE_GRAPHS=${TCSPARSE_GRAPHS:-$TCSPARSE_DATA/graphs}
 export TCSPARSE_BUILD_DIR=${TCSPARSE_BUILD_DIR:-$PWD/.devdata/build}
 PY=${PYTHON:-python3}
 STAGES=",${1:-build,test,memcheck,racecheck,suite,bench},"
-# No stage may take the whole device call: each is cut at STAGE_LIMIT seconds (rc 124).
+# No stage may take the whole run: each is cut at STAGE_LIMIT seconds (rc 124).
 STAGE_LIMIT=${STAGE_LIMIT:-240}
 declare -a summary
 # racecheck watches every shared-memory access and is the slowest: a narrower subset, without
 # the rows tests (the rows kernel uses no shared memory: its split rows meet in global atomics,
-# which memcheck and synccheck watch; with them the subset outlasts a device call).
+# which memcheck and synccheck watch; with them the subset takes far longer than STAGE_LIMIT).
 # synccheck checks the warp barriers with partial masks: the rows kernel's split rows (the last
 # piece of a row, counted by lanes of one group) and the kernels with many column tiles.
 declare -A SANITIZER_FILTER=([memcheck]="${MEMCHECK_FILTER:-}"
@@ -55,7 +57,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 git log -1 --format='commit %h %cs' 2>/dev/null || true
 
 $PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-# The device has torch and PyG but not ogb and its needs: carried wheels go to a side path.
+# torch and PyG come from the environment; ogb and its needs, where absent, from the wheels in
+# .devdata/, installed to a side path.
 wheels=$(ls .devdata/whl/*.whl .devdata/whl-extra/*.whl 2>/dev/null)
 if [ -n "$wheels" ]; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The wheel on a GPU machine without a compiler: build it with this machine's torch and nvcc (no
-# network), install it into a folder of its own first on the path, hide nvcc (off the PATH,
-# CUDA_HOME unset, an empty build cache), check that the prebuilt kernels serve, then run the GPU
-# tests against the installed package from a folder outside the checkout. Ends with one line.
+# Checks the wheel as a user without a compiler would meet it, for a maintainer on a machine with an
+# NVIDIA GPU, the CUDA toolkit and a CUDA build of torch: build the wheel with this machine's torch
+# and nvcc (no network), install it into a folder of its own first on the path, hide nvcc (off the
+# PATH, CUDA_HOME unset, an empty build cache), check that the prebuilt kernels serve, then run
+# the GPU tests against the installed package from a folder outside the checkout. Ends with one
+# line; the wheel and the logs stay in $OUT.
 #
 #   scripts/wheel_check.sh          build the wheel into $OUT (default out/), install it, test it
 #   scripts/wheel_check.sh build    only build the wheel into $OUT
 #   WHEEL=path/to/torch_tcsparse-*.whl scripts/wheel_check.sh
-#                                   install and test a wheel built before (e.g. on another GPU kind,
-#                                   or in a second device call: put it in the git-ignored .whl/ and
-#                                   carry that folder)
+#                                   install and test a wheel built before (e.g. on a machine with
+#                                   another GPU; the git-ignored .whl/ is a place to keep it)
 #   TORCH_CUDA_ARCH_LIST            the architectures the wheel is built for (default 8.0;9.0+PTX)
 #   PYTHON                          the interpreter whose torch builds and runs it (default python3)
 #   STAGE_LIMIT                     caps the GPU tests (seconds, default 420)

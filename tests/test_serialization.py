@@ -1,6 +1,7 @@
 """torch.save / torch.load of a TCSparseTensor, with and without weights_only, and crafted files
 that must give a ValueError on load rather than a layout that reads out of bounds later."""
 import io
+import struct
 
 import pytest
 import torch
@@ -113,6 +114,8 @@ CRAFTED = {
     "shape of floats": (dict(shape=(3.0, 3.0)), r"num_rows must be an int"),
     "shape of three": (dict(shape=(3, 3, 1)), r"shape.*pair.*\(3, 3, 1\)"),
     "shape overflowing int64": (dict(shape=(3, 2**62)), r"too large"),
+    # A transpose would hold 2**40 + 1 row offsets: 8 TB from a file of a few hundred bytes.
+    "columns no array stores": (dict(shape=(3, 2**40)), r"at most num_rows \+ nnz \+ 4194304 columns, got 1099511627776"),
     "2-D values": (dict(values=torch.ones(4, 1)), r"values.*1-D.*\(4, 1\)"),
     "window as a float": (dict(window=16.0), r"window.*16\.0"),
     "symmetric as a string": (dict(symmetric="yes"), r"symmetric.*'yes'"),
@@ -130,6 +133,12 @@ def test_crafted_file_gives_value_error(name, weights_only):
     buffer.seek(0)
     with pytest.raises(ValueError, match=message):
         torch.load(buffer, weights_only=weights_only)
+
+
+def test_a_matrix_whose_file_would_be_refused_is_not_saved():
+    wide = TCSparseTensor.from_coo(torch.tensor([0, 2]), torch.tensor([1, 2**40]), shape=(3, 2**40 + 1))
+    with pytest.raises(ValueError, match=r"columns, got 1099511627777"):
+        torch.save(wide, io.BytesIO())
 
 
 def test_crafted_state_without_a_key_gives_value_error():
@@ -228,3 +237,20 @@ def test_load_reads_what_torch_save_wrote():
     torch.save({"adjacency": VALID}, buffer)
     buffer.seek(0)
     assert_same(load(buffer)["adjacency"], VALID)
+
+
+def zip64_directory_entry(name: bytes, method: int, stored: int, inflated: int) -> bytes:
+    """An archive of one directory entry whose sizes overflow 32 bits: kept in a zip64 extra field."""
+    extra = struct.pack("<2H2Q", 1, 16, inflated, stored)
+    entry = struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 45, 45, 0, method, 0, 0, 0, 0xFFFFFFFF, 0xFFFFFFFF,
+                        len(name), len(extra), 0, 0, 0, 0, 0) + name + extra
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(entry), 0, 0)
+    return entry + end
+
+
+def test_the_archive_check_reads_zip64_sizes():
+    with pytest.raises(ValueError, match=r"'archive/data/0' is compressed \(method 8: 5,000,000,000 bytes that "
+                                         r"inflate to 6,000,000,000\)"):
+        load(io.BytesIO(zip64_directory_entry(b"archive/data/0", 8, 5 * 10**9, 6 * 10**9)))
+    with pytest.raises(ValueError, match=r"records claim 5,000,000,000 bytes in all, more than the file's"):
+        load(io.BytesIO(zip64_directory_entry(b"archive/data/0", 0, 5 * 10**9, 5 * 10**9)))

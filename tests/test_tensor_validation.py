@@ -175,6 +175,29 @@ INVALID_CONSTRUCTIONS = {
     "num_nodes overflowing int64": (
         lambda: TCSparseTensor.from_edge_index(EDGES, num_nodes=2**40), ValueError, r"num_nodes.*1099511627776.*too large"
     ),
+    "float16 weight beyond its range": (
+        lambda: TCSparseTensor.from_edge_index(EDGES, torch.tensor([1.0, 1e6, 2.0]), dtype=torch.float16),
+        ValueError, r"edge_weight holds 1e\+06, beyond the range of torch.float16 \(largest finite value 65504\)",
+    ),
+    "float16 sum of repeated weights beyond its range": (
+        lambda: TCSparseTensor.from_coo(torch.tensor([0, 0]), torch.tensor([1, 1]), torch.tensor([4e4, 4e4]),
+                                        dtype=torch.float16),
+        ValueError, r"values \(summed over repeated entries\) holds 80000, beyond the range of torch.float16",
+    ),
+    "float32 value from float64 beyond its range": (
+        lambda: TCSparseTensor.from_coo(torch.tensor([0]), torch.tensor([1]), torch.tensor([1e300], dtype=torch.float64),
+                                        dtype=torch.float32),
+        ValueError, r"values holds 1e\+300, beyond the range of torch.float32",
+    ),
+    "edge_index on the meta device": (
+        lambda: TCSparseTensor.from_edge_index(torch.zeros(2, 3, dtype=torch.long, device="meta")),
+        ValueError, r"edge_index is a meta tensor",
+    ),
+    "CSR arrays on the meta device": (
+        lambda: TCSparseTensor.from_csr(torch.zeros(3, dtype=torch.long, device="meta"),
+                                        torch.zeros(2, dtype=torch.long, device="meta")),
+        ValueError, r"rowptr is a meta tensor",
+    ),
     "COO tensor with a dense dimension": (
         lambda: TCSparseTensor.from_torch(torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.ones(2, 3), (2, 3))),
         ValueError, r"without dense dimensions.*sparse_dim=1, dense_dim=1",
@@ -202,3 +225,10 @@ def test_numpy_integer_permutation_reorders_as_a_tensor_does():
 def test_a_wide_matrix_within_int64_indexing_builds():
     a = TCSparseTensor.from_coo(torch.tensor([0]), torch.tensor([2**40 - 1]), shape=(2, 2**40))
     assert a.shape == (2, 2**40) and a.nnz == 1
+
+
+def test_infinite_weights_stay_infinite_in_float16():
+    """Only finite values that the cast would turn into inf are refused: an inf given is kept."""
+    a = TCSparseTensor.from_edge_index(torch.tensor([[0, 1], [1, 0]]), torch.tensor([float("inf"), 1.0]),
+                                       dtype=torch.float16)
+    assert torch.equal(a.csr.values, torch.tensor([1.0, float("inf")], dtype=torch.float16))

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from .formats import inputs
-from .formats.csr import CSR, index_dtype_for
+from .formats.csr import CSR, cast_values, index_dtype_for
 from .formats.metcf import WINDOWS
 from .paths import VALUE_DTYPES
 from .structure import CsrStructure, Structure
@@ -23,6 +23,16 @@ def build_structure(csr: CSR, window: int, reorder, symmetric: bool | None, seed
     structure = Structure(csr, window, row_perm, col_perm, method, share_ratio)
     structure.prepare_selection()
     return structure
+
+
+def build_loaded_structure(csr: CSR, window, row_perm: torch.Tensor | None, symmetric: bool) -> Structure:
+    """The structure of a loaded matrix (``serialization.rebuild``): without a row permutation its
+    CSR alone, the Tensor-Core layout built when a product needs it (``structure.CsrStructure``),
+    so that loading costs memory in proportion to the file; with one, as any constructor builds it."""
+    window, symmetric, _ = check_options(window, symmetric, 0)
+    if row_perm is not None:
+        return build_structure(csr, window, row_perm, symmetric, 0)
+    return CsrStructure(csr, window)
 
 
 def build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window) -> tuple[CsrStructure, torch.Tensor]:
@@ -86,7 +96,7 @@ def _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) -> tuple[CSR,
     if edge_weight is None:
         values = torch.ones(num_edges, dtype=dtype or torch.float32, device=device)
     else:
-        values = edge_weight.index_select(0, order).to(dtype or edge_weight.dtype)
+        values = cast_values(edge_weight.index_select(0, order), dtype or edge_weight.dtype, "edge_weight")
     return CSR(rowptr, col, values, num_dst, num_src), longest
 
 

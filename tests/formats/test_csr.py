@@ -125,7 +125,8 @@ def test_from_coo_rejects(case):
 
 
 def test_from_coo_rejects_device_mismatch():
-    with pytest.raises(ValueError, match=r"row is on cpu but col is on meta"):
+    # Meta indices are refused for themselves: they hold no indices to read.
+    with pytest.raises(ValueError, match=r"col is a meta tensor"):
         csr_mod.from_coo(tensor([0]), tensor([0], device="meta"), None, 2, 2)
     with pytest.raises(ValueError, match=r"values is on meta but the indices are on cpu"):
         csr_mod.from_coo(tensor([0]), tensor([0]), torch.ones(1, device="meta"), 2, 2)
@@ -156,7 +157,7 @@ def test_from_csr_arrays_rejects(case):
 
 
 def test_from_csr_arrays_rejects_device_mismatch():
-    with pytest.raises(ValueError, match=r"rowptr is on cpu but col is on meta"):
+    with pytest.raises(ValueError, match=r"col is a meta tensor"):
         csr_mod.from_csr_arrays(tensor([0, 1, 1]), tensor([0], device="meta"), None, 2, 2)
 
 
@@ -246,3 +247,12 @@ def test_transpose_order_and_values_with_duplicates(num_rows, num_cols):
     assert order.dtype == csr.col.dtype
     assert torch.equal(t.values, csr.values[order])
     assert torch.equal(dense_of(t), dense_of(csr).t())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_scipy_csr_computes_in_scipy_for_every_value_dtype(dtype):
+    """16-bit values come out in float32 (exact): scipy.sparse computes on neither 16-bit type."""
+    csr = csr_mod.from_coo(torch.tensor([0, 1, 1]), torch.tensor([2, 0, 1]), torch.tensor([0.5, -2.0, 3.0]), 2, 3, dtype)
+    matrix = csr_mod.scipy_csr(csr.rowptr, csr.col, csr.values, (2, 3))
+    assert matrix.dtype == ("float64" if dtype == torch.float64 else "float32")
+    assert (matrix.toarray() == dense_of(csr).numpy()).all()

@@ -228,3 +228,61 @@ def test_first_and_later_transposes_gather_the_same_values(monkeypatch, route, d
     (grad_built,) = torch.autograd.grad((built._values * weights).sum(), leaf)
     (grad_later,) = torch.autograd.grad((later._values * weights).sum(), leaf)
     assert torch.equal(grad_built, grad_later)
+
+
+def coo_routes(monkeypatch, row, col, values, num_rows, num_cols, dtype=None):
+    """The canonical CSR of COO entries by the compiled sort and by the torch route."""
+    fast = csr_mod.from_coo(row, col, values, num_rows, num_cols, dtype)
+    with monkeypatch.context() as patch:
+        generic(patch)
+        expected = csr_mod.from_coo(row, col, values, num_rows, num_cols, dtype)
+    return fast, expected
+
+
+def assert_same_csr(actual, expected):
+    for name in ("rowptr", "col", "values"):
+        a, e = getattr(actual, name), getattr(expected, name)
+        assert a.dtype == e.dtype and a.shape == e.shape and torch.equal(a, e), name
+    assert torch.equal(torch.signbit(actual.values), torch.signbit(expected.values))
+
+
+@pytest.mark.parametrize("num_rows, num_cols", SHAPES)
+@pytest.mark.parametrize("values_dtype", [None, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("index_dtype", [torch.uint8, torch.int32, torch.int64])
+def test_coo_sort_is_the_torch_conversion(monkeypatch, num_rows, num_cols, values_dtype, index_dtype):
+    """Entries in any order with repeats (summed from the first, signed zeros kept): the compiled
+    counting sort builds the torch route's CSR array for array."""
+    generator = torch.Generator().manual_seed(num_rows * 1000 + num_cols)
+    count = 3 * num_rows * num_cols // 2 if num_rows * num_cols < 200 else 4000
+    row = torch.randint(0, max(num_rows, 1), (count if num_rows and num_cols else 0,), generator=generator)
+    col = torch.randint(0, max(num_cols, 1), (row.numel(),), generator=generator)
+    row, col = row.to(index_dtype), col.to(index_dtype)
+    values = None
+    if values_dtype is not None:
+        values = torch.randint(-4, 5, (row.numel(),), generator=generator).to(values_dtype) / 4
+        values[::5] = -0.0
+    assert_same_csr(*coo_routes(monkeypatch, row, col, values, num_rows, num_cols))
+
+
+def test_coo_sort_of_sorted_rows_and_hub_rows_split_over_threads(monkeypatch):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        generator = torch.Generator().manual_seed(5)
+        row = torch.randint(0, 3000, (200_000,), generator=generator)
+        col = torch.randint(0, 50_000, (200_000,), generator=generator)
+        row[:60_000] = 17
+        values = torch.randn(200_000, generator=generator, dtype=torch.float64)
+        assert_same_csr(*coo_routes(monkeypatch, row, col, values, 3000, 50_000, torch.float32))
+        order = torch.argsort(row * 50_000 + col)
+        assert_same_csr(*coo_routes(monkeypatch, row[order], col[order], values[order], 3000, 50_000))
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_coo_sort_refuses_indices_out_of_range():
+    lib = native.library()
+    with pytest.raises(ValueError, match="tcs_coo_sort: a row index out of range"):
+        native.coo_sort(lib, torch.tensor([0, 3]), torch.tensor([0, 1]), 3, 2, torch.int32, None)
+    with pytest.raises(ValueError, match="tcs_coo_sort: a column index out of range"):
+        native.coo_sort(lib, torch.tensor([0, 2]), torch.tensor([0, -1]), 3, 2, torch.int32, torch.int32)

@@ -10,7 +10,7 @@ import torch
 import torch_tcsparse
 from torch_tcsparse.nn import GCNConv, gcn_norm
 
-INSTALL = r"pip install torch-tcsparse\[pyg\]"
+INSTALL = r'pip install -e "\.\[pyg\]" in a clone of torch_tcsparse'
 EDGE_INDEX = torch.tensor([[0, 1, 2], [1, 2, 3]])
 
 

@@ -1,12 +1,15 @@
-// The transpose of a canonical CSR on the CPU, and the link between the block orders of a matrix
-// and of its transpose (loaded by torch_tcsparse/formats/native.py through ctypes). A counting sort
-// by column is stable, so every column's rows come out ascending: the transpose of a canonical CSR
-// is canonical without a sort. Index arrays are int32 or int64 (``*_bytes`` says which); every
-// index read is checked against the sizes given before it is used to address memory, and a bad
-// one returns a negative code instead of writing anything past it.
+// The CPU's counting sorts of the conversion (loaded by torch_tcsparse/formats/native.py through
+// ctypes): COO entries into canonical CSR, the transpose of a canonical CSR, and the link between
+// the block orders of a matrix and of its transpose. A counting sort by row (or column) is stable,
+// so entries of one row keep their input order, and the transpose of a canonical CSR is canonical
+// without a sort. Index arrays are int32 or int64 (``*_bytes`` says which); every index read is
+// checked against the sizes given before it is used to address memory, and a bad one returns a
+// negative code instead of writing anything past it.
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cpu_parallel.h"
@@ -17,6 +20,7 @@ constexpr int64_t kBadColumn = -1;
 constexpr int64_t kBadRowptr = -2;
 constexpr int64_t kBadIndex = -3;
 constexpr int64_t kBadWidth = -4;
+constexpr int64_t kBadRow = -5;
 
 // Columns per bucket of the first pass: 2^kBucketBits buckets at most, so that the first pass
 // writes to few streams and each bucket's nonzeros (a few hundred kB on large graphs) are sorted
@@ -89,6 +93,102 @@ int64_t transpose(int64_t threads, int64_t rows, int64_t cols, int64_t nnz, cons
         });
 }
 
+// COO entries (row[p], col[p]) in canonical CSR order, repeats kept: ``rowptr`` (int64) counts the
+// entries of every row, ``col_out`` and ``order`` (each entry's position p) list each row's entries
+// by ascending (column, position). Sorted by counting, in two passes as the transpose: by bucket
+// of rows into the outputs' places, then by row inside each bucket (its entries' rows read again
+// at their positions, which ascend: no row array is kept), then each row by column in cache.
+// Returns how many entries repeat their predecessor's (row, column); ``merge_repeats`` folds them.
+template <typename Row, typename Col, typename Out, typename Order>
+int64_t coo_sort(int64_t threads, int64_t rows, int64_t cols, int64_t nnz, const Row* row, const Col* col,
+                 int64_t* rowptr, Out* col_out, Order* order) {
+    for (int64_t r = 0; r <= rows; ++r) rowptr[r] = 0;
+    for (int64_t p = 0; p < nnz; ++p) {
+        const int64_t r = row[p], c = col[p];
+        if (r < 0 || r >= rows) return kBadRow;
+        if (c < 0 || c >= cols) return kBadColumn;
+        ++rowptr[r + 1];
+    }
+    for (int64_t r = 0; r < rows; ++r) rowptr[r + 1] += rowptr[r];
+    const int shift = std::max(bit_width(rows - 1) - kBucketBits, 0);
+    const int64_t buckets = rows == 0 ? 0 : ((rows - 1) >> shift) + 1;
+    std::vector<int64_t> next(buckets);
+    for (int64_t b = 0; b < buckets; ++b) next[b] = rowptr[b << shift];
+    for (int64_t p = 0; p < nnz; ++p) {
+        const int64_t q = next[static_cast<int64_t>(row[p]) >> shift]++;
+        col_out[q] = static_cast<Out>(col[p]);
+        order[q] = static_cast<Order>(p);
+    }
+    std::vector<int64_t> repeats(buckets, 0);
+    const int64_t code = tcsparse::cpu::in_parallel(
+        threads, buckets, [&](int64_t b) { return rowptr[std::min(b << shift, rows)]; },
+        [&](int64_t b0, int64_t b1) {
+            std::vector<Out> columns;
+            std::vector<Order> positions;
+            std::vector<int64_t> row_next;
+            std::vector<std::pair<Out, Order>> entries;
+            for (int64_t b = b0; b < b1; ++b) {
+                const int64_t first_row = b << shift, last_row = std::min((b + 1) << shift, rows);
+                const int64_t begin = rowptr[first_row], end = rowptr[last_row];
+                columns.assign(col_out + begin, col_out + end);
+                positions.assign(order + begin, order + end);
+                row_next.assign(rowptr + first_row, rowptr + last_row);
+                for (int64_t i = 0; i < end - begin; ++i) {
+                    const int64_t q = row_next[row[positions[i]] - first_row]++;
+                    col_out[q] = columns[i];
+                    order[q] = positions[i];
+                }
+                for (int64_t r = first_row; r < last_row; ++r) {
+                    Out* row_cols = col_out + rowptr[r];
+                    const int64_t length = rowptr[r + 1] - rowptr[r];
+                    if (!std::is_sorted(row_cols, row_cols + length)) {
+                        // Positions ascend within the row already: sorting the pairs is stable by column.
+                        Order* row_order = order + rowptr[r];
+                        entries.resize(length);
+                        for (int64_t i = 0; i < length; ++i) entries[i] = {row_cols[i], row_order[i]};
+                        std::sort(entries.begin(), entries.end());
+                        for (int64_t i = 0; i < length; ++i) std::tie(row_cols[i], row_order[i]) = entries[i];
+                    }
+                    for (int64_t i = 1; i < length; ++i) repeats[b] += row_cols[i] == row_cols[i - 1];
+                }
+            }
+            return int64_t{0};
+        });
+    if (code < 0) return code;
+    int64_t total = 0;
+    for (const int64_t count : repeats) total += count;
+    return total;
+}
+
+// Folds the repeats of ``coo_sort``'s output in place: each row keeps its first entry of every
+// column (``col`` and ``order`` compacted, ``rowptr`` rewritten), and every repeat is listed in
+// order, with the position it came from (``repeat_order``, where ``order`` is given) and the
+// distinct entry it adds to (``repeat_target``). Returns the distinct entries' count.
+template <typename Out, typename Order>
+int64_t merge_repeats(int64_t rows, int64_t repeats, int64_t* rowptr, Out* col, Order* order, Order* repeat_order,
+                      int64_t* repeat_target) {
+    int64_t kept = 0, listed = 0, begin = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t end = rowptr[r + 1];
+        rowptr[r] = kept;
+        for (int64_t i = begin; i < end; ++i) {
+            if (i > begin && col[i] == col[i - 1]) {
+                if (listed == repeats) return kBadIndex;
+                repeat_target[listed] = kept - 1;
+                if (order != nullptr) repeat_order[listed] = order[i];
+                ++listed;
+                continue;
+            }
+            col[kept] = col[i];
+            if (order != nullptr) order[kept] = order[i];
+            ++kept;
+        }
+        begin = end;
+    }
+    rowptr[rows] = kept;
+    return listed == repeats ? kept : kBadIndex;
+}
+
 // Calls ``f`` with a value of the integer type of ``bytes`` bytes (int32 or int64).
 template <typename F>
 int64_t with_width(int64_t bytes, F&& f) {
@@ -151,6 +251,51 @@ int64_t tcs_csr_transpose(int64_t index_bytes, int64_t order_bytes, int64_t carr
     } catch (const std::exception&) {
         return tcsparse::cpu::kNoMemory;
     }
+}
+
+// rowptr holds rows + 1 entries, row, col, col_out and order nnz each; order may be null (a
+// scratch array then stands in for it). Returns the repeats' count.
+int64_t tcs_coo_sort(int64_t row_bytes, int64_t col_bytes, int64_t out_bytes, int64_t order_bytes, int64_t threads,
+                     int64_t rows, int64_t cols, int64_t nnz, const void* row, const void* col, void* rowptr,
+                     void* col_out, void* order) {
+    if (rows < 0 || cols < 0 || nnz < 0) return kBadRow;
+    try {
+        return with_width(row_bytes, [&](auto row_type) {
+            using Row = decltype(row_type);
+            return with_width(col_bytes, [&](auto col_type) {
+                using Col = decltype(col_type);
+                return with_width(out_bytes, [&](auto out_type) {
+                    using Out = decltype(out_type);
+                    return with_width(order_bytes, [&](auto order_type) {
+                        using Order = decltype(order_type);
+                        std::vector<Order> scratch(order == nullptr ? nnz : 0);
+                        return coo_sort(threads, rows, cols, nnz, static_cast<const Row*>(row),
+                                        static_cast<const Col*>(col), static_cast<int64_t*>(rowptr),
+                                        static_cast<Out*>(col_out),
+                                        order == nullptr ? scratch.data() : static_cast<Order*>(order));
+                    });
+                });
+            });
+        });
+    } catch (const std::exception&) {
+        return tcsparse::cpu::kNoMemory;
+    }
+}
+
+// rowptr, col and order as tcs_coo_sort left them (order may be null, and repeat_order with it);
+// repeat_order and repeat_target hold ``repeats`` entries each. Returns the distinct entries' count.
+int64_t tcs_merge_repeats(int64_t out_bytes, int64_t order_bytes, int64_t rows, int64_t repeats, void* rowptr,
+                          void* col, void* order, void* repeat_order, void* repeat_target) {
+    if (rows < 0 || repeats < 0 || (order == nullptr) != (repeat_order == nullptr)) return kBadIndex;
+    return with_width(out_bytes, [&](auto out_type) {
+        using Out = decltype(out_type);
+        return with_width(order_bytes, [&](auto order_type) {
+            using Order = decltype(order_type);
+            return merge_repeats(rows, repeats, static_cast<int64_t*>(rowptr), static_cast<Out*>(col),
+                                 static_cast<Order*>(order), static_cast<Order*>(repeat_order),
+                                 static_cast<int64_t*>(repeat_target));
+        });
+    });
 }
 
 // Every array holds nnz entries; gather_t may be null.

@@ -17,7 +17,7 @@ from torch import Tensor
 from .checks import check_csr, check_int
 
 METHODS = ("auto", "metis", "contiguous")
-_INSTALL = "pip install torch-tcsparse[distributed]"
+_INSTALL = 'pip install -e ".[distributed]" in a clone of torch_tcsparse, or pip install "pymetis>=2025.2"'
 _METIS_TOTAL = (1 << 30) - 1
 
 

@@ -49,6 +49,17 @@ def torch_csr(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, sha
         return torch.sparse_csr_tensor(rowptr, col, values, tuple(shape), check_invariants=False)
 
 
+def scipy_csr(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape):
+    """A scipy CSR matrix over canonical arrays, on the host. 16-bit values come out in float32,
+    which holds each exactly: scipy.sparse computes on neither float16 nor bfloat16."""
+    import scipy.sparse as sp
+
+    values = values.detach().cpu()
+    if values.dtype in (torch.float16, torch.bfloat16):
+        values = values.float()
+    return sp.csr_matrix((values.numpy(), col.cpu().numpy(), rowptr.cpu().numpy()), shape=tuple(shape))
+
+
 def index_dtype_for(num_rows: int, num_cols: int, nnz: int) -> torch.dtype:
     return torch.int32 if max(num_rows, num_cols, nnz) <= INT32_MAX else torch.int64
 
@@ -58,6 +69,9 @@ def check_index_tensor(name: str, index: torch.Tensor) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(index).__name__}")
     if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
         raise TypeError(f"{name} must hold integers, got dtype {index.dtype}")
+    if index.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor (a shape without data): the conversion reads the indices, "
+                         "so build the matrix from a tensor on the CPU or a GPU")
 
 
 def check_values(values: torch.Tensor, nnz: int, device: torch.device, name: str = "values") -> None:
@@ -98,6 +112,20 @@ def check_size(name: str, value) -> int:
     return value
 
 
+def cast_values(values: torch.Tensor, dtype: torch.dtype, name: str = "values") -> torch.Tensor:
+    """``values`` in ``dtype``; ValueError where a finite value is beyond ``dtype``'s range (it would
+    silently become inf, e.g. 1e6 in float16)."""
+    cast = values.to(dtype)
+    if cast.dtype == values.dtype or not bool(torch.isinf(cast).any()):
+        return cast
+    beyond = torch.nonzero(torch.isinf(cast) & torch.isfinite(values))
+    if beyond.numel():
+        value = values.reshape(-1)[int(beyond[0])].item()
+        raise ValueError(f"{name} holds {value:g}, beyond the range of {dtype} (largest finite value "
+                         f"{torch.finfo(dtype).max:g}): it would become inf")
+    return cast
+
+
 def accumulation_dtype(*dtypes: torch.dtype) -> torch.dtype:
     """The dtype duplicates are summed in: float64 when any of ``dtypes`` is float64, else float32,
     so that a 16-bit sum of many duplicates neither saturates nor loses its low bits (the result
@@ -112,13 +140,13 @@ def from_coo(
     num_rows: int,
     num_cols: int,
     dtype: torch.dtype | None = None,
-    names: tuple[str, str] = ("row", "col"),
+    names: tuple[str, str, str] = ("row", "col", "values"),
 ) -> CSR:
     """Canonical CSR from COO triplets; duplicate (row, col) pairs are summed in
     ``accumulation_dtype`` and rounded once. The values come out in ``dtype`` (default: the
-    dtype of ``values``, float32 without values). ``names`` are what error messages call the
-    two index arrays (the caller's own names for them)."""
-    row_name, col_name = names
+    dtype of ``values``, float32 without values); ValueError where one is beyond its range.
+    ``names`` are what error messages call the three arrays (the caller's own names for them)."""
+    row_name, col_name, values_name = names
     check_index_tensor(row_name, row)
     check_index_tensor(col_name, col)
     num_rows, num_cols = check_size("num_rows", num_rows), check_size("num_cols", num_cols)
@@ -138,6 +166,26 @@ def from_coo(
     check_range(row_name, row, num_rows)
     check_range(col_name, col, num_cols)
 
+    with_order = values is not None
+    lib = native.usable(row, col)
+    if lib is not None:
+        index_dtype = index_dtype_for(num_rows, num_cols, row.numel())
+        order_dtype = (torch.int32 if row.numel() <= INT32_MAX else torch.int64) if with_order else None
+        rowptr, col, first, repeated, targets = native.coo_sort(lib, row, col, num_rows, num_cols, index_dtype,
+                                                                order_dtype)
+    else:
+        rowptr, col, first, repeated, targets = _sorted_by_keys(row, col, num_rows, num_cols, with_order)
+    values = _merged_values(values, first, repeated, targets, col.numel(), dtype, device, values_name)
+    del first, repeated, targets
+    index_dtype = index_dtype_for(num_rows, num_cols, col.numel())
+    return CSR(rowptr.to(index_dtype), col.to(index_dtype), values, num_rows, num_cols)
+
+
+def _sorted_by_keys(row: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int, with_order: bool):
+    """What ``native.coo_sort`` returns, through one sort of int64 row-major keys (the route of a
+    GPU, and of a CPU without the compiled passes): rowptr (int64), the distinct entries' columns,
+    the position of each one's first entry (where ``with_order``), the positions of the repeated
+    entries and the distinct entry each adds to (None and None where nothing repeats)."""
     # Row-major keys row * width + col. A power-of-two width (wherever row and column bits fit
     # 63) splits them back with a shift and a mask: no integer division per nonzero.
     col_bits = bit_width(num_cols - 1)
@@ -149,27 +197,31 @@ def from_coo(
     for start, stop in packed.slices(key.numel()):  # an int32 col whole would be widened to a copy
         keys[start:stop] += cols[start:stop]
     del keys, cols
-    if values is None:
-        key, order = sort_keys(key), None
-    else:
+    if with_order:
         key, order = sort_with_positions(key, num_rows * width)
+    else:
+        key, order = sort_keys(key), None
     is_first = first_of_runs(key)
-    values = _summed_values(is_first, order, values, dtype)
-    del order
-    if values.numel() != key.numel():
-        counts -= torch.bincount(_rows_of(compress(key, ~is_first), width, shift), minlength=num_rows)
+    repeated = targets = None
+    if not bool(is_first.all()):
+        is_repeat = ~is_first
+        counts -= torch.bincount(_rows_of(compress(key, is_repeat), width, shift), minlength=num_rows)
+        # The k-th repeat (from 0) at position p adds to distinct entry p - k - 1.
+        targets = torch.nonzero(is_repeat).view(-1)
+        targets -= torch.arange(1, targets.numel() + 1, device=targets.device)
+        if order is not None:
+            repeated, order = compress(order, is_repeat), compress(order, is_first)
         key = compress(key, is_first)
     del is_first
-    index_dtype = index_dtype_for(num_rows, num_cols, key.numel())
-    rowptr = _exclusive_cumsum(counts).to(index_dtype)
+    rowptr = _exclusive_cumsum(counts)
     if shift is None:
         key -= _rows_of(key, width, shift).mul_(width)
-        return CSR(rowptr, key.to(index_dtype), values, num_rows, num_cols)
+        return rowptr, key, order, repeated, targets
     # The column is the key's low bits: cast first where they fit int32 (the cast keeps the low 32
     # bits), so the mask runs over half the bytes and no int64 copy is made.
-    col = key.to(index_dtype) if index_dtype == torch.int32 else key
+    col = key.to(torch.int32) if num_cols - 1 <= INT32_MAX else key
     del key
-    return CSR(rowptr, col.bitwise_and_(width - 1), values, num_rows, num_cols)
+    return rowptr, col.bitwise_and_(width - 1), order, repeated, targets
 
 
 def _rows_of(key: torch.Tensor, width: int, shift: int | None) -> torch.Tensor:
@@ -177,28 +229,28 @@ def _rows_of(key: torch.Tensor, width: int, shift: int | None) -> torch.Tensor:
     return floor_divide(key, width) if shift is None else key >> shift
 
 
-def _summed_values(is_first: torch.Tensor, order: torch.Tensor | None, values: torch.Tensor | None, dtype: torch.dtype):
-    """Values in ``dtype`` of the distinct sorted keys, ``is_first`` marking where each starts: the
-    values taken in ``order`` (ones without values), those of equal keys summed in
-    ``accumulation_dtype``. Differentiable for the values."""
-    n, device = is_first.numel(), is_first.device
-    if bool(is_first.all()):
-        return torch.ones(n, dtype=dtype, device=device) if values is None else values.index_select(0, order).to(dtype)
-    run_dtype = torch.int32 if n <= INT32_MAX else torch.int64
+def _merged_values(values: torch.Tensor | None, first: torch.Tensor | None, repeated: torch.Tensor | None,
+                   targets: torch.Tensor | None, distinct: int, dtype: torch.dtype, device: torch.device, name: str):
+    """Values in ``dtype`` of the ``distinct`` entries: the values at ``first`` (ones without
+    values), each repeated entry's (at ``repeated``) added to its distinct entry (``targets``), in
+    ``accumulation_dtype`` and rounded once, as scipy's ``sum_duplicates`` sums from the first, on
+    ``device``; a ValueError where one is beyond ``dtype``'s range (``name``: what error messages
+    call the values). Differentiable for the values."""
     if values is None:
-        # Each distinct key counts one, plus one per repeat: only the repeats are scattered. The
-        # k-th repeat (from 0) at position p belongs to distinct key p - k - 1: no prefix sum over
-        # every entry.
-        repeats = torch.nonzero(~is_first).view(-1)
-        repeats -= torch.arange(1, repeats.numel() + 1, device=device)
-        counts = torch.ones(n - repeats.numel(), dtype=run_dtype, device=device)
-        counts.index_add_(0, repeats, torch.ones_like(repeats, dtype=run_dtype))
-        return counts.to(dtype)
-    run = torch.cumsum(is_first, 0, dtype=run_dtype).sub_(1)  # the distinct key of each entry
-    distinct = int(run[-1]) + 1
+        if targets is None:
+            return torch.ones(distinct, dtype=dtype, device=device)
+        # Each distinct entry counts one, plus one per repeat.
+        run_dtype = torch.int32 if distinct <= INT32_MAX else torch.int64
+        counts = torch.ones(distinct, dtype=run_dtype, device=device)
+        counts.index_add_(0, targets, torch.ones_like(targets, dtype=run_dtype))
+        return cast_values(counts, dtype, "the count of a repeated entry")
+    if targets is None:
+        return cast_values(values.index_select(0, first), dtype, name)
     accumulate = accumulation_dtype(values.dtype, dtype)
-    summed = torch.zeros(distinct, dtype=accumulate, device=device)
-    return summed.index_add(0, run, values.to(accumulate).index_select(0, order)).to(dtype)
+    # index_select gives a tensor of its own: adding into it in place keeps autograd's graph intact.
+    summed = values.index_select(0, first).to(accumulate)
+    summed.index_add_(0, targets, values.index_select(0, repeated).to(accumulate))
+    return cast_values(summed, dtype, f"{name} (summed over repeated entries)")
 
 
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
@@ -239,9 +291,49 @@ def from_csr_arrays(
         raise ValueError(f"rowptr must be non-decreasing; it falls at row {bad}")
     if rowptr.device != col.device:
         raise ValueError(f"rowptr is on {rowptr.device} but col is on {col.device}")
-    counts = steps.long()
-    row = torch.arange(num_rows, device=col.device).repeat_interleave(counts, output_size=col.numel())
-    return from_coo(row, col, values, num_rows, num_cols, dtype)
+    # Row ids in int32 where they fit: half the bytes of an int64 id per nonzero.
+    rows = torch.arange(num_rows, dtype=torch.int32 if num_rows <= INT32_MAX else torch.int64, device=col.device)
+    return from_coo(packed.expand(rows, steps, col.numel()), col, values, num_rows, num_cols, dtype)
+
+
+def checked_canonical(rowptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, num_rows: int,
+                      num_cols: int) -> CSR:
+    """The CSR of arrays that must be canonical already (a saved matrix's), in the canonical index
+    dtype; ValueError where they are not. Checked in slices, without a sort or a copy beyond the
+    index dtype's: what a load costs stays in proportion to the file."""
+    check_index_tensor("rowptr", rowptr)
+    check_index_tensor("col", col)
+    index_dtype = index_dtype_for(num_rows, num_cols, col.numel())
+    rowptr, col = rowptr.to(index_dtype).contiguous(), col.to(index_dtype).contiguous()
+    check_values(values, col.numel(), col.device)
+    if rowptr.device != col.device:
+        raise ValueError(f"rowptr is on {rowptr.device} but col is on {col.device}")
+    if rowptr.dim() != 1 or rowptr.numel() != num_rows + 1:
+        raise ValueError(f"rowptr has {rowptr.numel()} entries, expected num_rows + 1 = {num_rows + 1}")
+    if int(rowptr[0]) != 0:
+        raise ValueError(f"rowptr must start at 0, got {int(rowptr[0])}")
+    if int(rowptr[-1]) != col.numel():
+        raise ValueError(f"rowptr ends at {int(rowptr[-1])} but col holds {col.numel()} entries")
+    for start, stop in _check_slices(num_rows):
+        falls = torch.nonzero(rowptr[start + 1:stop + 1] < rowptr[start:stop])
+        if falls.numel():
+            raise ValueError(f"rowptr must be non-decreasing; it falls at row {start + int(falls[0])}")
+    check_range("col", col, num_cols)
+    # Inside a row the columns rise strictly: a column at or below its predecessor starts a row.
+    for start, stop in _check_slices(col.numel() - 1):
+        drops = torch.nonzero(col[start + 1:stop + 1] <= col[start:stop]).view(-1).add_(start + 1)
+        rows = torch.searchsorted(rowptr, drops).clamp_(max=num_rows)
+        if drops.numel() and not bool((rowptr[rows] == drops).all()):
+            raise ValueError("the CSR is not canonical: columns unsorted or repeated inside a row")
+    return CSR(rowptr, col, values.contiguous(), num_rows, num_cols)
+
+
+def _check_slices(total: int):
+    """(start, stop) of slices covering [0, total) small enough that a check's int64 temporaries
+    over one slice stay within a few MB."""
+    step = 2**18
+    for start in range(0, max(total, 0), step):
+        yield start, min(start + step, total)
 
 
 def transpose_pattern(csr: CSR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -88,7 +88,7 @@ def from_edge_index(edge_index, edge_weight=None, num_nodes=None, dtype=None) ->
     check_shape(num_dst, num_src, "num_nodes as (num_targets, num_sources)")
     return csr_mod.from_coo(
         edge_index[1], edge_index[0], values, num_dst, num_src, dtype,
-        names=("edge_index[1] (targets)", "edge_index[0] (sources)"),
+        names=("edge_index[1] (targets)", "edge_index[0] (sources)", "edge_weight"),
     )
 
 

@@ -1,9 +1,10 @@
 """The CPU conversion's compiled passes (``csrc/cpu_transpose.cpp``, ``csrc/cpu_metcf.cpp``),
-loaded with ctypes from the library ``native_build`` makes on first use: the transpose of a
-canonical CSR, the link between the block orders of a matrix and of its transpose, and the ME-TCF
-layout. They sort by counting (the transpose by buckets of columns, then by column in cache; the
-layout one window's nonzeros at a time) where the torch build sorts every nonzero through int64
-keys, and run on torch's thread count.
+loaded with ctypes from the library ``native_build`` makes on first use: COO entries into
+canonical CSR, the transpose of a canonical CSR, the link between the block orders of a matrix
+and of its transpose, and the ME-TCF layout. They sort by counting (COO entries by buckets of
+rows, then by row and each row by column in cache; the transpose by buckets of columns, then by
+column in cache; the layout one window's nonzeros at a time) where the torch build sorts every
+nonzero through int64 keys, and run on torch's thread count.
 
 Where no compiler is found or the build fails, ``library()`` is None and the callers take their
 torch route, which builds the same arrays entry for entry: the compiled passes only make the CPU
@@ -26,6 +27,8 @@ MAX_COLUMNS = 2**59
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 _SIGNATURES = {
+    "tcs_coo_sort": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
+    "tcs_merge_repeats": [_I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR],
     "tcs_csr_transpose": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR],
     "tcs_link_gathers": [_I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR],
     "tcs_metcf_count": [_I64, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _PTR],
@@ -34,6 +37,8 @@ _SIGNATURES = {
 }
 # What a negative return code of each pass means.
 _ERRORS = {
+    "tcs_coo_sort": {-1: "a column index out of range", -5: "a row index out of range"},
+    "tcs_merge_repeats": {-3: "a count of repeats that disagrees with the entries"},
     "tcs_csr_transpose": {-1: "a column index out of range", -2: "a row pointer out of order or range"},
     "tcs_link_gathers": {-3: "an index out of range of the nonzeros"},
     "tcs_metcf_count": {-1: "a column index out of range", -3: "a row (row_map, rowptr) out of range"},
@@ -105,6 +110,38 @@ def _checked_row_map(row_map: torch.Tensor, num_rows: int, window: int) -> torch
     if row_map.dtype != torch.int32 or row_map.numel() != windows * window:
         raise ValueError(f"row_map must hold {windows * window} int32 slots, got {row_map.numel()} of {row_map.dtype}")
     return row_map.contiguous()
+
+
+def coo_sort(lib: ctypes.CDLL, row: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int,
+             index_dtype: torch.dtype, order_dtype: torch.dtype | None):
+    """COO entries in canonical CSR order, repeated (row, column) pairs merged: rowptr (int64), the
+    distinct entries' columns (in ``index_dtype``) and, where ``order_dtype`` is given, the
+    position of each one's first entry; the position of every repeated entry (in order) and the
+    distinct entry it adds to (int64), None and None where nothing repeats."""
+    row, col = _checked_indices(row), _checked_indices(col)
+    nnz = col.numel()
+    if row.numel() != nnz:
+        raise ValueError(f"row and col must hold as many entries, got {row.numel()} and {nnz}")
+    rowptr = torch.empty(num_rows + 1, dtype=torch.int64)
+    col_out = torch.empty(nnz, dtype=index_dtype)
+    order = None if order_dtype is None else torch.empty(nnz, dtype=order_dtype)
+    order_bytes = 8 if order is None else order.element_size()
+    repeats = _call(lib, "tcs_coo_sort", row.element_size(), col.element_size(), col_out.element_size(), order_bytes,
+                    _threads(), num_rows, num_cols, nnz, *map(_address, (row, col, rowptr, col_out, order)))
+    if repeats == 0:
+        return rowptr, col_out, order, None, None
+    repeat_order = None if order is None else torch.empty(repeats, dtype=order_dtype)
+    repeat_target = torch.empty(repeats, dtype=torch.int64)
+    distinct = _call(lib, "tcs_merge_repeats", col_out.element_size(), order_bytes, num_rows, repeats,
+                     *map(_address, (rowptr, col_out, order, repeat_order, repeat_target)))
+    # Copies of the distinct entries, so that the arrays of every entry are freed.
+    order = None if order is None else order[:distinct].clone()
+    return rowptr, col_out[:distinct].clone(), order, repeat_order, repeat_target
+
+
+def _checked_indices(index: torch.Tensor) -> torch.Tensor:
+    """``index`` contiguous in int32 or int64 (other integer dtypes widened to int64)."""
+    return index.contiguous() if index.dtype in (torch.int32, torch.int64) else index.to(torch.int64)
 
 
 def csr_transpose(lib: ctypes.CDLL, rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-_INSTALL = "pip install torch-tcsparse[pyg]"
+_INSTALL = 'pip install -e ".[pyg]" in a clone of torch_tcsparse, or pip install "torch-geometric>=2.5"'
 
 
 def load(module_name: str, attribute: str):

@@ -30,7 +30,7 @@ class GCNConv(torch.nn.Module):
     ``[2, E]`` tensor (``edge_index[0]`` source, ``edge_index[1]`` target), a PyG ``EdgeIndex``,
     a torch sparse ``adj_t`` (``adj_t[target, source]``) or a ``TCSparseTensor`` ``adj_t``.
     Self-loops follow PyG per input kind (see :func:`gcn_norm`); duplicate edges are summed.
-    Normalizing needs PyG (``pip install torch-tcsparse[pyg]``); ``normalize=False`` does not.
+    Normalizing needs PyG (``pip install -e ".[pyg]"`` in a clone); ``normalize=False`` does not.
 
     ``cached=True`` keeps the converted (and normalized) ``TCSparseTensor`` from the first call
     and reuses it, ignoring later graphs: building it is the expensive step, one SpMM is cheap.

@@ -13,6 +13,9 @@ noise of host-bound calls differs from run to run::
     python -m torch_tcsparse.selector.calibrate RUN [RUN ...] -o calibration.json
     python -m torch_tcsparse.selector.calibrate RUN1 RUN2 RUN3 --leave-one-run-out
 
+Without RUN it reads the run ``python -m benchmarks.selector`` writes by default ($OUT, else
+selector_out/), and without ``-o`` it writes ``calibration.json`` into the first run folder.
+
 The first fits on all the runs' graphs (written to ``-o``) and on half of them (alternate ones by
 nonzeros) to estimate, on the other half, how the model does on graphs it has not seen; the
 second fits on all runs but one and scores the one left out, for each run. A run folder holds
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -420,16 +424,26 @@ def scores(records, shapes, info, fits: dict) -> str:
     return "\n".join(lines)
 
 
+# The run folder ``python -m benchmarks.selector`` writes by default.
+DEFAULT_RUN = Path(os.environ.get("OUT", "selector_out"))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders of one device (measurements.json, shapes.npz)")
-    parser.add_argument("-o", "--output", type=Path, help="where to write the calibration fitted on all the runs")
+    parser.add_argument("runs", nargs="*", type=Path, default=[DEFAULT_RUN],
+                        help="run folders of one device (measurements.json, shapes.npz); default: the one "
+                             f"python -m benchmarks.selector writes, $OUT or {DEFAULT_RUN}")
+    parser.add_argument("-o", "--output", type=Path,
+                        help="where to write the calibration fitted on all the runs (default: calibration.json in the "
+                             "first run folder)")
     parser.add_argument("--leave-one-run-out", action="store_true",
                         help="for each run: fit on the others, score on it (needs at least two runs)")
     args = parser.parse_args(argv)
     missing = [str(run) for run in args.runs if not (run / "measurements.json").is_file()]
     if missing:
-        parser.error(f"not a run folder (no measurements.json): {', '.join(missing)}")
+        parser.error(f"not a run folder (no measurements.json): {', '.join(missing)}\n"
+                     f"Measure a run first, on the GPU to calibrate: python -m benchmarks.selector (it writes $OUT, "
+                     f"default {DEFAULT_RUN}), then: python -m torch_tcsparse.selector.calibrate RUN")
     defaults = Calibration.load("default")
     if args.leave_one_run_out:
         if len(args.runs) < 2:
@@ -437,7 +451,7 @@ def main(argv=None) -> None:
         print(leave_one_run_out(args.runs, defaults))
         return
     if args.output is None:
-        parser.error("give -o/--output for the fitted calibration (or --leave-one-run-out)")
+        args.output = args.runs[0] / "calibration.json"
     records, shapes, info = load_runs(args.runs)
     fit_names, _ = split_graphs(shapes, {r["graph"] for r in records})
     fits = {"fitted on half": fit_calibration([r for r in records if r["graph"] in fit_names], shapes, info, defaults),
