@@ -217,11 +217,13 @@ def _connected(matrix):
 
 
 def _in_dtype(matrix, dtype: torch.dtype, traced: bool):
-    """The matrix with values in ``dtype``; kept by the matrix as any operand, so a model under
-    autocast converts them once, not at every product."""
-    if traced:
-        return matrix.to(dtype)
-    return matrix._cache.get(("cast", dtype), lambda: matrix.to(dtype))
+    """The matrix with values in ``dtype``, cast as autocast casts (as ``torch.matmul`` would);
+    kept by the matrix as any operand, so a model under autocast converts them once, not at every
+    product."""
+    def cast():
+        return type(matrix)(matrix._structure, matrix._values.to(dtype))
+
+    return cast() if traced else matrix._cache.get(("cast", dtype), cast)
 
 
 def _check_operand(matrix, x) -> torch.Tensor:

@@ -20,7 +20,7 @@ from . import flattening, product, serialization
 from .product import is_traced
 from .conversion import build_batch_structure, build_structure
 from .formats import inputs
-from .formats.csr import CSR, check_values, torch_csr
+from .formats.csr import CSR, cast_values, check_values, scipy_csr, torch_csr
 from .formats.bcsr import BCSR, build_bcsr
 from .operands import OperandCache
 from .paths import VALUE_DTYPES
@@ -126,7 +126,11 @@ class TCSparseTensor(torch.Tensor):
         if dtype not in VALUE_DTYPES:
             raise TypeError(f"TCSparseTensor values must be a floating dtype, got {dtype}")
         structure = self._structure if device == self.device else self._structure.to(device)
-        return TCSparseTensor(structure, live_values(self).to(device=device, dtype=dtype))
+        values = live_values(self).to(device=device)
+        # A value beyond the dtype's range would silently become inf: refused, with one host read
+        # (not in traced code, which cannot read its values).
+        values = values.to(dtype) if is_traced(values, None) else cast_values(values, dtype)
+        return TCSparseTensor(structure, values)
 
     def half(self) -> "TCSparseTensor":
         return self.to(torch.float16)
@@ -183,13 +187,10 @@ class TCSparseTensor(torch.Tensor):
         return torch_csr(s.rowptr, s.col, self._values, self.shape)
 
     def to_scipy(self):
-        import scipy.sparse as sp
-
+        """A scipy CSR matrix in the user's order (16-bit values in float32: scipy computes on
+        neither float16 nor bfloat16)."""
         s = self._structure
-        values = self._values.detach().cpu()
-        if values.dtype == torch.bfloat16:
-            values = values.float()
-        return sp.csr_matrix((values.numpy(), s.col.cpu().numpy(), s.rowptr.cpu().numpy()), shape=tuple(self.shape))
+        return scipy_csr(s.rowptr, s.col, self._values, self.shape)
 
     def __repr__(self, *, tensor_contents=None) -> str:
         # Printing a CSR-only matrix must not build its layout: the blocks are "pending" until then.
