@@ -56,7 +56,8 @@ def is_traced(values: torch.Tensor, x) -> bool:
     stand-ins that no kernel can read. Read from the tensors themselves, which every torch
     version agrees on (whether ``torch.compiler.is_compiling()`` holds while the compiler runs a
     graph's operators on fake tensors depends on the version)."""
-    return torch.compiler.is_compiling() or isinstance(values, _stand_ins()) or isinstance(x, _stand_ins())
+    stand_ins = _STAND_INS or _stand_ins()
+    return torch.compiler.is_compiling() or isinstance(values, stand_ins) or isinstance(x, stand_ins)
 
 
 def choose_path(structure, x: torch.Tensor, path: str, reduce: str, traced: bool):
@@ -80,8 +81,8 @@ def choose_path(structure, x: torch.Tensor, path: str, reduce: str, traced: bool
         if structure.layout_pending and structure.uses < BUILD_AFTER_USES and not traced:
             structure.uses += 1
             return ("rows" if structure.col.dtype == torch.int32 else "csr"), None
-        selection = flattening.source_of(structure).selection
-        path, trial = selection.choose(flattening.source_of(structure).layout, x.shape[1], x.dtype, x.device)
+        source = flattening.source_of(structure)
+        path, trial = source.selection.choose(source.layout, x.shape[1], x.dtype, x.device)
         if traced:
             trial = None
     if path == "grouped" and (traced or torch.are_deterministic_algorithms_enabled()):
@@ -121,12 +122,13 @@ def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: 
     s = matrix._structure
     mean = reduce == "mean"
     values = _mean_values(matrix, traced) if mean else matrix._values
-    indices = engine.indices(s, x.dtype)
+    index_key = engine.index_key(s, x.dtype)
+    indices = engine.kept_indices(s, index_key, x.dtype)
     if traced:
         return _traced_sum(s, x, values, bias, engine, indices)
     needs_x = x.requires_grad
     needs_values = values.requires_grad or (bias is not None and bias.requires_grad)
-    key = (engine.operand_key, engine.index_key(s, x.dtype), mean)
+    key = (engine.operand_key, index_key, mean)
     # Detached: the gradients of the values flow through the product's own backward.
     operands = matrix._cache.get(key, lambda: engine.operands(indices, values.detach()))
     if torch.is_grad_enabled() and (needs_x or needs_values):

@@ -33,7 +33,12 @@ class Engine:
 
     def indices(self, structure: "Structure", dtype: torch.dtype):
         """This engine's index arrays of ``structure``, built on first need and kept by it."""
-        return structure.kept(self.index_key(structure, dtype), lambda: self.build_indices(structure, dtype))
+        return self.kept_indices(structure, self.index_key(structure, dtype), dtype)
+
+    def kept_indices(self, structure: "Structure", key: tuple, dtype: torch.dtype):
+        """``indices`` for a caller that has their ``index_key`` already."""
+        indices = structure._derived.get(key)
+        return indices if indices is not None else structure.kept(key, lambda: self.build_indices(structure, dtype))
 
     def build_indices(self, structure: "Structure", dtype: torch.dtype):
         raise NotImplementedError

@@ -67,7 +67,7 @@ def sddmm(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
 class ReferenceEngine(Engine):
     name = operand_key = "reference"
 
-    def indices(self, structure, dtype):
+    def kept_indices(self, structure, key, dtype):
         return structure.layout
 
     def operands(self, layout, values):

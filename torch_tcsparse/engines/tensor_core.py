@@ -38,7 +38,7 @@ class TensorCoreEngine(Engine):
     def __init__(self, name: str, balanced: bool):
         self.name, self.balanced = name, balanced
 
-    def indices(self, structure, dtype):
+    def kept_indices(self, structure, key, dtype):
         return structure.layout  # read as it is now: the transpose's link is set on it later
 
     def operands(self, layout, values):
