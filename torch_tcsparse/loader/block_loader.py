@@ -4,7 +4,6 @@ from __future__ import annotations
 import torch
 
 from .neighbor_sampler import NeighborSampler
-from .sampled_batch import SampledBatch
 
 
 class BlockLoader:

@@ -43,9 +43,9 @@ def choose_neighbors(rowptr: torch.Tensor, col: torch.Tensor, frontier: torch.Te
     if k >= 0:
         drawn = degree > k
         picks = floyd_offsets(degree[drawn], k, generator)
-        # The entries of rows that draw (ranks 0 .. k-1) read their row's picks.
-        pick_row = drawn.long().cumsum(0) - 1
-        from_picks = drawn[owner]
-        offset = rank.clone()
-        offset[from_picks] = picks[pick_row[owner[from_picks]], rank[from_picks]]
+        # Rows that draw read their row of picks at their ranks (0 .. k-1); the others read a row
+        # of zeros appended at the end, and keep their rank.
+        pick_row = torch.where(drawn, drawn.long().cumsum(0) - 1, picks.size(0))
+        picks = torch.cat([picks, picks.new_zeros(1, k)]).view(-1)
+        offset = torch.where(drawn[owner], picks[pick_row[owner] * k + rank], rank)
     return owner, col[start[owner] + offset].long()
