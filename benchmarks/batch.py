@@ -27,8 +27,8 @@ yields) and one bipartite block per layer ([targets, sources]; ``layer1`` feeds 
 inside the step, ``convert_ms`` the conversions alone; ``sample_ms`` sampling them, the same for
 both). Full-batch (mean only: PyG's max on CUDA scatters over ``edge_index``, E x C floats, 127
 GB here): the whole graph per step, ``convert_ms`` building ``adj_t`` once. ``speedup``: PyG's
-epoch over ours. Then ``batch_accuracy.csv``: ``--seeds`` runs per mode and backend (mean), each
-seed's model and batches the same for both backends; test accuracy by full-graph inference after
+epoch over ours. Then ``batch_accuracy.csv``: ``--seeds`` runs per mode and backend (mean; seeds
+``--seed`` onwards), each seed's model and batches the same for both backends; test accuracy by full-graph inference after
 ``--accuracy-epochs`` mini-batch epochs or ``--full-accuracy-epochs`` full-batch epochs. CSVs
 go to ``--out`` (default ``$OUT``, else ``out``), each as soon as its part is done.
 
@@ -76,7 +76,8 @@ def parse_args(argv=None):
     parser.add_argument("--n", type=int, default=128, help="columns of X in batch.csv")
     parser.add_argument("--routes", nargs="+", default=list(ROUTES), choices=list(ROUTES))
     parser.add_argument("--reps", type=int, default=20, help="conversions timed per matrix")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the batches and models (the first accuracy run)")
+    parser.add_argument("--graph-seed", type=int, default=0, help="seed of the generated graph")
     parser.add_argument("--out", default=None, help="folder of the CSVs (default $OUT, else out)")
     parser.add_argument("--quick", action="store_true", help="the smaller defaults of the options marked [quick]")
     parser.add_argument("--batches", type=int, default=None, help="batches in batch.csv [quick: 2, else 3]")
@@ -286,7 +287,7 @@ def with_speedups(rows: list[dict]) -> list[dict]:
 
 def accuracy_runs(task, sampler, adjacencies, args, device, name) -> list[dict]:
     results = {}
-    for seed in range(args.seeds):
+    for seed in range(args.seed, args.seed + args.seeds):
         for mode in ("mini-batch", "full-batch"):
             for backend in BACKENDS:
                 adj_t = adjacencies[backend][0]
@@ -322,7 +323,7 @@ def main(argv=None) -> list[dict]:
     nodes = args.nodes or (NUM_NODES if device.type == "cuda" else 20_000)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     began = time.perf_counter()
-    task, seconds = timed_s(lambda: products_task(nodes, args.seed, device), device)
+    task, seconds = timed_s(lambda: products_task(nodes, args.graph_seed, device), device)
     sampler = NeighborSampler.from_edge_index(task.edge_index, args.fanout, nodes)
     print(f"ogbn-products-shaped graph on {name}: {nodes} nodes, {task.edge_index.size(1)} nonzeros, made in "
           f"{seconds:.1f} s; batches of {args.batch_size} seeds, fan-out {args.fanout}")
