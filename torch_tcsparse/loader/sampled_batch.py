@@ -8,7 +8,7 @@ import torch
 from ..tensor import TCSparseTensor
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # fields are tensors: identity is the only equality
 class SampledBatch:
     """The neighbourhood of ``batch_size`` seed nodes sampled over ``num_layers`` hops, in the
     layout of PyG's ``NeighborLoader`` output.
