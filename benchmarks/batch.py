@@ -1,36 +1,39 @@
-"""Sampled mini-batches: what converting a batch costs against one product with it, ours and PyG's.
+"""Sampled mini-batches on an ogbn-products-shaped graph: what converting a batch costs against its
+products, and GraphSAGE epochs and accuracy, mini-batch and full-batch, ours against PyG.
 
-Batches are drawn as PyG's ``NeighborLoader`` draws them (``--batch-size`` seeds, ``--fanout``
-neighbours per hop, uniformly without replacement, the targets listed first among the sources),
-by a sampler in torch ops here, so no pyg-lib is needed and both sides get the same batches. The
-graph is an R-MAT graph (``graph_data.synthetic``; ``--scale 21 --edge-factor 15`` is
-ogbn-products' size, 2M nodes and about 60M edges). Each batch gives three matrices: the whole
-sampled subgraph (what ``NeighborLoader`` yields, square) and each hop's bipartite block
-([targets, sources]).
+The graph is ``examples.sage.products``' (2,449,029 nodes, about 124M nonzeros, 100 features,
+47 classes planted in the neighbourhood, OGB's split sizes), made on the device. Batches of
+``--batch-size`` training seeds are sampled hop by hop (``--fanout``) by
+``torch_tcsparse.loader``, as PyG's ``NeighborLoader`` samples (no pyg-lib needed); both sides
+get the same batches. Each batch gives its whole sampled subgraph (square, what ``NeighborLoader``
+yields) and one bipartite block per layer ([targets, sources]; ``layer1`` feeds the first layer).
 
-Routes, per matrix:
+``batch.csv``, per matrix and route:
 
-- ``ours-batch``: ``TCSparseTensor.from_batch`` (CSR only; the rows kernel);
-- ``ours-full``: ``TCSparseTensor.from_edge_index`` (the Tensor-Core layout built at conversion);
-- ``pyg-csr``: PyG's ``to_torch_csr_tensor`` of the edge_index, multiplied by ``torch.sparse.mm``.
+- routes: ``ours-batch`` (``TCSparseTensor.from_batch``: CSR only, the Tensor-Core layout left
+  until ``BUILD_AFTER_USES`` products), ``ours-full`` (``from_edge_index``: the layout built at
+  conversion), ``pyg-csr`` (PyG's ``to_torch_csr_tensor``, multiplied by ``torch.sparse.mm``);
+- ``convert_us``: median conversion of the edge_index; ``first_product_us``: the first
+  ``A @ X`` of a fresh matrix (N = ``--n``); ``spmm_us`` and ``host_us``: per product, device and
+  host time, of its next ``BUILD_AFTER_USES - 1`` products back to back (all on the CSR for
+  ``ours-batch``); ``convert_per_spmm``: ``convert_us / spmm_us``; ``layout_pays_after`` (on
+  ``ours-batch``): the products after which building the layout would have paid for itself,
+  ``(convert ours-full - convert ours-batch) / (spmm ours-batch - spmm ours-full)`` (empty: never).
+  A training step multiplies each block once forward and once backward.
 
-Columns: ``convert_us``, the median conversion of the batch's edge_index; ``first_product_us``,
-the first ``A @ X`` of a fresh matrix (operands prepared on first need); ``spmm_us``, the median
-product at N = ``--n`` once prepared; ``host_us``, host microseconds per call of back-to-back
-products (no synchronisation in between, as ``benchmarks.host_overhead`` times them);
-``convert_per_spmm``, ``convert_us / spmm_us``. Writes ``batch.csv`` into ``--out`` (default
-``$OUT``, else ``out``); on the CPU it runs as a quick smoke test.
+``--train`` then writes ``batch_epoch.csv``: per mode, aggregation and backend, the median of
+``--epochs`` epochs after one warm-up. Mini-batch: forward, backward and Adam step over the same
+``--epoch-batches`` sampled batches (``examples.sage.blocks.train_step``: each block converted
+inside the step, ``convert_ms`` the conversions alone; ``sample_ms`` sampling them, the same for
+both). Full-batch (mean only: PyG's max on CUDA scatters over ``edge_index``, E x C floats, 127
+GB here): the whole graph per step, ``convert_ms`` building ``adj_t`` once. ``speedup``: PyG's
+epoch over ours. Then ``batch_accuracy.csv``: ``--seeds`` runs per mode and backend (mean; seeds
+``--seed`` onwards), each seed's model and batches the same for both backends; test accuracy by full-graph inference after
+``--accuracy-epochs`` mini-batch epochs or ``--full-accuracy-epochs`` full-batch epochs. CSVs
+go to ``--out`` (default ``$OUT``, else ``out``), each as soon as its part is done.
 
-``--train`` then times training epochs over the same batches (their subgraphs, as
-``NeighborLoader`` yields them): a GraphSAGE of one PyG ``SAGEConv`` per hop
-(``examples.sage.models``), ``--features`` random features and ``--classes`` random labels,
-forward, backward and Adam step per batch, each batch's ``adj_t`` built inside the epoch
-(``models.batch_adjacency``: ours ``from_batch``; PyG's CSR, or its edge_index for max on CUDA,
-where PyG refuses a sparse max). ``epoch_ms`` is the median of ``--epochs`` epochs after one
-warm-up epoch, ``convert_ms`` the conversions' share, timed alone. Writes ``batch_epoch.csv``.
-
-    python -m benchmarks.batch --device cuda --scale 21 --edge-factor 15 --batches 5
-    python -m benchmarks.batch --device cuda --scale 21 --edge-factor 15 --batches 50 --train --routes ours-batch
+    python -m benchmarks.batch --device cuda --quick --train     # about 2 minutes on an H200
+    python -m benchmarks.batch --device cuda --train              # 10 seeds, whole epochs
 """
 from __future__ import annotations
 
@@ -40,110 +43,106 @@ import time
 import warnings
 
 import torch
-from torch_geometric.utils import to_torch_csr_tensor
 
-from benchmarks.common import out_dir, time_cuda, time_per_call_us, write_csv
-from graph_data import synthetic
+from benchmarks.common import out_dir, write_csv
+from examples.sage.blocks import block_adjacencies, train_step
+from examples.sage.models import BACKENDS, SAGE, prepare_adjacency, pyg_format_for
+from examples.sage.products import NUM_NODES, products_task
+from examples.sage.train import evaluate, full_batch_epoch
 from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.loader import BlockLoader, NeighborSampler
+from torch_tcsparse.selector.pending import BUILD_AFTER_USES
 
 ROUTES = ("ours-batch", "ours-full", "pyg-csr")
 FIELDS = ("batch", "matrix", "rows", "cols", "nnz", "route", "device", "n", "convert_us", "first_product_us",
-          "spmm_us", "host_us", "convert_per_spmm")
-EPOCH_FIELDS = ("route", "aggr", "device", "batches", "epoch_ms", "convert_ms")
+          "spmm_us", "host_us", "convert_per_spmm", "layout_pays_after")
+EPOCH_FIELDS = ("mode", "backend", "aggr", "device", "nodes", "nnz", "batches", "sample_ms", "convert_ms", "epoch_ms",
+                "speedup")
+ACCURACY_FIELDS = ("mode", "backend", "device", "seeds", "epochs", "test_acc_mean", "test_acc_std")
+# OGB's GraphSAGE examples for ogbn-products: neighbour sampling at 0.003, full batch at 0.01.
+LEARNING_RATE = {"mini-batch": 0.003, "full-batch": 0.01}
+# Options whose default depends on --quick (about 2 minutes of an H200) or not.
+SCALED = {"batches": (3, 2), "epochs": (3, 2), "epoch_batches": (None, 32), "seeds": (10, 2),
+          "accuracy_epochs": (5, 2), "full_accuracy_epochs": (50, 20)}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto")
-    parser.add_argument("--scale", type=int, default=None, help="R-MAT graph of 2**scale nodes (default: 21 "
-                        "on CUDA, 12 on the CPU)")
-    parser.add_argument("--edge-factor", type=int, default=15, help="R-MAT edges drawn per node (symmetrized)")
+    parser.add_argument("--nodes", type=int, default=None,
+                        help=f"nodes of the graph (default: ogbn-products' {NUM_NODES} on CUDA, 20000 on the CPU)")
     parser.add_argument("--batch-size", type=int, default=1024, help="seed nodes per batch")
-    parser.add_argument("--fanout", type=int, nargs="+", default=[15, 10], help="neighbours sampled per hop")
-    parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--n", type=int, default=128, help="columns of X")
+    parser.add_argument("--fanout", type=int, nargs="+", default=[15, 10, 5], help="neighbours sampled per hop")
+    parser.add_argument("--n", type=int, default=128, help="columns of X in batch.csv")
     parser.add_argument("--routes", nargs="+", default=list(ROUTES), choices=list(ROUTES))
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--calls", type=int, default=200, help="back-to-back calls timed for host_us")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None, help="folder of batch.csv (default $OUT, else out)")
-    parser.add_argument("--train", action="store_true", help="also time training epochs over the batches")
-    parser.add_argument("--aggr", nargs="+", default=["mean", "max"], choices=["mean", "max"])
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--features", type=int, default=100)
+    parser.add_argument("--reps", type=int, default=20, help="conversions timed per matrix")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the batches and models (the first accuracy run)")
+    parser.add_argument("--graph-seed", type=int, default=0, help="seed of the generated graph")
+    parser.add_argument("--out", default=None, help="folder of the CSVs (default $OUT, else out)")
+    parser.add_argument("--quick", action="store_true", help="the smaller defaults of the options marked [quick]")
+    parser.add_argument("--batches", type=int, default=None, help="batches in batch.csv [quick: 2, else 3]")
+    parser.add_argument("--train", action="store_true", help="also time training epochs and measure accuracy")
+    parser.add_argument("--aggr", nargs="+", default=["mean", "max"], choices=["mean", "max"],
+                        help="aggregations of the timed mini-batch epochs")
+    parser.add_argument("--epochs", type=int, default=None, help="timed epochs per row [quick: 2, else 3]")
+    parser.add_argument("--epoch-batches", type=int, default=None,
+                        help="batches of a timed mini-batch epoch [quick: 32, else the whole training split]")
+    parser.add_argument("--seeds", type=int, default=None, help="accuracy runs per mode and backend, 0 for none "
+                        "[quick: 2, else 10]")
+    parser.add_argument("--accuracy-epochs", type=int, default=None,
+                        help="mini-batch epochs of an accuracy run [quick: 2, else 5]")
+    parser.add_argument("--full-accuracy-epochs", type=int, default=None,
+                        help="full-batch epochs of an accuracy run [quick: 20, else 50]")
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--classes", type=int, default=47)
+    parser.add_argument("--dropout", type=float, default=0.5)
     args = parser.parse_args(argv)
-    for key in ("edge_factor", "batch_size", "batches", "n", "reps", "calls", "epochs", "features", "hidden",
-                "classes"):
-        if getattr(args, key) < 1:
-            parser.error(f"--{key.replace('_', '-')} must be at least 1, got {getattr(args, key)}")
-    if args.scale is not None and not 1 <= args.scale <= 30:
-        parser.error(f"--scale must lie in [1, 30], got {args.scale}")
+    for key, (full, quick) in SCALED.items():
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else full)
+    for key, least in (("nodes", 2), ("batch_size", 1), ("n", 1), ("reps", 1), ("batches", 1), ("epochs", 1),
+                       ("epoch_batches", 1), ("seeds", 0), ("accuracy_epochs", 1), ("full_accuracy_epochs", 1),
+                       ("hidden", 1)):
+        value = getattr(args, key)
+        if value is not None and value < least:
+            parser.error(f"--{key.replace('_', '-')} must be at least {least}, got {value}")
     if min(args.fanout) < 1:
         parser.error(f"--fanout counts must be at least 1, got {args.fanout}")
+    if not 0.0 <= args.dropout < 1.0:
+        parser.error(f"--dropout must lie in [0, 1), got {args.dropout}")
     return args
 
 
-class Graph:
-    """A graph by targets: ``rowptr`` over target nodes, ``col`` their source neighbours."""
-
-    def __init__(self, row: torch.Tensor, col: torch.Tensor, num_nodes: int):
-        counts = torch.bincount(row, minlength=num_nodes)
-        self.rowptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        self.col, self.num_nodes = col, num_nodes
-        # node -> position in the batch being sampled (-1: not in it), reset after every batch
-        self.slot = torch.full((num_nodes,), -1, dtype=torch.long, device=col.device)
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
-def sample(graph: Graph, seeds: torch.Tensor, fanout: list[int], gen: torch.Generator) -> tuple[torch.Tensor, list]:
-    """One batch as ``NeighborLoader`` samples it: per hop, up to ``fanout[h]`` neighbours of each
-    node the previous hop found, drawn without replacement. Returns the batch's nodes (graph ids,
-    in batch-id order: the seeds, then each hop's new nodes) and its matrices (name, edge_index as
-    [sources; targets] in batch ids, num_sources, num_targets): the whole subgraph, then each
-    hop's block (its targets: the nodes found before the hop, listed first)."""
-    device = seeds.device
-    nodes = seeds
-    graph.slot[seeds] = torch.arange(seeds.numel(), device=device)
-    frontier, hops = seeds, []
-    for k in fanout:
-        start = graph.rowptr[frontier]
-        degree = graph.rowptr[frontier + 1] - start
-        owner = torch.repeat_interleave(torch.arange(frontier.numel(), device=device), degree)
-        first = torch.cumsum(degree, 0) - degree
-        position = torch.arange(owner.numel(), device=device) - first[owner] + start[owner]
-        # A random rank among each node's neighbours: keep the first k.
-        order = torch.argsort(owner.double() + torch.rand(owner.numel(), generator=gen, device=device))
-        rank = torch.arange(owner.numel(), device=device) - first[owner]
-        kept = order[rank < k]
-        sources = graph.col[position[kept]]
-        targets = graph.slot[frontier[owner[kept]]]
-        new = torch.unique(sources[graph.slot[sources] < 0])
-        num_targets = nodes.numel()
-        graph.slot[new] = torch.arange(num_targets, num_targets + new.numel(), device=device)
-        nodes = torch.cat([nodes, new])
-        hops.append((torch.stack([graph.slot[sources], targets]), nodes.numel(), num_targets))
-        frontier = new
-    graph.slot[nodes] = -1
-    subgraph = torch.cat([edges for edges, _, _ in hops], dim=1)
-    return nodes, [("subgraph", subgraph, nodes.numel(), nodes.numel())] + [
-        (f"hop{h + 1}", edges, num_sources, num_targets) for h, (edges, num_sources, num_targets) in enumerate(hops)]
+def timed_s(fn, device: torch.device):
+    """(fn(), seconds), the device's work included."""
+    synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    return result, time.perf_counter() - start
 
 
-def converter(route: str, edge_index: torch.Tensor, num_sources: int, num_targets: int):
+# batch.csv: conversions and products of one batch's matrices.
+
+def converter(route: str, edge_index: torch.Tensor, sizes: tuple[int, int]):
     """The route's conversion of edge_index into its [targets, sources] matrix."""
-    size = (num_sources, num_targets)
     if route == "ours-batch":
-        return lambda: TCSparseTensor.from_batch(edge_index, num_nodes=size)
+        return lambda: TCSparseTensor.from_batch(edge_index, num_nodes=sizes)
     if route == "ours-full":
-        return lambda: TCSparseTensor.from_edge_index(edge_index, num_nodes=size)
-    flipped = edge_index.flip(0)
+        return lambda: TCSparseTensor.from_edge_index(edge_index, num_nodes=sizes)
+    from torch_geometric.utils import to_torch_csr_tensor
+
+    flipped, shape = edge_index.flip(0), (sizes[1], sizes[0])
 
     def convert():
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
             warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
-            return to_torch_csr_tensor(flipped, size=(num_targets, num_sources))
+            return to_torch_csr_tensor(flipped, size=shape)
 
     return convert
 
@@ -154,146 +153,195 @@ def product(route: str):
     return lambda a, x: a @ x
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def median_us(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1e6, 1)
 
 
-def median_us(fn, device: torch.device, reps: int) -> float:
-    if device.type == "cuda":
-        return 1e3 * time_cuda(fn, [()], warmup=3, reps=reps)
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
-
-
-def first_product_us(convert, multiply, x, device: torch.device, reps: int) -> float:
-    """The median first product of a freshly converted matrix."""
-    times = []
-    for _ in range(max(3, reps // 4)):
+def measure(route: str, edge_index: torch.Tensor, sizes: tuple[int, int], args, device: torch.device) -> dict:
+    """A row of batch.csv: conversions timed alone, then fresh matrices each timed over its first
+    product and its next ``BUILD_AFTER_USES - 1`` (which ``from_batch`` runs on the CSR)."""
+    convert, multiply = converter(route, edge_index, sizes), product(route)
+    x = torch.randn(sizes[0], args.n, device=device)
+    convert()
+    converts = [timed_s(convert, device)[1] for _ in range(args.reps)]
+    uses = BUILD_AFTER_USES - 1
+    firsts, steadies, hosts = [], [], []
+    for _ in range(max(3, args.reps // 4)):
         a = convert()
-        synchronize(device)
+        firsts.append(timed_s(lambda: multiply(a, x), device)[1])
         start = time.perf_counter()
-        multiply(a, x)
+        for _ in range(uses):
+            multiply(a, x)
+        hosts.append((time.perf_counter() - start) / uses)
         synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+        steadies.append((time.perf_counter() - start) / uses)
+    row = {"convert_us": median_us(converts), "first_product_us": median_us(firsts),
+           "spmm_us": median_us(steadies), "host_us": median_us(hosts)}
+    row["convert_per_spmm"] = round(row["convert_us"] / max(row["spmm_us"], 1e-3), 2)
+    return row
 
 
-def host_us(fn, xs, device: torch.device, calls: int) -> float:
-    if device.type == "cuda":
-        return time_per_call_us(fn, [(x,) for x in xs], calls=calls)
-    for x in xs:
-        fn(x)
-    start = time.perf_counter()
-    for i in range(calls):
-        fn(xs[i % len(xs)])
-    return (time.perf_counter() - start) / calls * 1e6
+def layout_pays_after(light: dict, full: dict) -> float | str:
+    """Products after which ours-full's conversion would have paid back its extra cost."""
+    saved = light["spmm_us"] - full["spmm_us"]
+    if saved <= 0:
+        return ""
+    return round(max(full["convert_us"] - light["convert_us"], 0.0) / saved, 1)
 
 
-def measure(route, edge_index, num_sources, num_targets, args, device) -> dict:
-    convert, multiply = converter(route, edge_index, num_sources, num_targets), product(route)
-    xs = [torch.randn(num_sources, args.n, device=device) for _ in range(2)]
-    convert_us = median_us(convert, device, args.reps)
-    first_us = first_product_us(convert, multiply, xs[0], device, args.reps)
-    a = convert()
-    spmm_us = median_us(lambda: multiply(a, xs[0]), device, args.reps)
-    return {
-        "convert_us": round(convert_us, 1),
-        "first_product_us": round(first_us, 1),
-        "spmm_us": round(spmm_us, 1),
-        "host_us": round(host_us(lambda x: multiply(a, x), xs, device, args.calls), 1),
-        "convert_per_spmm": round(convert_us / spmm_us, 2),
-    }
-
-
-def train_epochs(batches: list, num_nodes: int, args, device: torch.device, name: str) -> list[dict]:
-    """Training epochs over ``batches`` ((nodes, subgraph edge_index) each, seeds first) per
-    aggregation and backend; rows of batch_epoch.csv."""
-    import torch.nn.functional as F
-
-    from examples.sage.models import BACKENDS, SAGE, batch_adjacency, pyg_format_for
-
+def conversion_table(sampler, train_idx, args, device, name) -> list[dict]:
+    print(f"{'batch':>5} {'matrix':<9}{'rows':>9}{'cols':>9}{'nnz':>10}  {'route':<11}{'convert':>9}{'first':>9}"
+          f"{'spmm':>9}{'host':>8}{'conv/spmm':>10}{'pays':>7}")
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    x = torch.randn(num_nodes, args.features, device=device, generator=gen)
-    y = torch.randint(0, args.classes, (num_nodes,), device=device, generator=gen)
+    rows = []
+    for index in range(args.batches):
+        seeds = train_idx[torch.randperm(train_idx.numel(), generator=gen, device=device)[: args.batch_size]]
+        batch = sampler.sample(seeds, gen)
+        n = batch.nodes.numel()
+        matrices = [("subgraph", batch.edge_index, (n, n))] + [
+            (f"layer{i + 1}", edges, sizes) for i, (edges, sizes) in enumerate(batch.layer_edges())]
+        for matrix, edges, sizes in matrices:
+            results = {route: measure(route, edges, sizes, args, device) for route in args.routes}
+            for route, result in results.items():
+                pays = (layout_pays_after(result, results["ours-full"])
+                        if route == "ours-batch" and "ours-full" in results else "")
+                rows.append({"batch": index, "matrix": matrix, "rows": sizes[1], "cols": sizes[0],
+                             "nnz": edges.size(1), "route": route, "device": name, "n": args.n, **result,
+                             "layout_pays_after": pays})
+                print(f"{index:>5} {matrix:<9}{sizes[1]:>9}{sizes[0]:>9}{edges.size(1):>10}  {route:<11}"
+                      f"{result['convert_us']:>9.1f}{result['first_product_us']:>9.1f}{result['spmm_us']:>9.1f}"
+                      f"{result['host_us']:>8.1f}{result['convert_per_spmm']:>10.2f}{pays!s:>7}")
+    return rows
+
+
+# batch_epoch.csv: epoch times on the same batches and graph.
+
+def new_model(backend, aggr, task, args, device, seed):
+    torch.manual_seed(seed)
+    return SAGE(backend, task.x.size(1), args.hidden, task.num_outputs, len(args.fanout), args.dropout,
+                aggr).to(device)
+
+
+def median_epoch_ms(epoch, device, epochs: int) -> float:
+    epoch()  # warm-up: kernels built, selector settled, allocator grown
+    return round(statistics.median(timed_s(epoch, device)[1] for _ in range(epochs)) * 1e3, 2)
+
+
+def minibatch_epochs(task, sampler, args, device, name) -> list[dict]:
+    train_idx = task.split["train"]
+    loader = BlockLoader(sampler, train_idx, args.batch_size, shuffle=True,
+                         generator=torch.Generator(device=device).manual_seed(args.seed))
+    count = min(args.epoch_batches or len(loader), len(loader))
+    batches, seconds = timed_s(lambda: [batch for batch, _ in zip(loader, range(count))], device)
+    nnz = sum(batch.edge_index.size(1) for batch in batches) // len(batches)
+    print(f"mini-batch epoch: {count} batches of {args.batch_size} seeds, {nnz} sampled edges a batch, "
+          f"sampled in {seconds * 1e3:.1f} ms")
+    x, y = task.x, task.y
     rows = []
     for aggr in args.aggr:
         pyg_format = pyg_format_for(aggr, device)
         for backend in BACKENDS:
-            torch.manual_seed(args.seed)
-            model = SAGE(backend, args.features, args.hidden, args.classes, len(args.fanout), 0.0, aggr).to(device)
-            optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+            model = new_model(backend, aggr, task, args, device, args.seed)
+            optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE["mini-batch"])
 
             def epoch():
-                for nodes, edge_index in batches:
-                    adj_t = batch_adjacency(backend, edge_index, nodes.numel(), pyg_format)
-                    seeds = nodes[: args.batch_size]
-                    optimizer.zero_grad()
-                    out = model(x[nodes], adj_t)[: seeds.numel()]
-                    F.cross_entropy(out, y[seeds]).backward()
-                    optimizer.step()
+                model.train()
+                for batch in batches:
+                    train_step(model, optimizer, batch, x, y, backend, pyg_format)
 
-            epoch()
-            times = []
-            for _ in range(args.epochs):
-                synchronize(device)
-                start = time.perf_counter()
-                epoch()
-                synchronize(device)
-                times.append(time.perf_counter() - start)
-            synchronize(device)
-            start = time.perf_counter()
-            for nodes, edge_index in batches:
-                batch_adjacency(backend, edge_index, nodes.numel(), pyg_format)
-            synchronize(device)
-            route = "ours" if backend == "ours" else f"pyg-{pyg_format}"
-            rows.append({"route": route, "aggr": aggr, "device": name, "batches": len(batches),
-                         "epoch_ms": round(statistics.median(times) * 1e3, 2),
-                         "convert_ms": round((time.perf_counter() - start) * 1e3, 2)})
-            print(f"  train {aggr:<5}{route:<16}{rows[-1]['epoch_ms']:>10.2f} ms/epoch"
-                  f"{rows[-1]['convert_ms']:>10.2f} ms converting")
+            epoch_ms = median_epoch_ms(epoch, device, args.epochs)
+            _, convert_s = timed_s(lambda: [block_adjacencies(backend, b, pyg_format) for b in batches], device)
+            rows.append({"mode": "mini-batch", "backend": backend if backend == "ours" else f"pyg-{pyg_format}",
+                         "aggr": aggr, "device": name, "nodes": x.size(0), "nnz": nnz, "batches": count,
+                         "sample_ms": round(seconds * 1e3, 2), "convert_ms": round(convert_s * 1e3, 2),
+                         "epoch_ms": epoch_ms})
+    return with_speedups(rows)
+
+
+def full_batch_epochs(task, adjacencies, args, device, name) -> list[dict]:
+    rows = []
+    train_idx = task.split["train"]
+    for backend in BACKENDS:
+        adj_t, convert_s = adjacencies[backend]
+        model = new_model(backend, "mean", task, args, device, args.seed)
+        optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE["full-batch"])
+        epoch_ms = median_epoch_ms(lambda: full_batch_epoch(model, optimizer, task.x, task.y, adj_t, train_idx),
+                                   device, args.epochs)
+        rows.append({"mode": "full-batch", "backend": backend if backend == "ours" else "pyg-csr", "aggr": "mean",
+                     "device": name, "nodes": task.x.size(0), "nnz": task.edge_index.size(1), "batches": 1,
+                     "sample_ms": 0.0, "convert_ms": round(convert_s * 1e3, 2), "epoch_ms": epoch_ms})
+    return with_speedups(rows)
+
+
+def with_speedups(rows: list[dict]) -> list[dict]:
+    """``speedup`` on our rows: PyG's epoch of the same mode and aggregation over ours."""
+    for row in rows:
+        pyg = [r for r in rows if r["aggr"] == row["aggr"] and r["backend"] != "ours"]
+        row["speedup"] = round(pyg[0]["epoch_ms"] / row["epoch_ms"], 3) if row["backend"] == "ours" and pyg else ""
+        print(f"  {row['mode']:<11}{row['aggr']:<6}{row['backend']:<15}{row['epoch_ms']:>11.2f} ms/epoch"
+              f"{row['convert_ms']:>10.2f} ms converting  {row['speedup']}")
+    return rows
+
+
+# batch_accuracy.csv: test accuracy over seeds, the same seeds for both backends.
+
+def accuracy_runs(task, sampler, adjacencies, args, device, name) -> list[dict]:
+    results = {}
+    for seed in range(args.seed, args.seed + args.seeds):
+        for mode in ("mini-batch", "full-batch"):
+            for backend in BACKENDS:
+                adj_t = adjacencies[backend][0]
+                model = new_model(backend, "mean", task, args, device, seed)
+                optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE[mode])
+                if mode == "mini-batch":
+                    loader = BlockLoader(sampler, task.split["train"], args.batch_size, shuffle=True,
+                                         generator=torch.Generator(device=device).manual_seed(seed))
+                    for _ in range(args.accuracy_epochs):
+                        model.train()
+                        for batch in loader:
+                            train_step(model, optimizer, batch, task.x, task.y, backend)
+                else:
+                    for _ in range(args.full_accuracy_epochs):
+                        full_batch_epoch(model, optimizer, task.x, task.y, adj_t, task.split["train"])
+                accuracy = evaluate(model, task, task.x, adj_t)["test"]
+                results.setdefault((mode, backend), []).append(accuracy)
+                print(f"  seed {seed} {mode:<11}{backend:<5} test accuracy {accuracy:.4f}")
+    rows = []
+    for (mode, backend), accuracies in results.items():
+        rows.append({"mode": mode, "backend": backend, "device": name, "seeds": len(accuracies),
+                     "epochs": args.accuracy_epochs if mode == "mini-batch" else args.full_accuracy_epochs,
+                     "test_acc_mean": round(statistics.mean(accuracies), 4),
+                     "test_acc_std": round(statistics.pstdev(accuracies), 4)})
+        print(f"{mode:<11}{backend:<5} test accuracy {rows[-1]['test_acc_mean']:.4f} +- {rows[-1]['test_acc_std']:.4f}"
+              f" over {len(accuracies)} seeds")
     return rows
 
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
-    scale = args.scale if args.scale is not None else (21 if device.type == "cuda" else 12)
-    row, col, num_nodes = synthetic.rmat(scale, args.edge_factor, seed=args.seed, device=device)
-    graph = Graph(row, col, num_nodes)
-    del row
-    gen = torch.Generator(device=device).manual_seed(args.seed)
+    nodes = args.nodes or (NUM_NODES if device.type == "cuda" else 20_000)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"R-MAT scale {scale}: {num_nodes} nodes, {col.numel()} edges; batches of {args.batch_size} seeds, "
-          f"fan-out {args.fanout}, N = {args.n}, on {name}")
-    print(f"{'batch':>5} {'matrix':<9}{'rows':>8}{'cols':>8}{'nnz':>9}  {'route':<11}{'convert':>9}{'first':>9}"
-          f"{'spmm':>9}{'host':>8}{'conv/spmm':>10}")
-    rows, batches = [], []
-    for batch in range(args.batches):
-        seeds = torch.randperm(num_nodes, generator=gen, device=device)[: min(args.batch_size, num_nodes)]
-        nodes, matrices = sample(graph, seeds, args.fanout, gen)
-        batches.append((nodes, matrices[0][1]))
-        for matrix, edge_index, num_sources, num_targets in matrices:
-            for route in args.routes:
-                result = measure(route, edge_index, num_sources, num_targets, args, device)
-                row = {"batch": batch, "matrix": matrix, "rows": num_targets, "cols": num_sources,
-                       "nnz": edge_index.size(1), "route": route, "device": name, "n": args.n, **result}
-                rows.append(row)
-                print(f"{batch:>5} {matrix:<9}{num_targets:>8}{num_sources:>8}{edge_index.size(1):>9}  {route:<11}"
-                      f"{result['convert_us']:>9.1f}{result['first_product_us']:>9.1f}{result['spmm_us']:>9.1f}"
-                      f"{result['host_us']:>8.1f}{result['convert_per_spmm']:>10.2f}")
-    path = write_csv(out_dir(args.out) / "batch.csv", rows, FIELDS)
-    print(f"wrote {path}")
-    if args.train:
-        epochs = train_epochs(batches, num_nodes, args, device, name)
-        print(f"wrote {write_csv(out_dir(args.out) / 'batch_epoch.csv', epochs, EPOCH_FIELDS)}")
-        return rows + epochs
-    return rows
+    began = time.perf_counter()
+    task, seconds = timed_s(lambda: products_task(nodes, args.graph_seed, device), device)
+    sampler = NeighborSampler.from_edge_index(task.edge_index, args.fanout, nodes)
+    print(f"ogbn-products-shaped graph on {name}: {nodes} nodes, {task.edge_index.size(1)} nonzeros, made in "
+          f"{seconds:.1f} s; batches of {args.batch_size} seeds, fan-out {args.fanout}")
+    rows = conversion_table(sampler, task.split["train"], args, device, name)
+    print(f"wrote {write_csv(out_dir(args.out) / 'batch.csv', rows, FIELDS)}")
+    if not args.train:
+        return rows
+    epochs = minibatch_epochs(task, sampler, args, device, name)
+    adjacencies = {backend: timed_s(lambda: prepare_adjacency(backend, task.edge_index, nodes), device)
+                   for backend in BACKENDS}
+    epochs += full_batch_epochs(task, adjacencies, args, device, name)
+    print(f"wrote {write_csv(out_dir(args.out) / 'batch_epoch.csv', epochs, EPOCH_FIELDS)} "
+          f"({time.perf_counter() - began:.0f} s so far)")
+    accuracy = accuracy_runs(task, sampler, adjacencies, args, device, name) if args.seeds else []
+    if accuracy:
+        print(f"wrote {write_csv(out_dir(args.out) / 'batch_accuracy.csv', accuracy, ACCURACY_FIELDS)}")
+    print(f"done in {time.perf_counter() - began:.0f} s")
+    return rows + epochs + accuracy
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Synthetic graphs for tests and benchmarks, vectorized torch (CPU or, with ``device='cuda'``, GPU).
 
 Every generator returns ``(row, col, num_nodes)``: int64 COO sorted by (row, col) with no duplicate
-pair, ready for ``formats.csr.from_coo``. Self loops are dropped except in ``band``.
+pair, ready for ``formats.csr.from_coo``; ``planted_classes`` adds node features and labels. Self
+loops are dropped except in ``band``.
 """
 from __future__ import annotations
 
@@ -82,3 +83,56 @@ def band(n: int, b: int, device="cpu"):
     col = row + offsets.repeat(n)
     keep = (col >= 0) & (col < n)
     return _canonical(row[keep], col[keep], n, drop_self_loops=False)
+
+
+def planted_classes(num_nodes: int, num_classes: int, num_features: int, avg_degree: float,
+                    homophily: float = 0.2, feature_signal: float = 0.25, degree_exponent: float = 3.3,
+                    seed: int = 0, device="cpu"):
+    """A node-classification graph: ``(row, col, num_nodes, x, y)``, the graph as the other
+    generators return it (symmetric), float32 features ``x`` [num_nodes, num_features] and int64
+    class labels ``y``, all made on ``device`` (2.4M nodes and 120M nonzeros in seconds on a GPU).
+
+    Each node draws a class and a Pareto weight, its expected degree up to a constant (density
+    ``w ** -degree_exponent``: a power-law spread of degrees, hubs included; 3.3 puts the largest
+    degree of 2.4M nodes at about ogbn-products' 17k). ``avg_degree * num_nodes / 2`` edges join a node drawn by
+    weight to, with probability ``homophily``, a node of its class drawn by weight, else to any
+    node drawn by weight (self loops and repeats dropped, so the mean degree falls a little
+    short). Features are ``feature_signal * centroid[class] + N(0, 1)``: weak alone, so the
+    neighbours' features carry the signal a GNN has to aggregate (with the defaults a linear
+    model of the features and their 1- and 2-hop means is far ahead of one of the features)."""
+    for name, value in (("num_nodes", num_nodes), ("num_classes", num_classes), ("num_features", num_features)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise ValueError(f"{name} must be an int >= 2, got {value!r}")
+    if not 0.0 <= homophily <= 1.0:
+        raise ValueError(f"homophily must lie in [0, 1], got {homophily}")
+    if not avg_degree > 0:
+        raise ValueError(f"avg_degree must be positive, got {avg_degree}")
+    if not degree_exponent > 1:
+        raise ValueError(f"degree_exponent must exceed 1, got {degree_exponent}")
+    gen = _generator(seed, device)
+    y = torch.randint(0, num_classes, (num_nodes,), generator=gen, device=device)
+    uniform = torch.rand(num_nodes, generator=gen, device=device, dtype=torch.float64)
+    weight = (1.0 - uniform).pow(-1.0 / (degree_exponent - 1.0))
+    # Nodes ordered by class: a class is a contiguous run, so a draw by weight inside one class is
+    # a search in the running sum of weights between the run's two ends.
+    order = torch.argsort(y, stable=True)
+    running = torch.cumsum(weight[order], 0)
+    class_end = torch.cumsum(torch.bincount(y, minlength=num_classes), 0)
+    class_hi = running[class_end - 1]
+    class_lo = torch.cat([running.new_zeros(1), class_hi[:-1]])
+
+    def by_weight(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        target = lo + torch.rand(lo.shape, generator=gen, device=device, dtype=torch.float64) * (hi - lo)
+        return order[torch.searchsorted(running, target, right=True).clamp(max=num_nodes - 1)]
+
+    num_draws = int(num_nodes * avg_degree / 2)
+    total = running[-1].expand(num_draws)
+    source = by_weight(torch.zeros_like(total), total)
+    same = torch.rand(num_draws, generator=gen, device=device) < homophily
+    source_class = y[source]
+    target = torch.where(same, by_weight(class_lo[source_class], class_hi[source_class]),
+                         by_weight(torch.zeros_like(total), total))
+    row, col, _ = _canonical(torch.cat([source, target]), torch.cat([target, source]), num_nodes)
+    centroids = torch.randn(num_classes, num_features, generator=gen, device=device)
+    x = feature_signal * centroids[y] + torch.randn(num_nodes, num_features, generator=gen, device=device)
+    return row, col, num_nodes, x, y

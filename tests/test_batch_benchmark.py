@@ -1,67 +1,77 @@
-"""benchmarks/batch.py on a tiny graph: the sampler draws NeighborLoader-shaped batches, every
-route gives a row of batch.csv, arguments are checked."""
+"""benchmarks/batch.py on a tiny products-shaped graph: every matrix and route gives a row of
+batch.csv, --train writes the epoch and accuracy tables with both backends on the same batches,
+--quick scales the defaults, arguments are checked."""
 import csv
 
 import pytest
-import torch
 
 pytest.importorskip("torch_geometric", reason="torch_geometric is not installed")
 from benchmarks import batch  # noqa: E402
-from graph_data import synthetic  # noqa: E402
 
-TINY = ["--device", "cpu", "--scale", "8", "--batch-size", "16", "--batches", "1", "--reps", "2", "--calls", "3"]
+TINY = ["--device", "cpu", "--nodes", "600", "--batch-size", "16", "--fanout", "4", "3", "--batches", "1",
+        "--reps", "2"]
+
+
+def read(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
 
 
 def test_every_matrix_and_route_writes_a_row(tmp_path):
     rows = batch.main([*TINY, "--out", str(tmp_path)])
     assert {(row["matrix"], row["route"]) for row in rows} == {
-        (m, r) for m in ("subgraph", "hop1", "hop2") for r in batch.ROUTES}
-    with open(tmp_path / "batch.csv") as handle:
-        written = list(csv.DictReader(handle))
+        (m, r) for m in ("subgraph", "layer1", "layer2") for r in batch.ROUTES}
+    written = read(tmp_path / "batch.csv")
     assert len(written) == len(rows) and tuple(written[0]) == batch.FIELDS
     assert all(float(row[key]) > 0 for row in written for key in ("convert_us", "spmm_us", "host_us"))
+    # layer blocks: [targets, sources], the first layer's sources all the batch's nodes
+    by_matrix = {row["matrix"]: row for row in rows if row["route"] == "ours-batch"}
+    assert by_matrix["layer1"]["cols"] == by_matrix["subgraph"]["cols"]
+    assert by_matrix["layer2"]["rows"] == 16 and by_matrix["layer2"]["cols"] == by_matrix["layer1"]["rows"]
+    assert by_matrix["subgraph"]["nnz"] == by_matrix["layer1"]["nnz"]
+    assert all(row["layout_pays_after"] == "" for row in rows if row["route"] != "ours-batch")
 
 
-def test_sampled_batches_have_neighbor_loader_shape():
-    row, col, num_nodes = synthetic.rmat(9, 8, seed=1)
-    graph = batch.Graph(row, col, num_nodes)
-    graph_edges = set(zip(row.tolist(), col.tolist()))  # (target, source)
-    seeds = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(0))[:20]
-    nodes, matrices = batch.sample(graph, seeds, [5, 3], torch.Generator().manual_seed(1))
-    assert [m[0] for m in matrices] == ["subgraph", "hop1", "hop2"]
-    assert bool((graph.slot == -1).all())
-    assert torch.equal(nodes[:20], seeds) and torch.unique(nodes).numel() == nodes.numel()
-    (_, subgraph, num_all, _), (_, hop1, src1, dst1), (_, hop2, src2, dst2) = matrices
-    assert dst1 == 20 and src1 == dst2 and src2 == num_all == nodes.numel()
-    assert subgraph.size(1) == hop1.size(1) + hop2.size(1)
-    frontier = seeds.tolist()
-    for edges, num_sources, num_targets, fanout in ((hop1, src1, dst1, 5), (hop2, src2, dst2, 3)):
-        assert int(edges[0].max()) < num_sources and int(edges[1].max()) < num_targets
-        assert torch.unique(edges, dim=1).size(1) == edges.size(1)  # without replacement
-        counts = torch.bincount(edges[1], minlength=num_targets)
-        degree = torch.bincount(row, minlength=num_nodes)[nodes[:num_targets]]
-        # each node of the hop's frontier keeps min(fanout, degree) neighbours, other targets none
-        in_frontier = torch.isin(nodes[:num_targets], torch.tensor(frontier))
-        assert torch.equal(counts, torch.where(in_frontier, degree.clamp(max=fanout), 0))
-        for s, t in zip(nodes[edges[0]].tolist(), nodes[edges[1]].tolist()):
-            assert (t, s) in graph_edges
-        frontier = nodes[num_targets:num_sources].tolist()
+def test_the_layout_pays_after_its_extra_conversion_over_the_products_saved():
+    light = {"convert_us": 100.0, "spmm_us": 30.0}
+    assert batch.layout_pays_after(light, {"convert_us": 500.0, "spmm_us": 10.0}) == 20.0
+    assert batch.layout_pays_after(light, {"convert_us": 500.0, "spmm_us": 40.0}) == ""
 
 
-@pytest.mark.parametrize("argument, value", [("--batches", "0"), ("--n", "0"), ("--scale", "40"), ("--fanout", "0")])
+def test_training_tables_over_the_same_batches(tmp_path):
+    rows = batch.main([*TINY, "--routes", "ours-batch", "--train", "--epochs", "1", "--epoch-batches", "2",
+                       "--seeds", "2", "--accuracy-epochs", "1", "--full-accuracy-epochs", "1", "--hidden", "8",
+                       "--out", str(tmp_path)])
+    epochs = read(tmp_path / "batch_epoch.csv")
+    assert tuple(epochs[0]) == batch.EPOCH_FIELDS
+    assert {(row["mode"], row["backend"], row["aggr"]) for row in epochs} == {
+        ("mini-batch", "ours", "mean"), ("mini-batch", "pyg-csr", "mean"), ("mini-batch", "ours", "max"),
+        ("mini-batch", "pyg-csr", "max"), ("full-batch", "ours", "mean"), ("full-batch", "pyg-csr", "mean")}
+    assert all(float(row["epoch_ms"]) > 0 and float(row["convert_ms"]) > 0 for row in epochs)
+    assert all((row["speedup"] != "") == (row["backend"] == "ours") for row in epochs)
+    assert all(row["batches"] == "2" for row in epochs if row["mode"] == "mini-batch")
+    accuracy = read(tmp_path / "batch_accuracy.csv")
+    assert tuple(accuracy[0]) == batch.ACCURACY_FIELDS and len(accuracy) == 4
+    by_run = {(row["mode"], row["backend"]): row for row in accuracy}
+    for mode in ("mini-batch", "full-batch"):
+        # the same seeds, batches and initial weights: the same function, the same accuracy
+        assert by_run[(mode, "ours")]["test_acc_mean"] == by_run[(mode, "pyg")]["test_acc_mean"]
+        assert by_run[(mode, "ours")]["seeds"] == "2"
+    assert len([row for row in rows if "test_acc_mean" in row]) == 4
+
+
+def test_quick_scales_the_defaults_and_explicit_values_win():
+    quick = batch.parse_args(["--quick"])
+    assert (quick.batches, quick.epochs, quick.epoch_batches, quick.seeds) == (2, 2, 32, 2)
+    full = batch.parse_args([])
+    assert (full.seeds, full.epoch_batches, full.accuracy_epochs) == (10, None, 5)
+    assert batch.parse_args(["--quick", "--seeds", "5"]).seeds == 5
+
+
+@pytest.mark.parametrize("argument, value", [("--batches", "0"), ("--n", "0"), ("--nodes", "1"),
+                                             ("--fanout", "0"), ("--epoch-batches", "0"), ("--seeds", "-1"),
+                                             ("--dropout", "1.0")])
 def test_arguments_are_checked(argument, value, capsys):
     with pytest.raises(SystemExit):
         batch.parse_args([argument, value])
     assert argument.lstrip("-").split("-")[0] in capsys.readouterr().err
-
-
-def test_training_epochs_over_the_same_batches(tmp_path):
-    rows = batch.main([*TINY, "--routes", "ours-batch", "--train", "--epochs", "1", "--features", "4",
-                       "--hidden", "4", "--classes", "3", "--out", str(tmp_path)])
-    epochs = [row for row in rows if "epoch_ms" in row]
-    assert {(row["route"], row["aggr"]) for row in epochs} == {
-        (route, aggr) for route in ("ours", "pyg-csr") for aggr in ("mean", "max")}
-    with open(tmp_path / "batch_epoch.csv") as handle:
-        written = list(csv.DictReader(handle))
-    assert tuple(written[0]) == batch.EPOCH_FIELDS and len(written) == 4
-    assert all(float(row["epoch_ms"]) > 0 and float(row["convert_ms"]) > 0 for row in written)

@@ -3,15 +3,18 @@
 ``prepare_adjacency`` builds, once per graph, what every layer takes as ``adj_t``
 (``A[target, source]``): a TCSparseTensor for ``backend="ours"``; for ``backend="pyg"`` a torch
 sparse CSR matrix or the ``edge_index`` itself (PyG's scatter route). ``batch_adjacency`` builds
-it for a sampled batch, used for one training step: ours in its CSR-only form
-(``TCSparseTensor.from_batch``), which skips the Tensor-Core layout a few products would not pay
-back.
+it for a sampled batch or one of its bipartite blocks, used for one training step: ours in its
+CSR-only form (``TCSparseTensor.from_batch``), which skips the Tensor-Core layout a few products
+would not pay back; PyG's by its own ``to_torch_csr_tensor``.
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch_geometric.nn import SAGEConv
+from torch_geometric.utils import to_torch_csr_tensor
 
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.nn import fused
@@ -27,38 +30,43 @@ def pyg_format_for(aggr: str, device: torch.device) -> str:
     return "edge_index" if aggr == "max" and device.type == "cuda" else "csr"
 
 
-def prepare_adjacency(backend: str, edge_index: torch.Tensor, num_nodes: int, pyg_format: str = "csr"):
+def _check(backend: str, pyg_format: str) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if pyg_format not in PYG_FORMATS:
         raise ValueError(f"pyg_format must be one of {PYG_FORMATS}, got {pyg_format!r}")
+
+
+def prepare_adjacency(backend: str, edge_index: torch.Tensor, num_nodes: int, pyg_format: str = "csr"):
+    _check(backend, pyg_format)
     if backend == "ours":
         adj = TCSparseTensor.from_edge_index(edge_index, num_nodes=num_nodes)
         # The backward pass multiplies by the transpose, built on first use and cached on the
         # matrix: building it here keeps every conversion inside the preprocessing time.
         adj.t()
         return adj
-    return _pyg_adjacency(edge_index, num_nodes, pyg_format)
+    return _pyg_adjacency(edge_index, (num_nodes, num_nodes), pyg_format)
 
 
-def batch_adjacency(backend: str, edge_index: torch.Tensor, num_nodes: int, pyg_format: str = "csr"):
-    """``adj_t`` of a sampled batch: ours CSR-only (its transpose, for the backward, built by
-    the backward itself), PyG's as ``prepare_adjacency`` builds it."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if pyg_format not in PYG_FORMATS:
-        raise ValueError(f"pyg_format must be one of {PYG_FORMATS}, got {pyg_format!r}")
+def batch_adjacency(backend: str, edge_index: torch.Tensor, num_nodes, pyg_format: str = "csr"):
+    """``adj_t`` of a sampled batch (``num_nodes`` an int) or of a bipartite block (``num_nodes``
+    = (num_sources, num_targets)): ours CSR-only (its transpose, for the backward, built by the
+    backward itself), PyG's CSR or its ``edge_index`` as given."""
+    _check(backend, pyg_format)
+    sizes = (num_nodes, num_nodes) if isinstance(num_nodes, int) else tuple(num_nodes)
     if backend == "ours":
-        return TCSparseTensor.from_batch(edge_index, num_nodes=num_nodes)
-    return _pyg_adjacency(edge_index, num_nodes, pyg_format)
+        return TCSparseTensor.from_batch(edge_index, num_nodes=sizes)
+    return _pyg_adjacency(edge_index, sizes, pyg_format)
 
 
-def _pyg_adjacency(edge_index: torch.Tensor, num_nodes: int, pyg_format: str):
+def _pyg_adjacency(edge_index: torch.Tensor, sizes: tuple[int, int], pyg_format: str):
     if pyg_format == "edge_index":
         return edge_index
-    values = torch.ones(edge_index.size(1), device=edge_index.device)
-    return torch.sparse_coo_tensor(edge_index.flip(0), values, (num_nodes, num_nodes),
-                                   check_invariants=False).coalesce().to_sparse_csr()
+    num_sources, num_targets = sizes
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+        return to_torch_csr_tensor(edge_index.flip(0), size=(num_targets, num_sources))
 
 
 class SAGE(torch.nn.Module):
@@ -83,3 +91,16 @@ class SAGE(torch.nn.Module):
         for conv in self.convs[:-1]:
             x = F.dropout(F.relu(conv(x, adj_t)), p=self.dropout, training=self.training)
         return self.convs[-1](x, adj_t)
+
+    def forward_blocks(self, x, blocks):
+        """The outputs of a sampled batch's seeds: ``x`` holds the features of the batch's nodes,
+        ``blocks`` per layer, first layer first, ``(adj_t, num_targets)`` of its bipartite block
+        (``SampledBatch.layer_edges``); each layer maps its sources to their first
+        ``num_targets``, as PyG's layers do with ``x = (x_sources, x_targets)``."""
+        if len(blocks) != len(self.convs):
+            raise ValueError(f"blocks must hold one block per layer ({len(self.convs)}), got {len(blocks)}")
+        for i, (conv, (adj_t, num_targets)) in enumerate(zip(self.convs, blocks)):
+            x = conv((x, x[:num_targets]), adj_t)
+            if i < len(self.convs) - 1:
+                x = F.dropout(F.relu(x), p=self.dropout, training=self.training)
+        return x

@@ -1,7 +1,9 @@
 """GPU tests of ``TCSparseTensor.from_batch``: products of the CSR-only form run the rows kernel
 without building the Tensor-Core layout until the selector has counted its price in products,
 and equal the fully converted matrix's, forward and backward, in every kernel dtype; PyG layers
-on a CUDA bipartite block."""
+on a CUDA bipartite block. The neighbour sampler on CUDA: its batches keep every invariant, a
+CUDA generator repeats them, a training step on their blocks equals PyG's and leaves each block's
+layout unbuilt; the mini-batch benchmark end to end."""
 import copy
 
 import pytest
@@ -131,3 +133,65 @@ def test_sage_on_a_light_cuda_block(kernels, aggr):
     expected = run(copy.deepcopy(layer), reference_adj, "cpu", torch.float64)
     for got, want in zip(ours, expected):
         torch.testing.assert_close(got.double().cpu(), want, rtol=0, atol=5e-3 * max(float(want.abs().max()), 1.0))
+
+
+def cuda_sampler(fanout, num_nodes=4000, seed=0):
+    from graph_data import synthetic
+    from torch_tcsparse.loader import NeighborSampler
+
+    row, col, _, _, _ = synthetic.planted_classes(num_nodes, 5, 4, 12.0, seed=seed, device="cuda")
+    return NeighborSampler.from_edge_index(torch.stack([col, row]), fanout, num_nodes)
+
+
+@pytest.mark.parametrize("fanout", [[15, 10, 5], [-1, 3]])
+def test_cuda_batches_keep_every_invariant_and_repeat_from_a_generator(fanout):
+    from sampling.batches import check_batch
+
+    sampler = cuda_sampler(fanout)
+    seeds = torch.randperm(4000, device="cuda")[:64]
+    batches = [sampler.sample(seeds, torch.Generator("cuda").manual_seed(3)) for _ in range(2)]
+    check_batch(sampler, batches[0], seeds)
+    assert batches[0].nodes.is_cuda and batches[0].edge_index.is_cuda
+    assert torch.equal(batches[0].edge_index, batches[1].edge_index)
+    with pytest.raises(ValueError, match="generator"):
+        sampler.sample(seeds, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="device"):
+        sampler.sample(seeds.cpu())
+
+
+@pytest.mark.parametrize("aggr", ["mean", "max"])
+def test_a_block_step_on_cuda_equals_pyg_and_leaves_the_layouts_unbuilt(kernels, aggr, monkeypatch):
+    from examples.sage import blocks, models
+
+    made = []
+    convert = TCSparseTensor.from_batch
+    monkeypatch.setattr(TCSparseTensor, "from_batch",
+                        lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
+    batch = cuda_sampler([10, 5, 3]).sample(torch.arange(0, 4000, 40, device="cuda"),
+                                             torch.Generator("cuda").manual_seed(1))
+    x = torch.randn(4000, 16, device="cuda")
+    y = torch.randint(0, 5, (4000,), device="cuda")
+    results = {}
+    for backend in models.BACKENDS:
+        torch.manual_seed(0)
+        model = models.SAGE(backend, 16, 32, 5, 3, 0.0, aggr).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        loss = blocks.train_step(model, optimizer, batch, x, y, backend, models.pyg_format_for(aggr, x.device))
+        results[backend] = [loss] + [p.grad for p in model.parameters()]
+    for ours, theirs in zip(results["ours"], results["pyg"]):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4 * max(float(theirs.abs().max()), 1.0))
+    assert len(made) == 3 and all(is_pending(block) for block in made)
+
+
+def test_the_batch_benchmark_runs_on_cuda(kernels, tmp_path):
+    from benchmarks import batch
+
+    rows = batch.main(["--device", "cuda", "--nodes", "20000", "--batch-size", "64", "--batches", "1", "--reps", "2",
+                       "--train", "--epochs", "1", "--epoch-batches", "2", "--seeds", "1", "--accuracy-epochs", "1",
+                       "--full-accuracy-epochs", "2", "--hidden", "16", "--out", str(tmp_path)])
+    assert {row["route"] for row in rows if "route" in row} == set(batch.ROUTES)
+    epochs = [row for row in rows if "epoch_ms" in row]
+    assert len(epochs) == 6 and all(row["epoch_ms"] > 0 for row in epochs)
+    accuracy = {(row["mode"], row["backend"]): row["test_acc_mean"] for row in rows if "test_acc_mean" in row}
+    for mode in ("mini-batch", "full-batch"):
+        assert accuracy[(mode, "ours")] == pytest.approx(accuracy[(mode, "pyg")], abs=0.01)
