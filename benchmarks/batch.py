@@ -51,7 +51,7 @@ from examples.sage.products import NUM_NODES, products_task
 from examples.sage.train import evaluate, full_batch_epoch
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.loader import BlockLoader, NeighborSampler
-from torch_tcsparse.selector.pending import BUILD_AFTER_USES
+from torch_tcsparse.structure import BUILD_AFTER_USES
 
 ROUTES = ("ours-batch", "ours-full", "pyg-csr")
 FIELDS = ("batch", "matrix", "rows", "cols", "nnz", "route", "device", "n", "convert_us", "first_product_us",

@@ -63,7 +63,7 @@ class TCSparseTensor(torch.Tensor):
         bipartite blocks: as ``from_edge_index`` (``num_nodes`` an int or a (num_sources,
         num_targets) pair), but only the CSR is built. Products run the CSR rows kernel (or
         torch.sparse where the kernels do not run) until the matrix has been used often enough to
-        pay for the Tensor-Core layout, which it then builds for itself (``selector.pending``);
+        pay for the Tensor-Core layout, which it then builds for itself (``structure.CsrStructure``);
         a path named by the caller or a gradient of the values builds it at once. No reordering."""
         return cls(*build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window))
 
