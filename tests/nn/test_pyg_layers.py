@@ -2,10 +2,10 @@
 and gradients (of X and of every parameter) against the same layer on a torch.sparse CSR
 ``adj_t`` in float64 on the CPU, and whether the product ran on our kernels.
 
-Layers that normalize the matrix themselves (GCNConv and APPNP with normalize=True, SGConv,
-ClusterGCNConv) build a new torch.sparse matrix from ours inside PyG: they take a TCSparseTensor
-and give PyG's result, but multiply on torch.sparse (README, "PyG layers": normalize once with
-``torch_tcsparse.nn.gcn_norm`` and pass normalize=False instead)."""
+PyG's own layers that normalize the matrix themselves (GCNConv and APPNP with normalize=True,
+SGConv, ClusterGCNConv) build a new torch.sparse matrix from ours: they take a TCSparseTensor and
+give PyG's result, but multiply on torch.sparse; ``fused(Layer)`` runs them on our kernels
+(tests/nn/test_normalizing_layers.py)."""
 import copy
 
 import pytest
