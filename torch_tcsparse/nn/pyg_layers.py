@@ -5,7 +5,7 @@ A TCSparseTensor reports the sparse CSR layout and its CSR arrays, so PyG's ``Me
 takes it as a sparse ``adj_t`` and runs the layer's ``message_and_aggregate``, whose
 ``torch_geometric.utils.spmm`` calls ``torch.sparse.mm(adj_t, x, reduce)``: our product, with no
 adapter, for every reduction on the CPU and for "sum" and "mean" on CUDA. PyG's route misses our
-kernels in two cases, which ``fused(Layer)`` covers, a subclass of the PyG layer (PyG itself
+kernels in three cases, which ``fused(Layer)`` covers, a subclass of the PyG layer (PyG itself
 untouched) that loads the layer's state_dict and leaves any other ``adj_t`` to the layer's own code:
 
 - on CUDA, PyG's ``spmm`` refuses "max" and "min" for every torch.sparse matrix before it
@@ -13,7 +13,9 @@ untouched) that loads the layer's state_dict and leaves any other ``adj_t`` to t
   ``reduce=layer.aggr`` itself;
 - GCNConv, SGConv, APPNP, TAGConv, ClusterGCNConv and LGConv normalize the matrix inside their
   forward by building a torch.sparse one: the subclass's forward normalizes a TCSparseTensor on
-  our side once (:mod:`.normalizing_layers`) and propagates over it.
+  our side once (:mod:`.normalizing_layers`) and propagates over it;
+- GATConv and TransformerConv gather E x heads x channels messages: the subclass's forward runs
+  their attention on our kernels (:mod:`.attention_layers`).
 """
 from __future__ import annotations
 
@@ -22,12 +24,12 @@ import inspect
 import sys
 
 from ..tensor import TCSparseTensor
-from . import normalizing_layers
+from . import attention_layers, normalizing_layers
 from .derived_graph import forget
 
 _FUSED: dict[type, type] = {}
 # PyG layer name -> its forward on a TCSparseTensor.
-_FORWARDS = normalizing_layers.FORWARDS
+_FORWARDS = {**normalizing_layers.FORWARDS, **attention_layers.FORWARDS}
 
 
 def fused(layer_class: type) -> type:
@@ -46,7 +48,7 @@ def fused(layer_class: type) -> type:
 
 def _subclass(layer_class: type) -> type:
     namespace = {"__module__": layer_class.__module__, "__qualname__": f"fused({layer_class.__qualname__})"}
-    # A layer without message_and_aggregate (PyG's abstract one) keeps it: PyG would then call it.
+    # Replaced only where the layer implements one (PyG marks its own abstract): attention has none.
     if not getattr(layer_class.message_and_aggregate, "__isabstractmethod__", False):
         namespace["message_and_aggregate"] = _message_and_aggregate(layer_class.message_and_aggregate)
     ours = _forward_on_matrix(layer_class)
@@ -84,14 +86,13 @@ def _message_and_aggregate(parent):
 
 
 def _forward(parent, ours):
-    signature = inspect.signature(parent)
-    graph_name = [name for name in signature.parameters if name != "self"][1]
+    # PyG's forwards take the features, then the graph.
+    graph_name = [name for name in inspect.signature(parent).parameters if name != "self"][1]
 
     @functools.wraps(parent)
     def forward(self, *args, **kwargs):
-        if not isinstance(signature.bind(self, *args, **kwargs).arguments.get(graph_name), TCSparseTensor):
-            return parent(self, *args, **kwargs)
-        return ours(self, *args, **kwargs)
+        graph = args[1] if len(args) > 1 else kwargs.get(graph_name)
+        return (ours if isinstance(graph, TCSparseTensor) else parent)(self, *args, **kwargs)
 
     return forward
 
