@@ -17,16 +17,18 @@ Graphs: an R-MAT graph from ``graph_data.synthetic`` (``--scale``) and the real 
 graph belongs to the "fit" or the "unseen" families (those nothing was tuned on), reported apart.
 
 Each row: ``preprocess_s``, the conversion of edge_index into the route's adjacency (the
-transpose our backward uses included, GCN normalization for GCNConv); ``epoch_ms``, the median of
-``--reps`` forward+backward passes (a sum loss) after ``--warmup``, timed with CUDA events on a
-GPU; on CUDA ``peak_mib``, ``torch.cuda.max_memory_allocated`` during one pass above what was
-allocated before it. Rows of ``ours`` also hold the sum of the layer's parts timed alone:
+transpose our backward uses included, GCN normalization for GCNConv); ``first_ms``, the first
+forward+backward pass (a sum loss), where a layer derives what it keeps from its graph;
+``epoch_ms``, the median of ``--reps`` further passes after ``--warmup``, timed with CUDA events
+on a GPU; on CUDA ``kept_mib``, what the layer keeps allocated from its first pass, and
+``peak_mib``, ``torch.cuda.max_memory_allocated`` during one pass above what was allocated before
+it. Rows of ``ours`` also hold the sum of the layer's parts timed alone:
 ``products_ms``, every sparse product of one forward (our SpMM, the multi-head products of
 attention) timed forward+backward by itself, ``dense_ms``, the pass with those products replaced
 by stand-ins that cost nothing (the layer's dense work and everything around the products), and
 ``overhead``, epoch_ms over their sum (target: at most 1.1). Writes ``layers.csv`` into ``--out``
 (default ``$OUT``, else ``out``) and prints, per split and layer, the geomean speedups over PyG's
-routes, the worst overhead and the peak memory against PyG's.
+routes, the worst overhead and the memory (peak plus kept) against PyG's.
 
     python -m benchmarks.layers --device cuda --scale 18 --features 128
     python -m benchmarks.layers --device cuda --corpus all --tier medium --no-real --features 128
@@ -69,8 +71,8 @@ LAYERS = {
                                  False),
 }
 DEFAULT_REAL = ("planetoid_pubmed", "gg_flickr", "ogbl_ddi")
-FIELDS = ("graph", "split", "nodes", "edges", "layer", "route", "device", "features", "preprocess_s", "epoch_ms",
-          "peak_mib", "products_ms", "dense_ms", "overhead")
+FIELDS = ("graph", "split", "nodes", "edges", "layer", "route", "device", "features", "preprocess_s", "first_ms",
+          "epoch_ms", "kept_mib", "peak_mib", "products_ms", "dense_ms", "overhead")
 
 
 def parse_args(argv=None):
@@ -283,20 +285,37 @@ def parts_ms(layer, x, graph_args, device, warmup: int, reps: int) -> tuple[floa
     return products, dense
 
 
-def measure(layer, x, graph_args, device, warmup: int, reps: int) -> tuple[float, float | None]:
-    """(median forward+backward milliseconds, peak MiB above the start on CUDA, else None)."""
+def measure(layer, x, graph_args, device, warmup: int, reps: int) -> dict:
+    """The first forward+backward's milliseconds (what a layer derives from its graph, the first
+    choices of its products), the median of the others, and on CUDA the MiB the layer keeps from
+    the first (a normalized matrix, an attention pattern) and the peak MiB of one step above what
+    was allocated before it (else None)."""
     step = training_step(layer, x, graph_args)
+    synchronize(device)
+    before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    start = time.perf_counter()
+    step()
+    synchronize(device)
+    first_ms = (time.perf_counter() - start) * 1e3
+    layer.zero_grad(set_to_none=True)
+    x.grad = None
+    kept = None if before is None else (torch.cuda.memory_allocated(device) - before) / 2**20
     epoch = median_ms(step, device, warmup, reps)
-    return epoch, peak_mib(step, device)
+    return dict(first_ms=first_ms, epoch_ms=epoch, kept_mib=kept, peak_mib=peak_mib(step, device))
+
+
+def _held(row: dict) -> float:
+    """MiB a step needs: its peak and what the layer keeps between steps."""
+    return float(row["peak_mib"]) + float(row["kept_mib"])
 
 
 def summarize(rows: list[dict]) -> None:
     """Per split and layer: geomean speedup of ours over each PyG route, the worst overhead of
-    ours over its parts, and (on CUDA) the geomean of our peak memory over PyG's."""
+    ours over its parts, and (on CUDA) the geomean of our memory (peak plus kept) over PyG's."""
     by_key = {(row["graph"], row["layer"], row["route"]): row for row in rows}
     for split in sorted({row["split"] for row in rows}):
         print(f"\n{split} families: speedup of ours (geomean over graphs), overhead over parts (worst), "
-              "peak memory ours / PyG (geomean)")
+              "memory (peak + kept) ours / PyG (geomean)")
         for layer in dict.fromkeys(row["layer"] for row in rows if row["split"] == split):
             ours = [row for row in rows if row["split"] == split and row["layer"] == layer and row["route"] == "ours"]
             line = f"  {layer:>20}"
@@ -307,8 +326,7 @@ def summarize(rows: list[dict]) -> None:
                     continue
                 speedup = geomean(float(theirs["epoch_ms"]) / float(mine["epoch_ms"]) for theirs, mine in pairs)
                 line += f"  vs {route}: {speedup:5.2f}x time"
-                memory = [float(mine["peak_mib"]) / float(theirs["peak_mib"]) for theirs, mine in pairs
-                          if mine["peak_mib"] and theirs["peak_mib"] and float(theirs["peak_mib"]) > 0]
+                memory = [_held(mine) / _held(theirs) for theirs, mine in pairs if mine["peak_mib"] and _held(theirs) > 0]
                 line += f", {geomean(memory):4.2f}x memory" if memory else ""
             overheads = [float(row["overhead"]) for row in ours if row["overhead"]]
             line += f"  overhead {max(overheads):.2f}" if overheads else ""
@@ -336,13 +354,16 @@ def main(argv=None) -> list[dict]:
                 torch.manual_seed(0)
                 layer = factory(fused(pyg_class) if route == "ours" else pyg_class, args.features,
                                 args.features).to(device)
-                epoch_ms, peak = measure(layer, x, graph_args, device, args.warmup, args.reps)
+                timing = measure(layer, x, graph_args, device, args.warmup, args.reps)
+                epoch_ms, peak, kept = timing["epoch_ms"], timing["peak_mib"], timing["kept_mib"]
                 row = dict(graph=name, split=split, nodes=num_nodes, edges=edge_index.size(1), layer=layer_name,
                            route=route, device=device_name, features=args.features,
-                           preprocess_s=f"{preprocess_s:.4f}", epoch_ms=f"{epoch_ms:.3f}",
+                           preprocess_s=f"{preprocess_s:.4f}", first_ms=f"{timing['first_ms']:.3f}",
+                           epoch_ms=f"{epoch_ms:.3f}", kept_mib="" if kept is None else f"{kept:.1f}",
                            peak_mib="" if peak is None else f"{peak:.1f}", products_ms="", dense_ms="", overhead="")
                 line = (f"{name:>18} {layer_name:>20} {route:>14}  preprocess {preprocess_s:8.4f} s  "
-                        f"epoch {epoch_ms:9.3f} ms" + ("" if peak is None else f"  peak {peak:8.1f} MiB"))
+                        f"first {timing['first_ms']:9.3f} ms  epoch {epoch_ms:9.3f} ms"
+                        + ("" if peak is None else f"  kept {kept:8.1f} MiB  peak {peak:8.1f} MiB"))
                 if route == "ours":
                     products, dense = parts_ms(layer, x, graph_args, device, args.warmup, args.reps)
                     row.update(products_ms=f"{products:.3f}", dense_ms=f"{dense:.3f}",

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torch_tcsparse import TCSparseTensor
-from torch_tcsparse.nn.attention_graph import attention_graph, kernel_operands, row_pieces
+from torch_tcsparse.nn.attention_graph import attention_graph, build_kernel_operands, row_pieces
 from torch_tcsparse.nn.multihead import KernelSddmm, KernelSpmm, TorchSddmm, edge_dots, per_head_products
 
 
@@ -50,7 +50,7 @@ def graph(num_rows=30, num_cols=25, seed=0):
 
 def operands(adj, piece_nnz):
     csr = adj.csr
-    return kernel_operands(csr.rowptr, csr.col, csr.row_indices(csr.col.dtype), csr.num_cols, piece_nnz)
+    return build_kernel_operands(csr.rowptr, csr.col, csr.row_indices(csr.col.dtype), csr.num_cols, piece_nnz)
 
 
 @given(st.lists(st.integers(0, 40), max_size=30), st.integers(1, 9))

@@ -96,11 +96,11 @@ class AttentionGraph:
         if not (x.is_cuda and x.dtype in KERNEL_DTYPES and self.col.dtype == torch.int32 and _ext.available()):
             return None
         if self._kernel_operands is None:
-            self._kernel_operands = kernel_operands(self._rowptr, self.col, self.row, self.num_cols)
+            self._kernel_operands = build_kernel_operands(self._rowptr, self.col, self.row, self.num_cols)
         return self._kernel_operands
 
 
-def kernel_operands(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: int,
+def build_kernel_operands(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: int,
                     piece_nnz: int = PIECE_NNZ) -> KernelOperands:
     """The kernels' operands of the CSR (rowptr, col) whose edges lie in ``row``; the transpose's
     edges are sorted by column, stably, so rows ascend within each (its canonical order)."""
