@@ -101,7 +101,7 @@ class AttentionGraph:
 
 
 def build_kernel_operands(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: int,
-                    piece_nnz: int = PIECE_NNZ) -> KernelOperands:
+                          piece_nnz: int = PIECE_NNZ) -> KernelOperands:
     """The kernels' operands of the CSR (rowptr, col) whose edges lie in ``row``; the transpose's
     edges are sorted by column, stably, so rows ascend within each (its canonical order)."""
     order = torch.sort(col.long(), stable=True).indices

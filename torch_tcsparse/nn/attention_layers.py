@@ -42,6 +42,8 @@ def _check_rows(graph: AttentionGraph, sources: Tensor, targets: Tensor | None) 
 
 def gat_conv(layer, x, edge_index: TCSparseTensor, edge_attr: Tensor | None = None, size=None,
              return_attention_weights=None):
+    # Edge features keep PyG's route: projected per edge, they are the E x channels tensor this
+    # route avoids, and PyG's own sparse route refuses them with self-loops.
     if layer.lin_edge is not None or edge_attr is not None:
         from torch_geometric.nn import GATConv
 
@@ -88,7 +90,7 @@ def gat_conv(layer, x, edge_index: TCSparseTensor, edge_attr: Tensor | None = No
 
 def transformer_conv(layer, x, edge_index: TCSparseTensor, edge_attr: Tensor | None = None,
                      return_attention_weights=None):
-    if layer.lin_edge is not None or edge_attr is not None:
+    if layer.lin_edge is not None or edge_attr is not None:  # as GATConv's
         from torch_geometric.nn import TransformerConv
 
         return TransformerConv.forward(layer, x, edge_index, edge_attr, return_attention_weights)
