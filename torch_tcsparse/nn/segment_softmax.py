@@ -23,10 +23,12 @@ class SegmentSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores, lengths, row):
         # An empty row's maximum is -inf; no edge reads it.
+        # In place where a fresh tensor allows: one [E, heads] tensor alive at a time beside the
+        # scores, the gathers aside.
         row_max = torch.segment_reduce(scores, "max", lengths=lengths, axis=0)
-        exp = (scores - row_max.index_select(0, row)).exp()
-        row_sum = torch.segment_reduce(exp, "sum", lengths=lengths, axis=0) + 1e-16
-        alpha = exp / row_sum.index_select(0, row)
+        alpha = (scores - row_max.index_select(0, row)).exp_()
+        row_sum = torch.segment_reduce(alpha, "sum", lengths=lengths, axis=0) + 1e-16
+        alpha.div_(row_sum.index_select(0, row))
         ctx.save_for_backward(alpha, lengths, row)
         return alpha
 
@@ -35,4 +37,4 @@ class SegmentSoftmax(torch.autograd.Function):
         alpha, lengths, row = ctx.saved_tensors
         weighted = grad_alpha * alpha
         row_sum = torch.segment_reduce(weighted, "sum", lengths=lengths, axis=0)
-        return weighted - alpha * row_sum.index_select(0, row), None, None
+        return weighted.sub_(alpha * row_sum.index_select(0, row)), None, None
