@@ -20,6 +20,7 @@ SOURCES = (
     "split_sums.cpp",
     "grouped_binding.cpp",
     "reduce_rows_binding.cpp",
+    "attention_binding.cpp",
     "kernels_f32.cu",
     "kernels_f16.cu",
     "kernels_bf16.cu",
@@ -27,6 +28,7 @@ SOURCES = (
     "csr_rows_spmm.cu",
     "grouped_spmm.cu",
     "reduce_rows.cu",
+    "attention.cu",
 )
 # The module built on first use (in torch's extension cache) and the one built into the package.
 NAME = "tcsparse_kernels"

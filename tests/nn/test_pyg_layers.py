@@ -2,10 +2,10 @@
 and gradients (of X and of every parameter) against the same layer on a torch.sparse CSR
 ``adj_t`` in float64 on the CPU, and whether the product ran on our kernels.
 
-Layers that normalize the matrix themselves (GCNConv and APPNP with normalize=True, SGConv,
-ClusterGCNConv) build a new torch.sparse matrix from ours inside PyG: they take a TCSparseTensor
-and give PyG's result, but multiply on torch.sparse (README, "PyG layers": normalize once with
-``torch_tcsparse.nn.gcn_norm`` and pass normalize=False instead)."""
+PyG's own layers that normalize the matrix themselves (GCNConv and APPNP with normalize=True,
+SGConv, ClusterGCNConv) build a new torch.sparse matrix from ours: they take a TCSparseTensor and
+give PyG's result, but multiply on torch.sparse; ``fused(Layer)`` runs them on our kernels
+(tests/nn/test_normalizing_layers.py)."""
 import copy
 
 import pytest
@@ -216,3 +216,29 @@ def test_pyg_sees_a_sparse_csr_matrix():
     assert torch.equal(index, expected_index) and torch.equal(values, expected_values)
     x = torch.randn(50, 3, dtype=torch.float64)
     torch.testing.assert_close(utils.spmm(a, x, reduce="max"), a.matmul(x, reduce="max"))
+
+
+@pytest.mark.parametrize("name, aggr", [("SAGEConv", "max"), ("SAGEConv", "min"), ("GraphConv", "max"),
+                                        ("GINConv", "max")])
+def test_fused_max_min_never_reach_pygs_spmm(name, aggr, monkeypatch):
+    """PyG's spmm refuses max/min for a sparse matrix on CUDA; here it refuses everywhere, and
+    the fused layer, plain and on a bipartite block, still runs (on our product)."""
+    import importlib
+
+    module = importlib.import_module(type(LAYERS[name][0](aggr)).__module__)
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("PyG's spmm refuses max/min for a sparse matrix on CUDA")
+
+    monkeypatch.setattr(module, "spmm", refuse)
+    layer = _fused_copy(LAYERS[name][0](aggr).double())
+    edges, weights = random_graph()
+    a = TCSparseTensor.from_edge_index(edges, weights, num_nodes=50)
+    x = torch.randn(50, IN, dtype=torch.float64, requires_grad=True)
+    layer(x, a).sum().backward()
+    assert x.grad is not None
+    block = TCSparseTensor.from_edge_index(*bipartite_graph(), num_nodes=(70, 25))
+    pair = (torch.randn(70, IN, dtype=torch.float64), torch.randn(25, IN, dtype=torch.float64))
+    assert layer(pair, block).shape[0] == 25
+    with pytest.raises(NotImplementedError):
+        LAYERS[name][0](aggr).double()(x, a.to_torch_csr())

@@ -3,6 +3,7 @@
 // Errors raised by TCS_CHECK reach Python as RuntimeError.
 #include <torch/extension.h>
 
+#include "attention_binding.h"
 #include "kernel_bindings.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -15,4 +16,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("csr_rows_spmm", &tcsparse_binding::csr_rows_spmm);
     m.def("grouped_spmm", &tcsparse_binding::grouped_spmm);
     m.def("reduce_rows", &tcsparse_binding::reduce_rows);
+    m.def("attention_spmm", &tcsparse_binding::attention_spmm);
+    m.def("attention_sddmm", &tcsparse_binding::attention_sddmm);
 }

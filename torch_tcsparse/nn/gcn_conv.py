@@ -16,7 +16,8 @@ from ..tensor import TCSparseTensor
 from . import linear_then_propagate
 from ._checks import check_channels, check_flag
 from .graph_inputs import check_edge_index, check_edge_weight, check_matrix, is_matrix
-from .normalization import as_torch_matrix, compute_dtype, normalized_edges, normalized_torch_matrix
+from .normalization import as_torch_matrix, normalized_edges, normalized_torch_matrix
+from .normalized_matrices import compute_dtype, gcn_normalized
 
 __all__ = ["GCNConv"]
 
@@ -109,7 +110,9 @@ class GCNConv(torch.nn.Module):
             check_matrix(graph, edge_weight, num_nodes)
             if graph.device != x.device:
                 raise ValueError(f"the adjacency matrix is on {graph.device} but x is on {x.device}")
-            if self.normalize:
+            if self.normalize and isinstance(graph, TCSparseTensor):
+                matrix = gcn_normalized(graph, self.improved, self.add_self_loops)
+            elif self.normalize:
                 normalized = normalized_torch_matrix(as_torch_matrix(graph), num_nodes, self.improved, self.add_self_loops)
                 matrix = TCSparseTensor.from_torch(normalized)
             else:

@@ -1,6 +1,8 @@
-"""``gcn_norm``: PyG's ``D^-1/2 (A + fill I) D^-1/2``, computed by PyG in float32 (float64 for
-float64 inputs) and rounded once to the inputs' dtype. Summed in 16 bits, a hub's degree stops
-growing (in bfloat16, 256 + 1 is 256), which misweights every edge of the hub."""
+"""``gcn_norm``: PyG's ``D^-1/2 (A + fill I) D^-1/2``, computed in float32 (float64 for float64
+inputs) and rounded once to the inputs' dtype: by PyG for an edge_index or a torch sparse matrix,
+by :mod:`.normalized_matrices` for a TCSparseTensor (its structure kept where no loop is added).
+Summed in 16 bits, a hub's degree stops growing (in bfloat16, 256 + 1 is 256), which misweights
+every edge of the hub."""
 from __future__ import annotations
 
 import torch
@@ -18,18 +20,11 @@ from .graph_inputs import (
     edge_index_nodes,
     is_matrix,
 )
+from .normalized_matrices import compute_dtype, gcn_normalized
 
 __all__ = ["gcn_norm"]
 
 _FLOWS = ("source_to_target", "target_to_source")
-
-
-def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
-    """float32, or float64 when any input is float64."""
-    result = torch.float32
-    for dtype in dtypes:
-        result = torch.promote_types(result, dtype)
-    return result
 
 
 def normalized_edges(edge_index: Tensor, edge_weight: Tensor | None, num_nodes: int, improved: bool,
@@ -94,9 +89,9 @@ def gcn_norm(
         if num_nodes is not None:
             check_num_nodes(num_nodes)
         num_nodes = check_matrix(edge_index, edge_weight, num_nodes)
-        normalized = normalized_torch_matrix(as_torch_matrix(edge_index), num_nodes, improved, add_self_loops)
         if isinstance(edge_index, TCSparseTensor):
-            return TCSparseTensor.from_torch(normalized).to(edge_index.dtype), None
+            return gcn_normalized(edge_index, improved, add_self_loops), None
+        normalized = normalized_torch_matrix(as_torch_matrix(edge_index), num_nodes, improved, add_self_loops)
         return normalized.to(edge_index.dtype), None
     num_nodes = edge_index_nodes(edge_index, num_nodes)
     edge_index = check_edge_index(edge_index, num_nodes)
