@@ -98,6 +98,19 @@ def grouped_spmm(x, fragments, arrays, num_rows: int, bias, keep_fp32: bool) -> 
     return _ext.load().grouped_spmm(x, fragments, *arrays, num_rows, exact(x), bias, keep_fp32)
 
 
+def attention_spmm(weights, x, col, edge_ids, pieces, num_rows: int) -> torch.Tensor:
+    """Multi-head weighted sums over row pieces (``csrc/attention.h``): out[i, h] = sum over the
+    edges (i, j) of weights[e, h] * x[j, h]; ``edge_ids`` reads the weights through edge ids
+    (the transpose's product), None in order."""
+    return _ext.load().attention_spmm(weights, x, col, edge_ids, pieces.begin, pieces.row, pieces.slot,
+                                      pieces.split_rows, pieces.split_begin, pieces.num_slots, num_rows)
+
+
+def attention_sddmm(a, b, row, col) -> torch.Tensor:
+    """Multi-head edge dots (``csrc/attention.h``): out[e, h] = <a[row[e], h], b[col[e], h]>."""
+    return _ext.load().attention_sddmm(a, b, row, col)
+
+
 def reduce_rows(x, rowptr, col, values, is_max: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(Y, the winning nonzero of every output) of the max/min product (``csrc/reduce_rows.h``)."""
     return _ext.load().reduce_rows(x, rowptr, col, values, is_max)

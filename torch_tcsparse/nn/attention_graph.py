@@ -13,8 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .. import _ext
-from ..paths import KERNEL_DTYPES
+from .. import kernels
 from ..tensor import TCSparseTensor
 from .self_loops import complete_diagonal
 
@@ -93,7 +92,7 @@ class AttentionGraph:
     def kernel_operands(self, x: Tensor) -> KernelOperands | None:
         """The kernels' operands where they can multiply ``x`` (a CUDA tensor of a kernel dtype,
         int32 indices, the extension built), built on first need; else None."""
-        if not (x.is_cuda and x.dtype in KERNEL_DTYPES and self.col.dtype == torch.int32 and _ext.available()):
+        if not (kernels.usable(x) and self.col.dtype == torch.int32):
             return None
         if self._kernel_operands is None:
             self._kernel_operands = build_kernel_operands(self._rowptr, self.col, self.row, self.num_cols)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import _ext
+from ..kernels import attention_sddmm, attention_spmm
 from ..tensor import TCSparseTensor
 from .attention_graph import AttentionGraph, KernelOperands, RowPieces
 
@@ -59,18 +59,17 @@ def per_head_products(matrix: TCSparseTensor, weights: Tensor, x: Tensor, transp
 
 
 class CudaKernels:
-    """The extension's bindings (``csrc/attention_binding.cpp``) in the shape the products call
+    """The kernels (``kernels.attention_spmm``/``attention_sddmm``) in the shape the products call
     them; tests give ``KernelSpmm``/``KernelSddmm`` a torch stand-in of the same contract."""
 
     @staticmethod
     def spmm(weights: Tensor, x: Tensor, col: Tensor, edge_ids: Tensor | None, pieces: RowPieces,
              num_rows: int) -> Tensor:
-        return _ext.load().attention_spmm(weights, x, col, edge_ids, pieces.begin, pieces.row, pieces.slot,
-                                          pieces.split_rows, pieces.split_begin, pieces.num_slots, num_rows)
+        return attention_spmm(weights, x, col, edge_ids, pieces, num_rows)
 
     @staticmethod
     def sddmm(a: Tensor, b: Tensor, row: Tensor, col: Tensor) -> Tensor:
-        return _ext.load().attention_sddmm(a, b, row, col)
+        return attention_sddmm(a, b, row, col)
 
 
 CUDA_KERNELS = CudaKernels()

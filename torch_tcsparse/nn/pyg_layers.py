@@ -51,6 +51,7 @@ def _subclass(layer_class: type) -> type:
     # Replaced only where the layer implements one (PyG marks its own abstract): attention has none.
     if not getattr(layer_class.message_and_aggregate, "__isabstractmethod__", False):
         namespace["message_and_aggregate"] = _message_and_aggregate(layer_class.message_and_aggregate)
+        namespace["propagate"] = _propagate(layer_class.propagate, layer_class.message_and_aggregate)
     ours = _forward_on_matrix(layer_class)
     if ours is not None:
         namespace["forward"] = _forward(layer_class.forward, ours)
@@ -83,6 +84,24 @@ def _message_and_aggregate(parent):
         return adj_t.matmul(x[0] if isinstance(x, (tuple, list)) else x, reduce=self.aggr)
 
     return message_and_aggregate
+
+
+def _propagate(parent, message_and_aggregate):
+    """PyG's ``propagate`` for a sparse ``adj_t`` (``message_and_aggregate``, then ``update``), for a
+    TCSparseTensor without PyG's input checks: they read the matrix's layout, which is strided
+    while torch.compile takes the matrix in (the compiler refuses sparse inputs), so PyG's route
+    would break the compiled graph. Hooks, explanations and decomposed layers keep PyG's route."""
+    names = [name for name in inspect.signature(message_and_aggregate).parameters if name != "self"][1:]
+
+    @functools.wraps(parent)
+    def propagate(self, edge_index, size=None, **kwargs):
+        if (not isinstance(edge_index, TCSparseTensor) or self._propagate_forward_pre_hooks
+                or self._propagate_forward_hooks or getattr(self, "explain", None) or self.decomposed_layers > 1):
+            return parent(self, edge_index, size=size, **kwargs)
+        out = self.message_and_aggregate(edge_index, **{name: kwargs[name] for name in names if name in kwargs})
+        return self.update(out)
+
+    return propagate
 
 
 def _forward(parent, ours):
