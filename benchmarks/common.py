@@ -122,10 +122,13 @@ def add_corpus_arguments(parser) -> None:
     parser.add_argument("--corpus-seed", type=int, default=0, help="seed of the corpus's generated graphs")
 
 
-def corpus_table(args) -> dict:
-    """name -> (load(device) -> (row, col, num_nodes), split) of the corpus's graphs."""
+def corpus_table(args, rectangular: bool = False) -> dict:
+    """name -> (load(device) -> (row, col, num_nodes), split) of the corpus's graphs; with
+    ``rectangular`` also its rectangular families, whose load returns ``(row, col, (num_rows,
+    num_cols))`` (a benchmark that permutes rows and columns alike leaves them out)."""
     return {e.name: (e.load, e.split)
-            for e in corpus.entries(args.corpus, args.tier, real=not args.no_real, seed=args.corpus_seed)}
+            for e in corpus.entries(args.corpus, args.tier, real=not args.no_real, seed=args.corpus_seed,
+                                    rectangular=rectangular)}
 
 
 # The suite's own synthetic graphs are of the families its constants were tuned on.

@@ -335,7 +335,8 @@ def main(argv=None):
     rows = []
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     if args.corpus:
-        graphs = {name: ((lambda load=load: load("cuda")), split) for name, (load, split) in corpus_table(args).items()}
+        graphs = {name: ((lambda load=load: load("cuda")), split)
+                  for name, (load, split) in corpus_table(args, rectangular=True).items()}
     else:
         graphs = {name: (load, split_of_name(name)) for name, load in suite().items()}
     for name, (load, split) in graphs.items():
