@@ -1,6 +1,6 @@
 """Helpers shared by the benchmarks: CUDA events, warm-up, median of many runs, rotating input
-buffers (so inputs do not sit in L2), measured device-to-device bandwidth, and the corpus's
-graphs with their fit/unseen split (``graph_data.corpus``)."""
+buffers (so inputs do not sit in L2), measured device-to-device bandwidth and the floors of an
+SpMM at it, and the corpus's graphs with their fit/unseen split (``graph_data.corpus``)."""
 from __future__ import annotations
 
 import math
@@ -96,6 +96,17 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     dst = torch.empty_like(src)
     ms = time_cuda(lambda: dst.copy_(src), [()], warmup=3, reps=20)
     return 2 * nbytes / (ms * 1e-3)
+
+
+def floors_ms(num_rows: int, nnz: int, x_bytes: int, n: int, element: int, bandwidth: float) -> tuple[float, float]:
+    """The two floors of a product at the copy bandwidth (bytes read plus written per second):
+    the compulsory one (the CSR's rowptr, columns and values, X and Y each moved once) and the
+    no-reuse gather floor (the CSR once, one row of X per nonzero, Y once), in milliseconds.
+    Only rows of X that nonzeros share in a cache take a kernel below the second."""
+    a_bytes = (num_rows + 1) * 4 + nnz * (4 + element)
+    y_bytes = num_rows * n * element
+    to_ms = 1e3 / bandwidth
+    return (a_bytes + x_bytes + y_bytes) * to_ms, (a_bytes + nnz * n * element + y_bytes) * to_ms
 
 
 def settle(a, x: torch.Tensor) -> str:
