@@ -279,14 +279,17 @@ template <typename T, int W, int L, bool kAddend>
 __device__ __forceinline__ void run_piece(const CsrRows& a, const Operands<T, W, L>& o, const SplitSums& split,
                                           bool rounds_split_rows, int64_t p, int slot) {
     using Sh = Shape<T, W, L>;
-    const int32_t split_slot = __ldg(a.piece_slots + p), row = __ldg(a.split_rows + split_slot);
-    const int64_t begin = __ldg(a.piece_starts + p), row_begin = __ldg(a.rowptr + row), row_end = __ldg(a.rowptr + row + 1);
+    const int64_t begin = __ldg(a.piece_starts + p);
+    const int64_t row_end = __ldg(a.rowptr + __ldg(a.split_rows + __ldg(a.piece_slots + p)) + 1);
     const int64_t end = min(begin + a.piece_nnz, row_end);
-    const int64_t count = (row_end - row_begin + a.piece_nnz - 1) / a.piece_nnz;
     float acc[Sh::CH][Sh::V] = {};
     walk(o, a.col, static_cast<uint32_t>(begin + slot), static_cast<uint32_t>(end), Sh::S, acc);
     add_slots<L>(acc);
     if (slot != 0) return;
+    // The piece's row read again (from L1) rather than kept in registers through the gathers,
+    // which the 16-bit kernels then keep in flight four at a time.
+    const int32_t split_slot = __ldg(a.piece_slots + p), row = __ldg(a.split_rows + split_slot);
+    const int64_t count = (static_cast<int64_t>(__ldg(a.rowptr + row + 1)) - __ldg(a.rowptr + row) + a.piece_nnz - 1) / a.piece_nnz;
     float* sum = split.sums + split_slot * o.n + o.col0;
 #pragma unroll
     for (int c = 0; c < Sh::CH; ++c) {
@@ -359,7 +362,7 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
         const uint32_t limit = packed_limit<S, kGathersInFlight<W>>(whole ? length : 0u);  // every lane takes part
         packed = whole && length <= limit;
     }
-    const unsigned shared_rows = __ballot_sync(kFullMask, whole && !packed);
+    const unsigned shared_rows = S > 1 ? __ballot_sync(kFullMask, whole && !packed) : 0u;
 
     // Packed rows: slot s walks row first + s.
     const int32_t my_begin = __shfl_sync(kFullMask, begin, slot), my_end = __shfl_sync(kFullMask, end, slot);
@@ -371,13 +374,15 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
     }
     // The rest on all slots, one row at a time; their bounds read again (from L1) rather than
     // kept in registers through the packed rows' gathers.
-    for (unsigned rest = shared_rows; rest != 0; rest &= rest - 1) {
-        const int64_t r = first + __ffs(rest) - 1;
-        const uint32_t row_begin = __ldg(a.rowptr + r), row_end = __ldg(a.rowptr + r + 1);
-        float acc[Sh::CH][Sh::V] = {};
-        walk(o, a.col, row_begin + slot, row_end, S, acc);
-        add_slots<L>(acc);
-        if (slot == 0) write_row<T, W, L, kAddend>(o, output_row(a, r), acc);
+    if constexpr (S > 1) {
+        for (unsigned rest = shared_rows; rest != 0; rest &= rest - 1) {
+            const int64_t r = first + __ffs(rest) - 1;
+            const uint32_t row_begin = __ldg(a.rowptr + r), row_end = __ldg(a.rowptr + r + 1);
+            float acc[Sh::CH][Sh::V] = {};
+            walk(o, a.col, row_begin + slot, row_end, S, acc);
+            add_slots<L>(acc);
+            if (slot == 0) write_row<T, W, L, kAddend>(o, output_row(a, r), acc);
+        }
     }
 }
 
