@@ -30,14 +30,15 @@ if ! $PY -m torch_tcsparse._ext >"$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 if [ -n "$BASELINE" ] && ! wait "$baseline_build"; then
-  tail -40 "$OUT/build-baseline.log"; echo "BASELINE BUILD FAILED"; exit 1
+  tail -20 "$OUT/build-baseline.log"; echo "baseline build failed: the benchmark runs without it"; BASELINE=
 fi
 echo "build: $((SECONDS - start)) s (TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 
 start=$SECONDS
-timeout "${TEST_LIMIT:-200}" $PY -m pytest -q -x -p no:cacheprovider tests/gpu/test_rows.py >"$OUT/test_rows.log" 2>&1
+timeout "${TEST_LIMIT:-200}" $PY -m pytest -q --maxfail=5 -p no:cacheprovider tests/gpu/test_rows.py \
+  >"$OUT/test_rows.log" 2>&1
 test_rc=$?
-grep -E "^(FAILED|ERROR)|Error|assert" "$OUT/test_rows.log" | head -20
+grep -E "^(FAILED|ERROR)" "$OUT/test_rows.log" | cut -c1-300 | head -10
 echo "tests/gpu/test_rows.py: rc=$test_rc ($((SECONDS - start)) s): $(tail -1 "$OUT/test_rows.log")"
 
 start=$SECONDS
