@@ -102,7 +102,7 @@ struct Shape {
     static constexpr int S = 32 / L;                             // slots per warp
     static constexpr int kTileColumns = L * CH * V;              // columns per launch tile (grid.y)
     using Load = typename Gather<T, W>::type;
-    using Sums = float[CH][V];
+    using Sums = float[CH][V];  // a lane's fp32 sums
 };
 
 // The operands of one launch, and where in them a lane works: load c of the lane's slot lane
@@ -181,7 +181,7 @@ __device__ __forceinline__ typename Gather<T, W>::type from_floats(const float (
 // nnz < 2^31 a round's last index cannot wrap.
 template <typename T, int W, int L>
 __device__ __forceinline__ void walk(const Operands<T, W, L>& o, const int32_t* __restrict__ col, uint32_t k,
-                                     uint32_t end, uint32_t stride, float (&acc)[Shape<T, W, L>::CH][Shape<T, W, L>::V]) {
+                                     uint32_t end, uint32_t stride, typename Shape<T, W, L>::Sums& acc) {
     using Sh = Shape<T, W, L>;
     using Load = typename Sh::Load;
     constexpr int U = kGathersInFlight<W>;
@@ -228,7 +228,7 @@ __device__ __forceinline__ void add_slots(float (&acc)[CH][V]) {
 // Row y_row of Y in this tile: the lane's sums plus the bias and the addend, rounded once.
 template <typename T, int W, int L, bool kAddend>
 __device__ __forceinline__ void write_row(const Operands<T, W, L>& o, int64_t y_row,
-                                          const float (&acc)[Shape<T, W, L>::CH][Shape<T, W, L>::V]) {
+                                          const typename Shape<T, W, L>::Sums& acc) {
     using Sh = Shape<T, W, L>;
     using Load = typename Sh::Load;
     T* out = o.y + y_row * o.ldy + o.col0;
@@ -282,7 +282,7 @@ __device__ __forceinline__ void run_piece(const CsrRows& a, const Operands<T, W,
     const int64_t begin = __ldg(a.piece_starts + p);
     const int64_t row_end = __ldg(a.rowptr + __ldg(a.split_rows + __ldg(a.piece_slots + p)) + 1);
     const int64_t end = min(begin + a.piece_nnz, row_end);
-    float acc[Sh::CH][Sh::V] = {};
+    typename Sh::Sums acc = {};
     walk(o, a.col, static_cast<uint32_t>(begin + slot), static_cast<uint32_t>(end), Sh::S, acc);
     add_slots<L>(acc);
     if (slot != 0) return;
@@ -368,7 +368,7 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
     const int32_t my_begin = __shfl_sync(kFullMask, begin, slot), my_end = __shfl_sync(kFullMask, end, slot);
     const int32_t my_y_row = __shfl_sync(kFullMask, y_row, slot);
     if (__shfl_sync(kFullMask, static_cast<int>(packed), slot)) {
-        float acc[Sh::CH][Sh::V] = {};
+        typename Sh::Sums acc = {};
         walk(o, a.col, static_cast<uint32_t>(my_begin), static_cast<uint32_t>(my_end), 1u, acc);
         write_row<T, W, L, kAddend>(o, my_y_row, acc);
     }
@@ -378,7 +378,7 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
         for (unsigned rest = shared_rows; rest != 0; rest &= rest - 1) {
             const int64_t r = first + __ffs(rest) - 1;
             const uint32_t row_begin = __ldg(a.rowptr + r), row_end = __ldg(a.rowptr + r + 1);
-            float acc[Sh::CH][Sh::V] = {};
+            typename Sh::Sums acc = {};
             walk(o, a.col, row_begin + slot, row_end, S, acc);
             add_slots<L>(acc);
             if (slot == 0) write_row<T, W, L, kAddend>(o, output_row(a, r), acc);
