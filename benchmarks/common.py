@@ -1,6 +1,6 @@
 """Helpers shared by the benchmarks: CUDA events, warm-up, median of many runs, rotating input
-buffers (so inputs do not sit in L2), measured device-to-device bandwidth, and the corpus's
-graphs with their fit/unseen split (``graph_data.corpus``)."""
+buffers (so inputs do not sit in L2), measured device-to-device bandwidth and the floors of an
+SpMM at it, and the corpus's graphs with their fit/unseen split (``graph_data.corpus``)."""
 from __future__ import annotations
 
 import math
@@ -98,6 +98,17 @@ def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3)
 
 
+def floors_ms(num_rows: int, nnz: int, x_bytes: int, n: int, element: int, bandwidth: float) -> tuple[float, float]:
+    """The two floors of a product at the copy bandwidth (bytes read plus written per second):
+    the compulsory one (the CSR's rowptr, columns and values, X and Y each moved once) and the
+    no-reuse gather floor (the CSR once, one row of X per nonzero, Y once), in milliseconds.
+    Only rows of X that nonzeros share in a cache take a kernel below the second."""
+    a_bytes = (num_rows + 1) * 4 + nnz * (4 + element)
+    y_bytes = num_rows * n * element
+    to_ms = 1e3 / bandwidth
+    return (a_bytes + x_bytes + y_bytes) * to_ms, (a_bytes + nnz * n * element + y_bytes) * to_ms
+
+
 def settle(a, x: torch.Tensor) -> str:
     """The path ``a @ x`` runs for good at x's N: the first product settles it, measuring the
     close candidates within itself where the prediction leaves some (``torch_tcsparse.trials``)."""
@@ -122,10 +133,13 @@ def add_corpus_arguments(parser) -> None:
     parser.add_argument("--corpus-seed", type=int, default=0, help="seed of the corpus's generated graphs")
 
 
-def corpus_table(args) -> dict:
-    """name -> (load(device) -> (row, col, num_nodes), split) of the corpus's graphs."""
+def corpus_table(args, rectangular: bool = False) -> dict:
+    """name -> (load(device) -> (row, col, num_nodes), split) of the corpus's graphs; with
+    ``rectangular`` also its rectangular families, whose load returns ``(row, col, (num_rows,
+    num_cols))`` (a benchmark that permutes rows and columns alike leaves them out)."""
     return {e.name: (e.load, e.split)
-            for e in corpus.entries(args.corpus, args.tier, real=not args.no_real, seed=args.corpus_seed)}
+            for e in corpus.entries(args.corpus, args.tier, real=not args.no_real, seed=args.corpus_seed,
+                                    rectangular=rectangular)}
 
 
 # The suite's own synthetic graphs are of the families its constants were tuned on.

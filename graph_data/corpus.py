@@ -5,13 +5,14 @@ benchmark reports "fit" and "unseen" apart, so that a number on "unseen" is a nu
 nothing was tuned for. ``SPLIT`` below is the one definition of that split.
 
 Generated families differ in degree distribution (uniform, power law, bounded), community
-structure (none, equal blocks, blocks of every size, spatial neighbourhoods) and id order (as
-generated, shuffled, hubs first). Each family generates a graph of about a requested number of
-nonzeros (``generate(family, nnz, seed, device)``); ``TIERS`` names the sizes a benchmark runs,
-"small" being the tier CPU tests run. Every generator is vectorised torch on the CPU or a GPU,
-seeded and deterministic on a given device, and returns what ``graph_data.synthetic`` returns:
-``(row, col, num_nodes)``, int64 COO sorted by (row, col) without duplicate pairs or self loops
-(``band`` keeps its diagonal).
+structure (none, equal blocks, blocks of every size, spatial neighbourhoods), id order (as
+generated, shuffled, hubs first) and shape (square graphs; ``RECTANGULAR`` bipartite matrices,
+more columns than rows). Each family generates a graph of about a requested number of nonzeros
+(``generate(family, nnz, seed, device)``); ``TIERS`` names the sizes a benchmark runs, "small"
+being the tier CPU tests run. Every generator is vectorised torch on the CPU or a GPU, seeded and
+deterministic on a given device, and returns what ``graph_data.synthetic`` returns: ``(row, col,
+num_nodes)``, int64 COO sorted by (row, col) without duplicate pairs or self loops (``band``
+keeps its diagonal); a rectangular family returns ``(row, col, (num_rows, num_cols))``.
 
 Real graphs (``graph_data.npz``) join the corpus with their source collection as family (the
 file name's prefix: ``planetoid_cora`` is of family ``planetoid``).
@@ -29,12 +30,16 @@ from graph_data import npz, synthetic
 # Each kind of structure has a member on both sides (a Kronecker graph, a mesh, communities, a
 # bounded-degree graph), so "unseen" asks whether what was tuned on one member holds on another.
 SPLIT = {
-    "fit": ("rmat", "sbm", "uniform", "band", "mesh3d", "powerlaw"),
-    "unseen": ("kron", "mesh2d", "blocks_noise", "road", "geometric"),
+    "fit": ("rmat", "sbm", "uniform", "band", "mesh3d", "powerlaw", "bipartite"),
+    "unseen": ("kron", "mesh2d", "blocks_noise", "road", "geometric", "sampled"),
 }
-SPLIT_REASON = ("fit: the suite's families plus a 3D mesh and a power-law configuration model; "
-                "unseen: another member of each kind (initiator, mesh, community sizes, degree) and "
-                "a spatial family, never used to tune")
+SPLIT_REASON = ("fit: the suite's families plus a 3D mesh, a power-law configuration model and a "
+                "power-law bipartite matrix; unseen: another member of each kind (initiator, mesh, "
+                "community sizes, degree, a sampled block's uniform rows), and a spatial family, never "
+                "used to tune")
+# Rectangular families: bipartite matrices, ``(row, col, (num_rows, num_cols))``. A benchmark
+# that permutes rows and columns alike (reordering) asks for square graphs only.
+RECTANGULAR = ("bipartite", "sampled")
 # Real graphs: the collections the selector's calibration was already measured on are "fit"; a
 # collection not listed here is "unseen" (a user's new graphs are, by definition, untuned for).
 REAL_FIT_SOURCES = ("geomgcn", "gg", "gnnadvisor", "karateclub", "musae", "ogbl", "planetoid", "snap")
@@ -206,9 +211,24 @@ def geometric(nnz: int, seed: int, device):
     return synthetic._canonical(torch.cat(rows), torch.cat(cols), num_nodes)
 
 
+def bipartite(nnz: int, seed: int, device):
+    """A user-item-like matrix: 4 columns per row, 8 draws per row, power-law weights on both
+    sides (rows' heavier: hub rows), ids shuffled."""
+    num_rows = max(64, nnz // 7)
+    return synthetic.bipartite(num_rows, 4 * num_rows, 8, seed=seed, device=device)
+
+
+def sampled(nnz: int, seed: int, device):
+    """A sampled mini-batch block: 12 columns drawn per row among 6 columns per row, popular
+    columns shared by many rows; row lengths nearly uniform, ids shuffled."""
+    num_rows = max(64, nnz // 12)
+    return synthetic.sampled_block(num_rows, 6 * num_rows, 12, seed=seed, device=device)
+
+
 GENERATORS: dict[str, Callable] = {
     "rmat": rmat, "sbm": sbm, "uniform": uniform, "band": band, "mesh3d": mesh3d, "powerlaw": powerlaw,
     "kron": kron, "mesh2d": mesh2d, "blocks_noise": blocks_noise, "road": road, "geometric": geometric,
+    "bipartite": bipartite, "sampled": sampled,
 }
 FAMILIES = tuple(GENERATORS)
 SPLITS = ("fit", "unseen")
@@ -225,7 +245,8 @@ def split_of(family: str) -> str:
 
 
 def generate(family: str, nnz: int, seed: int = 0, device="cpu"):
-    """A graph of ``family`` with about ``nnz`` nonzeros: ``(row, col, num_nodes)``."""
+    """A graph of ``family`` with about ``nnz`` nonzeros: ``(row, col, num_nodes)``, or for a
+    ``RECTANGULAR`` family ``(row, col, (num_rows, num_cols))``."""
     if not isinstance(family, str) or family not in GENERATORS:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     if isinstance(nnz, bool) or not isinstance(nnz, int) or nnz < 1:
@@ -237,7 +258,8 @@ def generate(family: str, nnz: int, seed: int = 0, device="cpu"):
 
 @dataclass(frozen=True)
 class Entry:
-    """One graph of the corpus; ``load(device)`` builds or reads it as ``(row, col, num_nodes)``."""
+    """One graph of the corpus; ``load(device)`` builds or reads it as ``(row, col, num_nodes)``
+    (``(row, col, (num_rows, num_cols))`` for a rectangular family)."""
 
     name: str
     family: str
@@ -259,16 +281,18 @@ def real_loader(path):
     return load
 
 
-def entries(split: str = "all", tier: str = "small", real: bool = True, seed: int = 0) -> list[Entry]:
+def entries(split: str = "all", tier: str = "small", real: bool = True, seed: int = 0,
+            rectangular: bool = True) -> list[Entry]:
     """The corpus's graphs of ``split`` ("fit", "unseen" or "all"): every generated family at
-    every size of ``tier``, then (with ``real``) every real graph ``graph_data.npz`` finds."""
+    every size of ``tier`` (the ``RECTANGULAR`` ones only with ``rectangular``), then (with
+    ``real``) every real graph ``graph_data.npz`` finds."""
     if split not in (*SPLITS, "all"):
         raise ValueError(f"split must be 'fit', 'unseen' or 'all', got {split!r}")
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {tuple(TIERS)}, got {tier!r}")
     out = []
     for family in FAMILIES:
-        if split in ("all", split_of(family)):
+        if split in ("all", split_of(family)) and (rectangular or family not in RECTANGULAR):
             for target in TIERS[tier]:
                 load = lambda device, f=family, t=target: generate(f, t, seed, device)  # noqa: E731
                 out.append(Entry(f"{family}_{_short(target)}", family, split_of(family), target, load))

@@ -2,7 +2,8 @@
 
 Every generator returns ``(row, col, num_nodes)``: int64 COO sorted by (row, col) with no duplicate
 pair, ready for ``formats.csr.from_coo``; ``planted_classes`` adds node features and labels. Self
-loops are dropped except in ``band``.
+loops are dropped except in ``band``. The rectangular generators (``bipartite``, ``sampled_block``)
+return ``(row, col, (num_rows, num_cols))``.
 """
 from __future__ import annotations
 
@@ -136,3 +137,39 @@ def planted_classes(num_nodes: int, num_classes: int, num_features: int, avg_deg
     centroids = torch.randn(num_classes, num_features, generator=gen, device=device)
     x = feature_signal * centroids[y] + torch.randn(num_nodes, num_features, generator=gen, device=device)
     return row, col, num_nodes, x, y
+
+
+def _power_law_ids(count: int, num_ids: int, exponent: float, gen: torch.Generator, device):
+    """``count`` ids in [0, num_ids) drawn with weights (rank + 1)^-exponent over ranks assigned to
+    ids at random, so that popular ids are scattered (no structure in the id order)."""
+    weight = torch.arange(1, num_ids + 1, device=device, dtype=torch.float64).pow(-exponent)
+    cumulative = torch.cumsum(weight / weight.sum(), 0)
+    rank = torch.searchsorted(cumulative, torch.rand(count, generator=gen, device=device, dtype=torch.float64))
+    return torch.randperm(num_ids, generator=gen, device=device)[rank.clamp_(max=num_ids - 1)]
+
+
+def _canonical_rectangular(row: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int):
+    key = torch.unique(row * num_cols + col)  # sorted, duplicates removed
+    return key // num_cols, key % num_cols, (num_rows, num_cols)
+
+
+def bipartite(num_rows: int, num_cols: int, degree: int, row_exponent: float = 0.8, col_exponent: float = 0.6,
+              seed: int = 0, device="cpu"):
+    """A rectangular (bipartite, user-item-like) matrix: ``num_rows * degree`` pairs, rows and
+    columns each drawn with power-law weights (``_power_law_ids``), duplicates dropped. Returns
+    ``(row, col, (num_rows, num_cols))``."""
+    gen = _generator(seed, device)
+    draws = num_rows * degree
+    row = _power_law_ids(draws, num_rows, row_exponent, gen, device)
+    col = _power_law_ids(draws, num_cols, col_exponent, gen, device)
+    return _canonical_rectangular(row, col, num_rows, num_cols)
+
+
+def sampled_block(num_rows: int, num_cols: int, fanout: int, col_exponent: float = 0.6, seed: int = 0, device="cpu"):
+    """A sampled mini-batch block: every row (a target node) draws ``fanout`` columns (source
+    nodes) with power-law popularity, duplicates dropped, so row lengths are nearly uniform and
+    columns are shared unevenly. Returns ``(row, col, (num_rows, num_cols))``."""
+    gen = _generator(seed, device)
+    row = torch.arange(num_rows, device=device).repeat_interleave(fanout)
+    col = _power_law_ids(row.numel(), num_cols, col_exponent, gen, device)
+    return _canonical_rectangular(row, col, num_rows, num_cols)

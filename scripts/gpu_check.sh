@@ -6,10 +6,10 @@
 # logs, CSV files and charts are packed into one archive, $OUT/results.tgz (default out/).
 #
 #   scripts/gpu_check.sh [STAGES]   STAGES: comma list of build,test,memcheck,racecheck,synccheck,properties,suite,
-#                                   bench,reorder,permutation,selector,gcn,host_overhead,compiled,accuracy (default: build
+#                                   bench,rows,reorder,permutation,selector,gcn,host_overhead,compiled,accuracy (default: build
 #                                   through bench).
 #                                   BENCH_ARGS, REORDER_ARGS, PERMUTATION_ARGS, SELECTOR_ARGS, GCN_ARGS,
-#                                   HOST_OVERHEAD_ARGS, COMPILED_ARGS, ACCURACY_ARGS pass options;
+#                                   HOST_OVERHEAD_ARGS, COMPILED_ARGS, ROWS_ARGS, ACCURACY_ARGS pass options;
 #                                   STAGE_LIMIT caps each test or benchmark stage (seconds; the
 #                                   sanitizer stages are the slowest: give them the most);
 #                                   MEMCHECK_FILTER, RACECHECK_FILTER, SYNCCHECK_FILTER replace the sanitizers'
@@ -134,7 +134,7 @@ if stage bench; then
 fi
 
 # Each further benchmark writes into its own folder and leaves its table at the end of its log.
-for name in reorder permutation selector gcn host_overhead compiled; do
+for name in rows reorder permutation selector gcn host_overhead compiled; do
   if stage $name; then
     start=$SECONDS
     args_var="${name^^}_ARGS"
@@ -172,7 +172,7 @@ echo
 printf '%s\n' "${summary[@]}"
 grep -q "FAILED\|Error" "$OUT/test.log" 2>/dev/null && grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -20
 grep -E "^(FAILED|ERROR)" "$OUT/suite.log" 2>/dev/null | head -20
-for name in reorder permutation selector gcn host_overhead compiled accuracy; do
+for name in rows reorder permutation selector gcn host_overhead compiled accuracy; do
   if stage $name; then
     [ -f "$OUT/$name-baseline.log" ] && { echo "== $name (baseline)"; tail -40 "$OUT/$name-baseline.log"; }
     echo "== $name"; tail -40 "$OUT/$name.log"

@@ -7,11 +7,14 @@ from graph_data import corpus, npz
 
 
 def assert_canonical(row, col, n, self_loops=False):
+    """``n``: the node count of a square graph, or (rows, columns) of a rectangular one (where a
+    row and a column of one id are different nodes: no self loops to check)."""
+    rows, cols = n if isinstance(n, tuple) else (n, n)
     assert row.dtype == torch.long and col.dtype == torch.long and row.numel() == col.numel() > 0
-    assert int(row.min()) >= 0 and int(row.max()) < n and int(col.min()) >= 0 and int(col.max()) < n
-    key = row * n + col
+    assert int(row.min()) >= 0 and int(row.max()) < rows and int(col.min()) >= 0 and int(col.max()) < cols
+    key = row * cols + col
     assert bool((key[1:] > key[:-1]).all()), "sorted by (row, col) without duplicates"
-    if not self_loops:
+    if not self_loops and not isinstance(n, tuple):
         assert bool((row != col).all())
 
 
@@ -19,6 +22,7 @@ def assert_canonical(row, col, n, self_loops=False):
 def test_family_canonical_sized_and_deterministic(family):
     nnz = corpus.TIERS["small"][0]
     row, col, n = corpus.generate(family, nnz, seed=3)
+    assert isinstance(n, tuple) == (family in corpus.RECTANGULAR)
     assert_canonical(row, col, n, self_loops=family == "band")
     assert 0.5 * nnz <= row.numel() <= 2 * nnz
     again = corpus.generate(family, nnz, seed=3)
@@ -45,6 +49,22 @@ def test_families_differ_in_degree_spread():
         spread[family] = float(degree.max() / degree.mean())
     assert spread["powerlaw"] > 10 and spread["rmat"] > 10
     assert max(spread["mesh3d"], spread["road"], spread["uniform"]) < 3
+
+
+def test_rectangular_families_on_both_sides_of_the_split():
+    """Bipartite matrices (more columns than rows) are in "fit" and in "unseen", with hub rows in
+    one and nearly uniform rows in the other; benchmarks that permute rows and columns alike can
+    leave them out."""
+    assert {corpus.split_of(f) for f in corpus.RECTANGULAR} == set(corpus.SPLITS)
+    spread = {}
+    for family in corpus.RECTANGULAR:
+        row, _, (rows, cols) = corpus.generate(family, 50_000, seed=0)
+        assert cols > rows
+        degree = torch.bincount(row, minlength=rows).float()
+        spread[family] = float(degree.max() / degree.mean())
+    assert spread["bipartite"] > 10 and spread["sampled"] < 1.5
+    square = corpus.entries("all", "small", real=False, rectangular=False)
+    assert {e.family for e in square} == set(corpus.FAMILIES) - set(corpus.RECTANGULAR)
 
 
 def test_split_is_fixed_disjoint_and_covers_every_family():

@@ -1,5 +1,7 @@
-"""How the ``"rows"`` path (``engines/rows.py``, the CUDA-core CSR kernel, one warp per row piece)
-splits long rows, and the row-permuted CSR a reordered matrix runs it on.
+"""How the ``"rows"`` path (``engines/rows.py``, the CUDA-core CSR kernel of
+``csrc/csr_rows_spmm.cu``) splits long rows, and the row-permuted CSR a reordered matrix runs it on.
+The kernel packs short rows several to a warp by itself; only rows longer than the piece size
+need the split, a warp per piece.
 
 The split into pieces depends only on ``rowptr``: ``row_pieces`` builds it once per matrix (one
 host sync, for the number of long rows) and the matrix's structure keeps it.
@@ -18,7 +20,8 @@ from .formats.csr import INT32_MAX
 PIECE_NNZ = 256
 MEDIUM_NNZ = 1 << 20
 LARGE_NNZ = 1 << 24
-# Deterministic mode: no row is split, so every output is one warp's sum in a fixed order.
+# Deterministic mode: no row is split, so every output is one warp's sum in an order fixed by the
+# matrix and the launch.
 UNSPLIT = INT32_MAX
 
 

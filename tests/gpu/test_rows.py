@@ -43,16 +43,25 @@ def tolerance(csr, x, product, ref):
     return fp32_tolerance(csr, x, product) if x.dtype == torch.float32 else half_tolerance(csr, x, product, ref)
 
 
-def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree=8, dtype=torch.float32, **matrix):
-    row, col, values = random_matrix(m, k, mean_degree, **matrix)
+def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree=8, dtype=torch.float32, coo=None,
+          row_map=False, addend=False, **matrix):
+    """Y = A @ x (+ bias, + addend, rows through a random row map) against the float64
+    reference; A random (``random_matrix``) or the given ``coo``."""
+    row, col, values = coo if coo is not None else random_matrix(m, k, mean_degree, **matrix)
     csr = from_coo(row, col, values.to(dtype), m, k)
     pieces = csr_rows.row_pieces(csr.rowptr, piece_nnz)
     x = torch.randn(k, n, device="cuda").to(dtype) if x is None else x
     b = torch.randn(n, device="cuda").to(dtype) if bias else None
-    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
-    ref = product + (b.double() if bias else 0.0)
+    rmap = torch.randperm(m, device="cuda").int() if row_map else None
+    add = torch.randn(m, n, device="cuda") if addend else None
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)  # in the CSR's row order
+    ref = product
+    if rmap is not None:
+        ref = torch.empty_like(product)
+        ref[rmap.long()] = product
+    ref = ref + (b.double() if bias else 0.0) + (add.double() if addend else 0.0)
     poison(m * n * dtype.itemsize // 4 + 1)
-    out = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b)
+    out = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b, rmap, add)
     torch.cuda.synchronize()
     assert out.dtype == dtype
     err = relative_error(out, ref)
@@ -62,6 +71,35 @@ def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree
     limit = tolerance(csr, x, product, ref)
     assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (m={m} k={k} n={n} {dtype})"
     return out
+
+
+# Row lengths of every regime the kernel maps differently: empty rows; rows packed one per slot
+# of a few lanes; rows run on all slots of their warp beside shorter ones; rows split into
+# pieces (longer than PIECE_NNZ = 256, or than the smaller pieces below).
+REGIMES = {
+    "short": [1, 2, 3, 4, 5, 6, 7, 8],
+    "medium": [20, 33, 64, 100, 129, 200, 255, 256],
+    "mixed": [0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 24, 31, 33, 47, 64, 100, 129, 200, 256, 257, 600, 3000],
+    "hubs": [0, 1, 2, 3, 4, 5, 6, 3000],
+}
+ALL_N = [7, 32, 100] if SUBSET else [1, 7, 16, 32, 33, 64, 100, 128, 256, 300]
+
+
+def rows_of_lengths(m, k, lengths, hub_share=None):
+    """COO of an m x k matrix whose row lengths are drawn from ``lengths`` (uniformly; the last
+    length with probability ``hub_share`` instead, where given), random columns and values."""
+    choice = torch.randint(0, len(lengths), (m,), device="cuda")
+    if hub_share is not None:
+        choice = torch.where(torch.rand(m, device="cuda") < hub_share, len(lengths) - 1,
+                             torch.randint(0, len(lengths) - 1, (m,), device="cuda"))
+    length = torch.tensor(lengths, device="cuda")[choice]
+    row = torch.repeat_interleave(torch.arange(m, device="cuda"), length)
+    col = torch.randint(0, k, (row.numel(),), device="cuda")
+    return row, col, torch.randn(row.numel(), device="cuda")
+
+
+def regime_coo(regime, m, k):
+    return rows_of_lengths(m, k, REGIMES[regime], hub_share=0.01 if regime == "hubs" else None)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -316,3 +354,67 @@ def test_values_with_gradient_keep_the_split_of_long_rows(reorder):
     assert relative_error(x.grad, ref_dx) <= 1e-5
     ref_dv = (grad_y.double()[r] * x.detach().double()[c]).sum(1)
     assert relative_error(v.grad, ref_dv) <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", ALL_N)
+@pytest.mark.parametrize("regime", list(REGIMES))
+def test_every_row_length_regime(regime, n, dtype):
+    """Rows of every length regime, split at the large graphs' piece size, at a small graph's, and
+    not at all (deterministic mode): every output written once with the right sum."""
+    m = 1000 if regime in ("mixed", "medium") else 4000
+    coo = regime_coo(regime, m, 3000)
+    for piece_nnz in (csr_rows.PIECE_NNZ, 32, csr_rows.UNSPLIT):
+        check(m, 3000, n, piece_nnz=piece_nnz, dtype=dtype, coo=coo)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [7, 32, 64] if SUBSET else [1, 7, 32, 33, 64, 128, 300])
+@pytest.mark.parametrize("piece_nnz", [5, csr_rows.PIECE_NNZ, csr_rows.UNSPLIT])
+def test_bias_row_map_and_addend(piece_nnz, n, dtype):
+    """The bias and an fp32 addend (another kernel's sums) added before the one rounding, rows
+    written through a row map: in packed rows, rows on all slots, and split rows rounded by their
+    last piece (or, with pieces of 5, by the finishing kernel on wide N)."""
+    coo = regime_coo("mixed", 800, 2000)
+    check(800, 2000, n, bias=True, row_map=True, addend=True, piece_nnz=piece_nnz, dtype=dtype, coo=coo)
+
+
+# (row stride - N, first column): the widest load that the row stride and the base allow is 16,
+# 8, 4 bytes or one element in turn, in every dtype.
+SLICES = [(0, 0), (8, 0), (8, 4), (4, 2), (2, 1), (9, 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [7, 32, 100] if SUBSET else ALL_N)
+@pytest.mark.parametrize("pad, first", SLICES)
+def test_x_slices_of_every_alignment(pad, first, n, dtype):
+    """X a column slice of a wider matrix (any row stride, base not 16-byte aligned): loads as wide
+    as the stride and the base allow, on short, all-slot and split rows."""
+    k = 2500
+    wide = torch.randn(k, n + pad, device="cuda").to(dtype)
+    x = wide[:, first:first + n]
+    check(1000, k, n, x=x, bias=True, piece_nnz=64, dtype=dtype, coo=regime_coo("mixed", 1000, k))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [32, 300] if SUBSET else [1, 7, 32, 33, 64, 100, 128, 256, 300])
+def test_unsplit_rows_are_bitwise_repeatable(n, dtype):
+    """Without split rows (deterministic mode) every output is one warp's sum in an order fixed by
+    the matrix and N: the same bits from call to call, other products in between."""
+    k = HUB_NNZ + 1000
+    row, col, values = regime_coo("mixed", 2000, k)
+    hub = torch.randperm(k, device="cuda")[:HUB_NNZ]
+    row = torch.cat([row, torch.full_like(hub, 77)])
+    col = torch.cat([col, hub])
+    values = torch.cat([values, torch.randn(HUB_NNZ, device="cuda")])
+    csr = from_coo(row, col, values.to(dtype), 2000, k)
+    pieces = csr_rows.row_pieces(csr.rowptr, csr_rows.UNSPLIT)
+    x = torch.randn(k, n, device="cuda").to(dtype)
+    first = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k)
+    kernels.csr_rows_spmm(torch.randn(k, 48, device="cuda").to(dtype), csr.rowptr, csr.col, csr.values,
+                csr_rows.row_pieces(csr.rowptr, 16), k)
+    second = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k)
+    assert torch.equal(first, second)
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 2000)
+    bound = max(tolerance(csr, x, product, product), 4 * 2.0**-24 * HUB_NNZ**0.5)
+    assert relative_error(first, product) <= bound

@@ -1,14 +1,25 @@
-// The "rows" SpMM: one warp per CSR row piece (csr_rows_spmm.h says why).
+// The "rows" SpMM (csr_rows_spmm.h says why a CUDA-core kernel, and how long rows are split).
 //
-// Inside a warp, groups of L lanes each take every G-th nonzero of the piece (G = 32 / L) and
-// each lane owns CH vectors of V elements of the output row: L is chosen so that the L * CH * V
-// columns just cover N (no idle lanes on N = 48: 16 lanes x one float4). Each group gathers U
-// rows of X before using any, so a lane has U * CH independent loads in flight: the kernel is
-// bound by gathers, and their latency is hidden by that count, not by occupancy alone. The
-// groups' partial rows are combined with shuffles and written once. The pieces of a split row add
-// theirs to the row's fp32 sums; in a small launch the piece that adds last rounds them into Y, in
-// a large one a finishing kernel does (csr_rows_spmm.h). A 16-byte gather brings 4 floats or 8
-// halves, so 16-bit X moves half the bytes per column.
+// Lanes and columns. Each lane reads 16 bytes of a row of X per nonzero, as CH loads of W bytes:
+// W = 16 where N, both row strides and both base pointers allow it, else the widest of 8, 4 and
+// one element that they allow (a column slice of a wider X need not be 16-byte aligned). The L
+// lanes of a *slot* thus cover L * 16 bytes of columns, L being the fewest lanes (a power of two,
+// at most 32) that cover N; wider N runs in column tiles of a whole warp (grid.y). A warp holds
+// S = 32 / L slots: 4 at N = 32 in float32, 8 at N = 32 in 16 bits, 1 from 128 float32 columns.
+//
+// Rows and warps. A warp takes S consecutive rows; short rows are packed, each slot walking its
+// own row, so that at small N every lane gathers even where rows hold a few nonzeros. A row
+// much longer than its neighbours would leave the other slots idle while its slot walks it, so
+// the warp runs such rows one after another on all its slots (slot s takes every S-th nonzero;
+// shuffles add the slots' sums). Which rows go which way is decided per warp from their lengths
+// by counting gather rounds (packed_limit). Rows longer than the piece size are cut into pieces
+// that run before the rows, a whole warp per piece, and add into the row's fp32 sums; the last
+// piece to add, or a finishing kernel, rounds them into Y (csr_rows_spmm.h).
+//
+// Gathers. A slot loads the rows of X of U nonzeros before using any: U * CH loads in flight per
+// lane, and every lane loading, keep the kernel bound by the gathers' bandwidth. Sums are fp32
+// FMAs in a fixed order per launch shape: with no split rows (deterministic mode) every output
+// is the same sum from call to call.
 #include "csr_rows_spmm.h"
 
 #include <algorithm>
@@ -21,7 +32,12 @@ namespace tcsparse {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kGathersInFlight = 4;  // U: nonzeros each group loads before the FMAs
+// U: nonzeros each slot loads before the FMAs, U * CH loads per lane. Loads of one 16-bit
+// element take a register each: half as many nonzeros keep them in registers.
+template <int W>
+constexpr int kGathersInFlight = W >= 4 ? 4 : 2;
+constexpr int kLaneBytes = 16;       // bytes of a row of X per lane and nonzero
+constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int64_t kLastArrivalPieceColumns = int64_t{1} << 18;  // csr_rows_spmm says why
 
 // Raw words for the loads: __ldg has no overloads for packs of halves or bfloat16s.
@@ -32,6 +48,10 @@ struct Raw<16> {
     using type = uint4;
 };
 template <>
+struct Raw<8> {
+    using type = uint2;
+};
+template <>
 struct Raw<4> {
     using type = unsigned int;
 };
@@ -40,23 +60,31 @@ struct Raw<2> {
     using type = unsigned short;
 };
 
-// The registers of one gather of V elements: float4 for floats, raw words otherwise. With uint4
+// The registers of one load of W bytes: float vectors for floats, raw words otherwise. With uint4
 // words for floats, ptxas sinks each gather down to its FMAs, leaving one in flight per lane.
-template <typename T, int V>
+template <typename T, int W>
 struct Gather {
-    using type = typename Raw<V * sizeof(T)>::type;
+    using type = typename Raw<W>::type;
+};
+template <>
+struct Gather<float, 16> {
+    using type = float4;
+};
+template <>
+struct Gather<float, 8> {
+    using type = float2;
 };
 template <>
 struct Gather<float, 4> {
-    using type = float4;
+    using type = float;
 };
 
-// Blocks per SM ptxas must fit (__launch_bounds__). Float: 0, its own choice, the fastest
-// measured. 16-bit: left alone, ptxas sinks every gather to its FMAs to save registers; 5 blocks
-// (at most 48 registers) keep the gathers in flight, and 1 or 4 blocks, with more registers,
-// measured slower (docs/DECISIONS.md).
-template <typename T>
-constexpr int kMinBlocksPerSM = std::is_same_v<T, float> ? 0 : 5;
+// Blocks per SM ptxas must fit (__launch_bounds__): 5 (at most 48 registers) with loads of 8 or
+// 16 bytes; left alone, ptxas sinks 16-bit gathers to their FMAs to save registers
+// (docs/DECISIONS.md). Narrower loads hold fewer bytes per register and need 4 blocks (64
+// registers) to keep theirs without spilling.
+template <int W>
+constexpr int kMinBlocksPerSM = W >= 8 ? 5 : 4;
 
 template <typename T>
 __device__ __forceinline__ float load_float(const T* p) {
@@ -65,169 +93,368 @@ __device__ __forceinline__ float load_float(const T* p) {
     return Element<T>::to_float(*reinterpret_cast<const T*>(&r));
 }
 
-struct Piece {
-    int32_t row;    // -1: a split row's own warp, which has nothing to do (its pieces are listed)
-    int32_t begin;
-    int32_t end;
-    int32_t slot;   // index into split_rows, or -1 for a whole row (written once)
-    int32_t count;  // pieces of the row
+// A launch's shape: W-byte loads, L lanes per slot.
+template <typename T, int W, int L>
+struct Shape {
+    static_assert(W >= static_cast<int>(sizeof(T)) && kLaneBytes % W == 0 && 32 % L == 0, "bad rows kernel shape");
+    static constexpr int V = W / static_cast<int>(sizeof(T));   // elements per load
+    static constexpr int CH = kLaneBytes / W;                    // loads per lane and nonzero
+    static constexpr int S = 32 / L;                             // slots per warp
+    static constexpr int kTileColumns = L * CH * V;              // columns per launch tile (grid.y)
+    using Load = typename Gather<T, W>::type;
+    using Sums = float[CH][V];  // a lane's fp32 sums
 };
 
-__device__ __forceinline__ Piece piece_of(const CsrRows& a, int64_t warp) {
-    if (warp < a.num_rows) {
-        const int32_t row = static_cast<int32_t>(warp);
-        const int32_t begin = a.rowptr[row], end = a.rowptr[row + 1];
-        return {end - begin > a.piece_nnz ? -1 : row, begin, end, -1, 1};
+// The operands of one launch, and where in them a lane works: load c of the lane's slot lane
+// `lane_in_slot` covers the V columns from col0 + (lane_in_slot + c * L) * V, where it lies
+// in the tile (c < CH).
+template <typename T, int W, int L>
+struct Operands {
+    using Sh = Shape<T, W, L>;
+    const T* values;
+    const T* x;  // X + col0 + lane_in_slot * V: the lane's first column of row 0
+    int64_t ldx;
+    T* y;
+    int64_t ldy;
+    int64_t n;
+    int64_t col0;
+    const T* bias;
+    const float* addend;
+    int lane_in_slot;
+    int tile_vectors;  // loads of V columns in this tile
+
+    __device__ bool covers(int c) const { return lane_in_slot + c * L < tile_vectors; }
+    __device__ int column(int c) const { return (lane_in_slot + c * L) * Sh::V; }  // in the tile
+};
+
+// 32-bit word i of a load's registers (no pointer casts: they split vector stores into scalar ones).
+__device__ __forceinline__ uint32_t word_of(const float4& v, int i) {
+    return __float_as_uint(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
+}
+__device__ __forceinline__ uint32_t word_of(const float2& v, int i) { return __float_as_uint(i == 0 ? v.x : v.y); }
+__device__ __forceinline__ uint32_t word_of(float v, int) { return __float_as_uint(v); }
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return word(v, i); }
+__device__ __forceinline__ uint32_t word_of(const uint2& v, int i) { return i == 0 ? v.x : v.y; }
+__device__ __forceinline__ uint32_t word_of(unsigned int v, int) { return v; }
+__device__ __forceinline__ uint32_t word_of(unsigned short v, int) { return v; }
+
+// The V elements of one load as floats.
+template <typename T, int V, typename Load>
+__device__ __forceinline__ void to_floats(const Load& load, float (&f)[V]) {
+    if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+        for (int q = 0; q < V; ++q) f[q] = __uint_as_float(word_of(load, q));
+    } else if constexpr (V == 1) {
+        f[0] = Element<T>::unpack2(word_of(load, 0)).x;  // the element in the low half
+    } else {
+#pragma unroll
+        for (int i = 0; i < V / 2; ++i) {
+            const float2 p = Element<T>::unpack2(word_of(load, i));
+            f[2 * i] = p.x;
+            f[2 * i + 1] = p.y;
+        }
     }
-    const int64_t p = warp - a.num_rows;
-    const int32_t slot = a.piece_slots[p], row = a.split_rows[slot], begin = a.piece_starts[p];
-    const int32_t row_begin = a.rowptr[row], row_end = a.rowptr[row + 1];
-    const int32_t count = (row_end - row_begin + a.piece_nnz - 1) / a.piece_nnz;
-    return {row, begin, min(begin + a.piece_nnz, row_end), slot, count};
+}
+
+// V floats rounded to T, as one store of W bytes.
+template <typename T, int W>
+__device__ __forceinline__ typename Gather<T, W>::type from_floats(const float (&f)[W / sizeof(T)]) {
+    if constexpr (std::is_same_v<T, float>) {
+        if constexpr (W == 16) return make_float4(f[0], f[1], f[2], f[3]);
+        else if constexpr (W == 8) return make_float2(f[0], f[1]);
+        else return f[0];
+    } else {
+        if constexpr (W == 16)
+            return make_uint4(Element<T>::pack2(f[0], f[1]), Element<T>::pack2(f[2], f[3]), Element<T>::pack2(f[4], f[5]),
+                              Element<T>::pack2(f[6], f[7]));
+        else if constexpr (W == 8)
+            return make_uint2(Element<T>::pack2(f[0], f[1]), Element<T>::pack2(f[2], f[3]));
+        else if constexpr (W == 4)
+            return Element<T>::pack2(f[0], f[1]);
+        else
+            return static_cast<unsigned short>(Element<T>::pack2(f[0], 0.f) & 0xffffu);
+    }
+}
+
+// acc += the nonzeros k, k + stride, k + 2 stride, ... below `end`, U of them per round: their
+// columns and values first, then all their rows of X, then the FMAs. Indices are unsigned: with
+// nnz < 2^31 a round's last index cannot wrap.
+template <typename T, int W, int L>
+__device__ __forceinline__ void walk(const Operands<T, W, L>& o, const int32_t* __restrict__ col, uint32_t k,
+                                     uint32_t end, uint32_t stride, typename Shape<T, W, L>::Sums& acc) {
+    using Sh = Shape<T, W, L>;
+    using Load = typename Sh::Load;
+    constexpr int U = kGathersInFlight<W>;
+    for (; k < end; k += U * stride) {
+        int32_t cols[U];
+        float vals[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const uint32_t j = k + u * stride;
+            cols[u] = j < end ? __ldg(col + j) : -1;
+            vals[u] = j < end ? load_float(o.values + j) : 0.f;
+        }
+        Load rows[U][Sh::CH];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int c = 0; c < Sh::CH; ++c) {
+                const T* p = o.x + cols[u] * o.ldx + c * L * Sh::V;
+                rows[u][c] = cols[u] >= 0 && o.covers(c) ? __ldg(reinterpret_cast<const Load*>(p)) : Load{};
+            }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int c = 0; c < Sh::CH; ++c) {
+                float f[Sh::V];
+                to_floats<T, Sh::V>(rows[u][c], f);
+#pragma unroll
+                for (int q = 0; q < Sh::V; ++q) acc[c][q] = fmaf(vals[u], f[q], acc[c][q]);
+            }
+    }
+}
+
+// Every slot's sums become the sum over the warp's slots (a butterfly: the same order in each).
+template <int L, int CH, int V>
+__device__ __forceinline__ void add_slots(float (&acc)[CH][V]) {
+#pragma unroll
+    for (int offset = L; offset < 32; offset <<= 1)
+#pragma unroll
+        for (int c = 0; c < CH; ++c)
+#pragma unroll
+            for (int q = 0; q < V; ++q) acc[c][q] += __shfl_xor_sync(kFullMask, acc[c][q], offset);
+}
+
+// Row y_row of Y in this tile: the lane's sums plus the bias and the addend, rounded once.
+template <typename T, int W, int L, bool kAddend>
+__device__ __forceinline__ void write_row(const Operands<T, W, L>& o, int64_t y_row,
+                                          const typename Shape<T, W, L>::Sums& acc) {
+    using Sh = Shape<T, W, L>;
+    using Load = typename Sh::Load;
+    T* out = o.y + y_row * o.ldy + o.col0;
+    const float* add = kAddend ? o.addend + y_row * o.n + o.col0 : nullptr;
+#pragma unroll
+    for (int c = 0; c < Sh::CH; ++c) {
+        if (!o.covers(c)) continue;
+        const int e0 = o.column(c);
+        float e[Sh::V];
+#pragma unroll
+        for (int q = 0; q < Sh::V; ++q) {
+            const float b = o.bias != nullptr ? load_float(o.bias + o.col0 + e0 + q) : 0.f;
+            const float s = kAddend ? add[e0 + q] : 0.f;
+            e[q] = acc[c][q] + b + s;
+        }
+        // One store of W bytes (a plain assignment was split into 4-byte stores), evict-first:
+        // Y is written once, and L2 is better spent on the rows of X that nonzeros share.
+        __stcs(reinterpret_cast<Load*>(out + e0), from_floats<T, W>(e));
+    }
+}
+
+__device__ __forceinline__ int32_t output_row(const CsrRows& a, int64_t row) {
+    return a.row_map != nullptr ? __ldg(a.row_map + row) : static_cast<int32_t>(row);
 }
 
 // Whether this warp's piece is the last of its row to add to the row's sums in this column tile
-// (for the L lanes of group 0, the only ones left). Every piece fences its atomics before it
+// (for the L lanes of slot 0, the only ones left). Every piece fences its atomics before it
 // counts itself, so the one that counts last reads complete sums (the memory-fence pattern of
 // the CUDA programming guide); it resets the count for the next call.
 template <int L>
-__device__ __forceinline__ bool last_arrival(int32_t* arrivals, int32_t count) {
-    constexpr unsigned kGroupMask = L == 32 ? 0xffffffffu : (1u << L) - 1;
+__device__ __forceinline__ bool last_arrival(int32_t* arrivals, int64_t count) {
+    constexpr unsigned kSlotMask = L == 32 ? kFullMask : (1u << L) - 1;
     __threadfence();
-    __syncwarp(kGroupMask);
+    __syncwarp(kSlotMask);
     int32_t arrived = 0;
     if (threadIdx.x % 32 == 0) arrived = atomicAdd(arrivals, 1);
-    arrived = __shfl_sync(kGroupMask, arrived, 0);
+    arrived = __shfl_sync(kSlotMask, arrived, 0);
     if (arrived != count - 1) return false;
     __threadfence();
     if (threadIdx.x % 32 == 0) *arrivals = 0;
     return true;
 }
 
-__device__ __forceinline__ int64_t output_row(const CsrRows& a, int32_t row) {
-    return a.row_map != nullptr ? __ldg(a.row_map + row) : row;
+// Piece p of a split row, all slots on it: its sums added to the row's; the last piece to add
+// (where the launch rounds split rows itself) takes the row's sums, leaves them zero and writes
+// the row.
+template <typename T, int W, int L, bool kAddend>
+__device__ __forceinline__ void run_piece(const CsrRows& a, const Operands<T, W, L>& o, const SplitSums& split,
+                                          bool rounds_split_rows, int64_t p, int slot) {
+    using Sh = Shape<T, W, L>;
+    const int64_t begin = __ldg(a.piece_starts + p);
+    const int64_t row_end = __ldg(a.rowptr + __ldg(a.split_rows + __ldg(a.piece_slots + p)) + 1);
+    const int64_t end = min(begin + a.piece_nnz, row_end);
+    typename Sh::Sums acc = {};
+    walk(o, a.col, static_cast<uint32_t>(begin + slot), static_cast<uint32_t>(end), Sh::S, acc);
+    add_slots<L>(acc);
+    if (slot != 0) return;
+    // The piece's row read again (from L1) rather than kept in registers through the gathers,
+    // which the 16-bit kernels then keep in flight four at a time.
+    const int32_t split_slot = __ldg(a.piece_slots + p), row = __ldg(a.split_rows + split_slot);
+    const int64_t count = (static_cast<int64_t>(__ldg(a.rowptr + row + 1)) - __ldg(a.rowptr + row) + a.piece_nnz - 1) / a.piece_nnz;
+    float* sum = split.sums + split_slot * o.n + o.col0;
+#pragma unroll
+    for (int c = 0; c < Sh::CH; ++c) {
+        if (!o.covers(c)) continue;
+        float* s = sum + o.column(c);
+        if constexpr (Sh::V % 4 == 0) {
+#pragma unroll
+            for (int q = 0; q < Sh::V; q += 4)
+                ptx::atomic_add_f4(s + q, make_float4(acc[c][q], acc[c][q + 1], acc[c][q + 2], acc[c][q + 3]));
+        } else {
+#pragma unroll
+            for (int q = 0; q < Sh::V; ++q) atomicAdd(s + q, acc[c][q]);
+        }
+    }
+    if (!rounds_split_rows) return;
+    if (!last_arrival<L>(split.arrivals + split_slot * gridDim.y + blockIdx.y, count)) return;
+    // The sums are read from L2, where the atomics landed, and left zero for the next call.
+#pragma unroll
+    for (int c = 0; c < Sh::CH; ++c) {
+        if (!o.covers(c)) continue;
+        float* s = sum + o.column(c);
+#pragma unroll
+        for (int q = 0; q < Sh::V; ++q) {
+            acc[c][q] = __ldcg(s + q);
+            __stcg(s + q, 0.f);
+        }
+    }
+    write_row<T, W, L, kAddend>(o, output_row(a, row), acc);
 }
 
-// Columns [tile * tile_cols, ...) of every row piece; nv: vectors of V elements in this tile.
-// kAddend: whether `addend` is read; a template flag, so that the kernel without an addend
-// compiles to code with no trace of it (a runtime test slowed the 16-bit kernel).
-template <typename T, int L, int CH, int V, bool kAddend, bool kLastArrival>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T>)
-    csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx,
-                    T* __restrict__ y, int64_t ldy, int64_t n, int tile_cols, const T* __restrict__ bias,
-                    const float* __restrict__ addend, SplitSums split) {
-    using Vec = typename Gather<T, V>::type;
-    constexpr int G = 32 / L;
-    constexpr int U = kGathersInFlight;
+// The longest row the warp packs, one row per slot, given each row's length (lane i < S: row
+// i's, 0 where none): longer rows run one after another on all slots. Priced in gather rounds:
+// the packed rows take as many as the longest of them, ceil(d / U); a row on all slots takes
+// ceil(d / (S U)) and one more for its start and the shuffles that add its slots' sums. Rows of
+// up to 2 U nonzeros are always packed (all slots would not take them in fewer rounds).
+template <int S, uint32_t U>
+__device__ __forceinline__ uint32_t packed_limit(uint32_t d) {
+    const uint32_t longest = __reduce_max_sync(kFullMask, d);
+    uint32_t best_limit = longest, best_rounds = (longest + U - 1) / U;
+    for (uint32_t limit = 2 * U; limit < longest; limit *= 2) {
+        const uint32_t packed = __reduce_max_sync(kFullMask, d <= limit ? d : 0u);
+        const uint32_t shared = __reduce_add_sync(kFullMask, d > limit ? (d + S * U - 1) / (S * U) + 1 : 0u);
+        const uint32_t rounds = (packed + U - 1) / U + shared;
+        if (rounds < best_rounds) {
+            best_rounds = rounds;
+            best_limit = limit;
+        }
+    }
+    return best_limit;
+}
+
+// S consecutive rows from `first`: lane i < S reads row first + i's bounds and output row.
+template <typename T, int W, int L, bool kAddend>
+__device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, L>& o, int64_t first, int lane, int slot) {
+    using Sh = Shape<T, W, L>;
+    constexpr int S = Sh::S;
+    const int64_t row = first + lane;
+    const bool has_row = lane < S && row < a.num_rows;
+    int32_t begin = 0, end = 0, y_row = 0;
+    if (has_row) {
+        begin = __ldg(a.rowptr + row);
+        end = __ldg(a.rowptr + row + 1);
+        y_row = output_row(a, row);
+    }
+    // A split row is its pieces' to write.
+    const uint32_t length = static_cast<uint32_t>(end - begin);
+    const bool whole = has_row && length <= static_cast<uint32_t>(a.piece_nnz);
+    bool packed = whole;
+    if constexpr (S > 1) {
+        const uint32_t limit = packed_limit<S, kGathersInFlight<W>>(whole ? length : 0u);  // every lane takes part
+        packed = whole && length <= limit;
+    }
+    const unsigned shared_rows = S > 1 ? __ballot_sync(kFullMask, whole && !packed) : 0u;
+
+    // Packed rows: slot s walks row first + s.
+    const int32_t my_begin = __shfl_sync(kFullMask, begin, slot), my_end = __shfl_sync(kFullMask, end, slot);
+    const int32_t my_y_row = __shfl_sync(kFullMask, y_row, slot);
+    if (__shfl_sync(kFullMask, static_cast<int>(packed), slot)) {
+        typename Sh::Sums acc = {};
+        walk(o, a.col, static_cast<uint32_t>(my_begin), static_cast<uint32_t>(my_end), 1u, acc);
+        write_row<T, W, L, kAddend>(o, my_y_row, acc);
+    }
+    // The rest on all slots, one row at a time; their bounds read again (from L1) rather than
+    // kept in registers through the packed rows' gathers.
+    if constexpr (S > 1) {
+        for (unsigned rest = shared_rows; rest != 0; rest &= rest - 1) {
+            const int64_t r = first + __ffs(rest) - 1;
+            const uint32_t row_begin = __ldg(a.rowptr + r), row_end = __ldg(a.rowptr + r + 1);
+            typename Sh::Sums acc = {};
+            walk(o, a.col, row_begin + slot, row_end, S, acc);
+            add_slots<L>(acc);
+            if (slot == 0) write_row<T, W, L, kAddend>(o, output_row(a, r), acc);
+        }
+    }
+}
+
+// Warps [0, num_pieces) take a piece each, the rest S rows each; blockIdx.y is the column tile.
+template <typename T, int W, int L, bool kAddend>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<W>)
+    csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx, T* __restrict__ y,
+                    int64_t ldy, int64_t n, const T* __restrict__ bias, const float* __restrict__ addend,
+                    SplitSums split, bool rounds_split_rows) {
+    using Sh = Shape<T, W, L>;
     const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-    if (warp >= a.num_rows + a.num_pieces) return;
-    const Piece piece = piece_of(a, warp);
-    if (piece.row < 0) return;
-    const int lane = threadIdx.x & 31, group = lane / L, lane_in_group = lane % L;
-    const int64_t col0 = static_cast<int64_t>(blockIdx.y) * tile_cols;
-    const int nv = static_cast<int>((min(n - col0, static_cast<int64_t>(tile_cols)) + V - 1) / V);
-
-    float acc[CH][V] = {};
-    const Vec* xv = reinterpret_cast<const Vec*>(x + col0);
-    const int64_t ldv = ldx / V;
-    for (int32_t j = piece.begin + group; j < piece.end; j += G * U) {
-        int32_t cols[U];
-        float vals[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int32_t k = j + u * G;
-            cols[u] = k < piece.end ? __ldg(a.col + k) : -1;
-            vals[u] = k < piece.end ? load_float(values + k) : 0.f;
-        }
-        Vec rows[U][CH];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int c = 0; c < CH; ++c) {
-                const int v = lane_in_group + c * L;
-                rows[u][c] = cols[u] >= 0 && v < nv ? __ldg(xv + cols[u] * ldv + v) : Vec{};
-            }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int c = 0; c < CH; ++c) {
-                const T* r = reinterpret_cast<const T*>(&rows[u][c]);
-#pragma unroll
-                for (int q = 0; q < V; ++q) acc[c][q] = fmaf(vals[u], Element<T>::to_float(r[q]), acc[c][q]);
-            }
+    const int lane = threadIdx.x & 31, slot = lane / L, lane_in_slot = lane % L;
+    const int64_t col0 = static_cast<int64_t>(blockIdx.y) * Sh::kTileColumns;
+    const int tile_vectors = static_cast<int>(min(n - col0, static_cast<int64_t>(Sh::kTileColumns)) / Sh::V);
+    const Operands<T, W, L> o{values, x + col0 + lane_in_slot * Sh::V, ldx, y, ldy, n, col0, bias, addend,
+                              lane_in_slot, tile_vectors};
+    if (warp < a.num_pieces) {
+        run_piece<T, W, L, kAddend>(a, o, split, rounds_split_rows, warp, slot);
+        return;
     }
-#pragma unroll
-    for (int offset = L; offset < 32; offset <<= 1)
-#pragma unroll
-        for (int c = 0; c < CH; ++c)
-#pragma unroll
-            for (int q = 0; q < V; ++q) acc[c][q] += __shfl_xor_sync(0xffffffffu, acc[c][q], offset);
-    if (group != 0) return;
-    if (piece.slot >= 0) {
-        // A split row: add this piece to the row's sums; the last piece takes them (read from L2,
-        // where the atomics landed) and leaves them zero for the next call.
-        float* sum = split.sums + piece.slot * n + col0;
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-            const int v = lane_in_group + c * L;
-            if (v >= nv) continue;
-            if constexpr (V % 4 == 0) {
-#pragma unroll
-                for (int q = 0; q < V; q += 4)
-                    ptx::atomic_add_f4(sum + v * V + q, make_float4(acc[c][q], acc[c][q + 1], acc[c][q + 2], acc[c][q + 3]));
-            } else {
-#pragma unroll
-                for (int q = 0; q < V; ++q) atomicAdd(sum + v * V + q, acc[c][q]);
-            }
-        }
-        if constexpr (!kLastArrival) return;
-        if (!last_arrival<L>(split.arrivals + piece.slot * gridDim.y + blockIdx.y, piece.count)) return;
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-            const int v = lane_in_group + c * L;
-            if (v >= nv) continue;
-#pragma unroll
-            for (int q = 0; q < V; ++q) {
-                acc[c][q] = __ldcg(sum + v * V + q);
-                __stcg(sum + v * V + q, 0.f);
-            }
-        }
-    }
-    const int64_t y_row = output_row(a, piece.row);
-    T* out = y + y_row * ldy + col0;
-    const float* add = kAddend ? addend + y_row * n + col0 : nullptr;
-#pragma unroll
-    for (int c = 0; c < CH; ++c) {
-        const int v = lane_in_group + c * L;
-        if (v >= nv) continue;
-        Vec packed;
-        T* e = reinterpret_cast<T*>(&packed);
-#pragma unroll
-        for (int q = 0; q < V; ++q) {
-            const float b = bias != nullptr ? load_float(bias + col0 + v * V + q) : 0.f;
-            const float s = kAddend ? add[v * V + q] : 0.f;
-            e[q] = Element<T>::from_float(acc[c][q] + b + s);
-        }
-        *reinterpret_cast<Vec*>(out + v * V) = packed;
-    }
+    const int64_t first = (warp - a.num_pieces) * Sh::S;
+    if (first >= a.num_rows) return;
+    run_rows<T, W, L, kAddend>(a, o, first, lane, slot);
 }
 
-template <typename T, int L, int CH, int V>
+template <typename T, int W, int L>
 cudaError_t launch(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                   const T* bias, const float* addend, const SplitSums& split, bool last_arrival,
+                   const T* bias, const float* addend, const SplitSums& split, bool rounds_split_rows,
                    cudaStream_t stream) {
-    constexpr int tile_cols = L * CH * V;
-    const int64_t warps = a.num_rows + a.num_pieces;
-    const int64_t tiles = (n + tile_cols - 1) / tile_cols;
+    using Sh = Shape<T, W, L>;
+    const int64_t tiles = (n + Sh::kTileColumns - 1) / Sh::kTileColumns;
     if (tiles > 65535 || (a.num_split_rows > 0 && tiles > csr_rows_max_tiles(n))) return cudaErrorInvalidValue;
-    const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(tiles));
+    const int64_t warps = a.num_pieces + (a.num_rows + Sh::S - 1) / Sh::S;
+    const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(tiles));
     TCS_BOOL_SWITCH(addend != nullptr, kAddend, [&] {
-        TCS_BOOL_SWITCH(last_arrival, kLastArrival, [&] {
-            csr_rows_kernel<T, L, CH, V, kAddend, kLastArrival>
-                <<<grid, kWarpsPerBlock * 32, 0, stream>>>(a, values, x, ldx, y, ldy, n, tile_cols, bias, addend, split);
-        });
+        csr_rows_kernel<T, W, L, kAddend><<<grid, kWarpsPerBlock * 32, 0, stream>>>(
+            a, values, x, ldx, y, ldy, n, bias, addend, split, rounds_split_rows);
     });
     return cudaGetLastError();
+}
+
+// The fewest lanes per slot (a power of two) whose 16 bytes each cover N; 32 from N * sizeof(T)
+// over 256 bytes, which then runs in tiles of a warp.
+template <typename T, int W>
+cudaError_t launch_lanes(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
+                         const T* bias, const float* addend, const SplitSums& split, bool rounds_split_rows,
+                         cudaStream_t stream) {
+    const int64_t lanes = (n * static_cast<int64_t>(sizeof(T)) + kLaneBytes - 1) / kLaneBytes;
+#define TCS_ROWS_LAUNCH(L) launch<T, W, L>(a, values, x, ldx, y, ldy, n, bias, addend, split, rounds_split_rows, stream)
+    if (lanes <= 1) return TCS_ROWS_LAUNCH(1);
+    if (lanes <= 2) return TCS_ROWS_LAUNCH(2);
+    if (lanes <= 4) return TCS_ROWS_LAUNCH(4);
+    if (lanes <= 8) return TCS_ROWS_LAUNCH(8);
+    if (lanes <= 16) return TCS_ROWS_LAUNCH(16);
+    return TCS_ROWS_LAUNCH(32);
+#undef TCS_ROWS_LAUNCH
+}
+
+// The widest load (16, 8, 4 bytes or one element) that N, both row strides and both base
+// pointers allow: every load of a row of X and every store of Y is then aligned to its width.
+template <typename T>
+int load_bytes(const T* x, int64_t ldx, const T* y, int64_t ldy, int64_t n) {
+    const auto fits = [&](int64_t w) {
+        const int64_t e = sizeof(T);
+        return (n * e) % w == 0 && (ldx * e) % w == 0 && (ldy * e) % w == 0 &&
+               reinterpret_cast<uintptr_t>(x) % w == 0 && reinterpret_cast<uintptr_t>(y) % w == 0;
+    };
+    for (int w = kLaneBytes; w > static_cast<int>(sizeof(T)); w /= 2)
+        if (fits(w)) return w;
+    return sizeof(T);
 }
 
 // The split rows' sums rounded into Y with the bias and the addend, and set back to zero.
@@ -246,40 +473,10 @@ __global__ void finish_split_rows_kernel(CsrRows a, SplitSums split, T* __restri
     }
 }
 
-// 16-byte gathers: the fewest lanes whose vectors cover N, at most a warp. Wider rows run in
-// tiles of a warp's width (grid.y), a warp per tile: more, lighter warps keep more gathers in
-// flight per SM than one warp covering 256 float columns, which measured slower.
-template <typename T>
-cudaError_t launch_vector(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, const float* addend, const SplitSums& split, bool last_arrival,
-                          cudaStream_t stream) {
-    constexpr int V = 16 / sizeof(T);
-    const int64_t nv = n / V;
-    if (nv <= 4) return launch<T, 4, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    if (nv <= 8) return launch<T, 8, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    if (nv <= 16) return launch<T, 16, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    return launch<T, 32, 1, V>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-}
-
-// One element per gather (odd N, strides or pointers off 16 bytes): several per lane instead.
-template <typename T>
-cudaError_t launch_scalar(const CsrRows& a, const T* values, const T* x, int64_t ldx, T* y, int64_t ldy, int64_t n,
-                          const T* bias, const float* addend, const SplitSums& split, bool last_arrival,
-                          cudaStream_t stream) {
-    if (n <= 8) return launch<T, 8, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    if (n <= 16) return launch<T, 16, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    if (n <= 32) return launch<T, 32, 1, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    if (n <= 48) return launch<T, 16, 3, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    if (n <= 64) return launch<T, 32, 2, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    if (n <= 96) return launch<T, 32, 3, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-    return launch<T, 32, 4, 1>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
-// Every launch above covers N in one tile up to 96 columns, and in tiles of at least 128 beyond.
+// A launch takes one tile while N * sizeof(T) <= 256 bytes, tiles of 128 (float32) or 256
+// (16-bit) columns beyond.
 int64_t csr_rows_max_tiles(int64_t n) { return std::max<int64_t>(1, (n + 127) / 128); }
 
 template <typename T>
@@ -287,15 +484,26 @@ cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t
                           const T* bias, const float* addend, const SplitSums& split, cudaStream_t stream) {
     if (a.num_rows == 0 || n == 0) return cudaSuccess;
     if (a.num_split_rows > 0 && (split.sums == nullptr || split.arrivals == nullptr)) return cudaErrorInvalidValue;
-    constexpr int V = 16 / sizeof(T);
-    const bool vector = n % V == 0 && ldx % V == 0 && ldy % V == 0 && aligned16(x) && aligned16(y);
     // The last piece of a row saves the finishing launch but waits for its atomics (a fence per
     // piece): faster up to kLastArrivalPieceColumns pieces x N, where the launch dominates; slower
     // beyond, where the fences do (docs/DECISIONS.md).
     const bool last_arrival = a.num_pieces * n <= kLastArrivalPieceColumns;
-    const cudaError_t err =
-        vector ? launch_vector(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream)
-               : launch_scalar(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
+    cudaError_t err = cudaSuccess;
+    switch (load_bytes(x, ldx, y, ldy, n)) {
+        case 16:
+            err = launch_lanes<T, 16>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
+            break;
+        case 8:
+            err = launch_lanes<T, 8>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
+            break;
+        case 4:
+            err = launch_lanes<T, 4>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
+            break;
+        default:
+            if constexpr (sizeof(T) == 2)
+                err = launch_lanes<T, 2>(a, values, x, ldx, y, ldy, n, bias, addend, split, last_arrival, stream);
+            break;
+    }
     if (err != cudaSuccess || a.num_split_rows == 0 || last_arrival) return err;
     const int64_t total = a.num_split_rows * n;
     const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 4096));

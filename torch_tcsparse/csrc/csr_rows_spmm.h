@@ -3,9 +3,9 @@
 //
 // Why a CUDA-core kernel next to the Tensor-Core ones: on graphs whose 16-row windows share few
 // columns (R-MAT, uniform random) a 16 x 8 TC block holds a few nonzeros, so the MMA multiplies
-// mostly zeros, while each nonzero's row of X has to be gathered anyway. A warp per row that keeps
-// many 16-byte gathers in flight is bound only by those gathers; cuSPARSE's CSR kernel keeps
-// fewer in flight at N <= 128 and runs slower on R-MAT, uniform and SBM graphs (BENCHMARKS.md).
+// mostly zeros, while each nonzero's row of X has to be gathered anyway. A kernel whose every
+// lane keeps several 16-byte gathers in flight, whatever the row lengths and N, is bound only by
+// those gathers (csr_rows_spmm.cu: how rows are packed into warps at small N).
 #pragma once
 
 #include <cstdint>
@@ -16,10 +16,13 @@
 namespace tcsparse {
 
 // The pattern of a canonical CSR (int32 indices) split into pieces of at most `piece_nnz`
-// nonzeros. Rows up to `piece_nnz` long are one piece each, taken by warp `row`; the rows longer
-// than that (split_rows, ascending) are cut into the listed pieces (piece_slots: the piece's
-// index into split_rows; piece_starts: its first nonzero), and their pieces are summed with fp32
-// atomics. A power-law hub thus costs many short pieces, not one long warp.
+// nonzeros. Rows up to `piece_nnz` long are one piece each, summed by the warp that takes their
+// group of consecutive rows; the rows longer than that (split_rows, ascending) are cut into the
+// listed pieces (piece_slots: the piece's index into split_rows; piece_starts: its first
+// nonzero), a warp each, and their pieces are summed with fp32 atomics. A power-law hub thus
+// costs many short pieces, not one long warp. With `piece_nnz` = INT32_MAX no row is split and
+// every output is one warp's sum in an order fixed by the matrix and the launch: bitwise the
+// same from call to call.
 //
 // `row_map` (null: the identity) is the row of Y that each CSR row is written to. A reordered
 // matrix passes its rows in the reordering's order with their original column ids: rows that
