@@ -4,12 +4,12 @@ degrees of the halo columns arrive through the same halo exchange as the feature
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ..nn._checks import check_flag
 from ..nn.normalization import compute_dtype
 from .checks import check_csr
+from .exchange import peers_of
 from .part import GraphPart, _check_bounds
 
 
@@ -21,20 +21,18 @@ def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=N
     entry scaled by ``deg(source)^-1/2 deg(target)^-1/2``, computed in float32 (float64 for
     float64 values) and rounded once to the values' dtype. ``overlap`` and ``halo_dtype``: the
     part's exchange (``GraphPart``); the degrees always travel in the compute dtype. A collective
-    call."""
+    call (``group`` as ``GraphPart.from_rows`` takes it)."""
     check_flag("improved", improved)
     check_flag("add_self_loops", add_self_loops)
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("gcn_part needs torch.distributed initialized (dist.init_process_group)")
-    bounds = _check_bounds(bounds, dist.get_world_size(group))
-    rank = dist.get_rank(group)
-    first = bounds[rank]
-    num_rows = check_csr(rowptr, col, values, bounds[rank + 1] - first, bounds[-1])
+    peers = peers_of(group)
+    bounds = _check_bounds(bounds, peers.world_size)
+    first, end = bounds[peers.rank], bounds[peers.rank + 1]
+    num_rows = check_csr(rowptr, col, values, end - first, bounds[-1])
     if values is None:
         values = torch.ones(col.numel(), dtype=torch.float32, device=col.device)
     if add_self_loops:
         rowptr, col, values = _with_self_loops(rowptr, col.long(), values, first, num_rows, 2.0 if improved else 1.0)
-    part = GraphPart.from_rows(rowptr, col, values, bounds, group, overlap=overlap, halo_dtype=halo_dtype)
+    part = GraphPart.from_rows(rowptr, col, values, bounds, peers, overlap=overlap, halo_dtype=halo_dtype)
     interior, boundary = part.interior.csr, part.boundary.csr
     compute = compute_dtype(interior.values.dtype)
     interior_weight, boundary_weight = interior.values.to(compute), boundary.values.to(compute)

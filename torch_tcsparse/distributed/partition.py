@@ -45,6 +45,12 @@ class NodePartition:
         position[self.order] = torch.arange(self.order.numel(), device=self.order.device)
         return position
 
+    def part_of_nodes(self) -> Tensor:
+        """The part of every original node id."""
+        part = torch.empty_like(self.order)
+        part[self.order] = _part_of_positions(self.bounds, torch.arange(self.num_nodes, device=self.order.device))
+        return part
+
     def nodes(self, rank: int) -> Tensor:
         """Original ids of the nodes part ``rank`` owns, in partition order."""
         check_int("rank", rank, 0, self.num_parts - 1)
