@@ -161,31 +161,34 @@ def evaluate(model, block, x, y, part, nodes, masks, device, evaluator=None) -> 
     return result
 
 
-def place(block, device, method: str, seed: int, row_weight: int, model: str, overlap: bool = False,
-          halo_dtype=None) -> dict:
+def place(block, device, method: str, seed: int, row_weight: int) -> dict:
     """Partitions the blocks (every rank calls it) and moves this rank's share of rows,
-    features, labels and splits to it; returns the rank's part (the normalized adjacency for
-    GCN, the adjacency for SAGE and GIN) and its tensors on ``device``."""
+    features, labels and splits to it, on ``device``; columns in partition positions."""
     part_of_rows = partition_blocks(block.rowptr, block.col, block.bounds, method=method, seed=seed,
                                     row_weight=row_weight)
     placement = Placement(part_of_rows, block.bounds)
     rowptr, col, _ = placement.move_csr(block.rowptr, block.col)
-    build = gcn_part if model == "gcn" else GraphPart.from_rows
-    part = build(rowptr.to(device), col.to(device), None, placement.bounds, overlap=overlap, halo_dtype=halo_dtype)
-    first = block.bounds[dist.get_rank()]
-    nodes = placement.move(torch.arange(first, first + block.rowptr.numel() - 1))
-    return {"part": part, "nodes": nodes.to(device), "x": placement.move(block.x).to(device),
-            "y": placement.move(block.y).to(device),
+    rank = dist.get_rank()
+    first, end = placement.bounds[rank], placement.bounds[rank + 1]
+    nodes = placement.move(torch.arange(block.bounds[rank], block.bounds[rank + 1]))
+    return {"rowptr": rowptr.to(device), "col": col.to(device), "bounds": placement.bounds,
+            "nodes": nodes.to(device), "x": placement.move(block.x).to(device), "y": placement.move(block.y).to(device),
             "masks": {name: placement.move(mask).to(device) for name, mask in block.masks.items()},
-            "cut": int(((col < placement.bounds[dist.get_rank()]) | (col >= placement.bounds[dist.get_rank() + 1])).sum())}
+            "cut": int(((col < first) | (col >= end)).sum())}
 
 
-def train_placed(block, placed: dict, config: dict, device: torch.device, seed: int, model_kind: str = "gcn",
-                 aggr: str = "mean", progress: bool = False, evaluator=None) -> dict:
+def build_part(placed: dict, model: str, overlap: bool = False, halo_dtype=None) -> GraphPart:
+    """This rank's part: the normalized adjacency for GCN, the adjacency for GraphSAGE and GIN."""
+    build = gcn_part if model == "gcn" else GraphPart.from_rows
+    return build(placed["rowptr"], placed["col"], None, placed["bounds"], overlap=overlap, halo_dtype=halo_dtype)
+
+
+def train_placed(block, placed: dict, part: GraphPart, config: dict, device: torch.device, seed: int,
+                 model_kind: str = "gcn", aggr: str = "mean", progress: bool = False, evaluator=None) -> dict:
     """Train on this rank's part; every rank of the world calls it. Returns the losses (global
     means), epoch times and the best and last evaluations."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    part, nodes, x, y, masks = placed["part"], placed["nodes"], placed["x"], placed["y"], placed["masks"]
+    nodes, x, y, masks = placed["nodes"], placed["x"], placed["y"], placed["masks"]
     torch.manual_seed(seed)
     model = DistributedGNN(model_kind, block.num_features, config["hidden"], block.num_outputs, config["layers"],
                            config["dropout"], config["batch_norm"], aggr).to(device)
@@ -274,9 +277,9 @@ def main(argv=None) -> None:
         block = block_of(task, bounds, dist.get_rank())
         evaluator = task.evaluator
         del task
-        placed = place(block, device, args.partitioner, args.seed, args.row_weight, args.model, args.overlap,
-                       HALO_DTYPES[args.halo_dtype])
-        result = train_placed(block, placed, config, device, args.seed, args.model, args.aggr,
+        placed = place(block, device, args.partitioner, args.seed, args.row_weight)
+        part = build_part(placed, args.model, args.overlap, HALO_DTYPES[args.halo_dtype])
+        result = train_placed(block, placed, part, config, device, args.seed, args.model, args.aggr,
                               progress=not args.quiet, evaluator=evaluator)
         totals = torch.tensor([result["halo"], result["cut"]], device=device)
         dist.all_reduce(totals)
