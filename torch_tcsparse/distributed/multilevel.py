@@ -10,7 +10,7 @@ the partitioner balances, say, nonzeros and rows at once.
 
 Memory: the input CSR (columns as given, int32 or int64), the coarse graphs (each a fraction of
 the one before), per-node arrays and the temporaries of one chunk of rows
-(``weighted_graph.CHUNK_EDGES`` edges) at a time.
+(``row_ranges.RANGE_ENTRIES`` edges) at a time.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ sends every rank the part of each of its rows: the root holds the columns (int32
 fit: 4 bytes per nonzero) and the row pointers (8 bytes per node) for the time of the partition,
 plus the partitioner's own memory, and never the values, features or labels. :class:`Placement`
 then numbers the nodes by part and moves each block's rows, and any per-node tensor, to the rank
-of their part, with ``all_to_all_single``: no rank holds more than its block and its part.
+of their part, with ``all_to_all_single``: no rank holds more than its block and its part, and,
+while it relabels its block's columns, a table of one position per node (4 bytes each).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from torch import Tensor
 
 from .checks import check_csr, check_int
 from .partition import METHODS, partition_rows
+from .row_ranges import range_rows, row_ranges
 
 
 def block_bounds(num_nodes: int, world_size: int) -> tuple[int, ...]:
@@ -161,25 +163,32 @@ class Placement:
     def move_csr(self, rowptr: Tensor, col: Tensor, values: Tensor | None = None):
         """This rank's rows as ``(rowptr, col, values)``, columns in partition positions (int32
         where they fit), from every rank's block rows with columns in original ids: what
-        ``GraphPart.from_rows`` takes."""
+        ``GraphPart.from_rows`` takes. The block's entries are relabeled and gathered into the
+        send buffers a range of rows at a time."""
         check_csr(rowptr, col, values, self.order.numel(), self.block[-1])
-        position = self._positions(col)
+        rowptr = rowptr.long()
+        table = self._position_table(col)
         lengths = rowptr.diff()
         moved_lengths = self.move(lengths)
-        # The entries of the block's rows in send order, and how many go to each rank.
-        starts = rowptr[:-1].index_select(0, self.order)
+        # The block's rows in send order, as a CSR whose entries are gathered range by range.
         sent_lengths = lengths.index_select(0, self.order)
-        total = int(sent_lengths.sum())
-        offsets = torch.cumsum(sent_lengths, 0) - sent_lengths
-        local = torch.repeat_interleave(torch.arange(self.order.numel(), device=col.device), sent_lengths,
-                                        output_size=total)
-        entries = (starts - offsets)[local] + torch.arange(total, device=col.device)
-        del local, offsets
+        sent_rowptr = torch.zeros(self.order.numel() + 1, dtype=torch.long, device=col.device)
+        torch.cumsum(sent_lengths, 0, out=sent_rowptr[1:])
+        sources = rowptr[:-1].index_select(0, self.order) - sent_rowptr[:-1]
+        sent_col = table.new_empty(col.numel())
+        sent_values = None if values is None else values.new_empty(values.numel())
+        for start, end in row_ranges(sent_rowptr):
+            lo, hi = int(sent_rowptr[start]), int(sent_rowptr[end])
+            entries = sources[range_rows(sent_rowptr, start, end)] + torch.arange(lo, hi, device=col.device)
+            sent_col[lo:hi] = table[col[entries].long()]
+            if values is not None:
+                sent_values[lo:hi] = values[entries]
+        del table, sources
         per_rank = [int(n) for n in _segment_sums(sent_lengths, self.send_counts)]
         per_rank_in = _exchange_counts(per_rank, col.device, self.group)
-        moved_col = self._exchange(position.index_select(0, entries), per_rank, per_rank_in)
-        moved_values = None if values is None else self._exchange(values.index_select(0, entries), per_rank,
-                                                                   per_rank_in)
+        moved_col = self._exchange(sent_col, per_rank, per_rank_in)
+        del sent_col
+        moved_values = None if values is None else self._exchange(sent_values, per_rank, per_rank_in)
         moved_rowptr = torch.zeros(self.num_own + 1, dtype=torch.long, device=col.device)
         torch.cumsum(moved_lengths, 0, out=moved_rowptr[1:])
         return moved_rowptr, moved_col, moved_values
@@ -189,20 +198,24 @@ class Placement:
         dist.all_to_all_single(out, tensor, receive, send, group=self.group)
         return out
 
-    def _positions(self, col: Tensor) -> Tensor:
-        """The partition position of every column (original ids), asked from the ranks whose
-        blocks hold them."""
-        ids, inverse = torch.unique(col.long(), return_inverse=True)
+    def _position_table(self, col: Tensor) -> Tensor:
+        """A table from original id to partition position (int32 where positions fit; -1 where
+        unknown), filled for the columns of ``col``, whose positions are asked from the ranks
+        whose blocks hold them. One entry per node: a rank needs no sort of its entries."""
+        num_nodes = self.block[-1]
+        present = torch.zeros(num_nodes, dtype=torch.bool, device=col.device)
+        present[col.long()] = True
+        ids = present.nonzero().squeeze(1)
+        del present
         inner = torch.tensor(self.block[1:-1], dtype=torch.long, device=col.device)
-        owner = torch.searchsorted(inner, ids, right=True)
-        world = len(self.block) - 1
-        asked = torch.bincount(owner, minlength=world).tolist()
+        asked = torch.bincount(torch.searchsorted(inner, ids, right=True), minlength=len(self.block) - 1).tolist()
         asked_of_me = _exchange_counts(asked, col.device, self.group)
         requested = self._exchange(ids, asked, asked_of_me)
         answers = self.position.index_select(0, requested - self.first)
-        positions = self._exchange(answers, asked_of_me, asked)
-        dtype = torch.int32 if self.block[-1] <= torch.iinfo(torch.int32).max else torch.int64
-        return positions.to(dtype).index_select(0, inverse.view(-1))
+        dtype = torch.int32 if num_nodes <= torch.iinfo(torch.int32).max else torch.int64
+        table = torch.full((num_nodes,), -1, dtype=dtype, device=col.device)
+        table[ids] = self._exchange(answers, asked_of_me, asked).to(dtype)
+        return table
 
 
 def _segment_sums(values: Tensor, counts: list[int]) -> Tensor:

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-# Edges per chunk of a pass: a few int64 temporaries of this size stay well under a GB.
-CHUNK_EDGES = 1 << 24
+from .row_ranges import RANGE_ENTRIES, range_rows, row_ranges
 
 
 @dataclass
@@ -39,30 +38,20 @@ class WeightedGraph:
     def device(self) -> torch.device:
         return self.col.device
 
-    def chunks(self, max_edges: int = CHUNK_EDGES, max_rows: int | None = None) -> list[tuple[int, int]]:
+    def chunks(self, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[tuple[int, int]]:
         """Consecutive row ranges ``(start, end)`` of at most ``max_edges`` edges (a row with
         more edges is a range of its own) and ``max_rows`` rows each."""
-        n = self.num_nodes
-        total = int(self.rowptr[-1])
-        cuts = []
-        if total > max_edges:
-            targets = torch.arange(max_edges, total, max_edges, device=self.rowptr.device)
-            cuts = torch.searchsorted(self.rowptr, targets, right=True).sub_(1).tolist()
-        if max_rows is not None and n > max_rows:
-            cuts += list(range(max_rows, n, max_rows))
-        bounds = sorted(set([0, *cuts, n]))
-        return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        return row_ranges(self.rowptr, max_edges, max_rows)
 
     def edges(self, start: int, end: int) -> tuple[Tensor, Tensor, Tensor | None]:
         """Rows (int64, global ids), columns (int64) and weights of the edges of rows start:end."""
         first, last = int(self.rowptr[start]), int(self.rowptr[end])
-        counts = self.rowptr[start + 1: end + 1] - self.rowptr[start:end]
-        row = torch.repeat_interleave(torch.arange(start, end, device=self.device), counts, output_size=last - first)
+        row = range_rows(self.rowptr, start, end)
         col = self.col[first:last].long()
         weight = None if self.edge_weight is None else self.edge_weight[first:last]
         return row, col, weight
 
-    def node_groups(self, nodes: Tensor, max_edges: int = CHUNK_EDGES, max_rows: int | None = None) -> list[Tensor]:
+    def node_groups(self, nodes: Tensor, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[Tensor]:
         """``nodes`` (ascending ids) in consecutive groups of at most ``max_edges`` edges (a node
         with more is a group of its own) and ``max_rows`` nodes."""
         degree = self.rowptr[nodes + 1] - self.rowptr[nodes]
