@@ -14,8 +14,10 @@ import torch
 from torch import Tensor
 
 from .hashing import hash_ids
-from .weighted_graph import WeightedGraph, accept_within_limit, coalesce, csr_from_sorted_keys, segment_offsets
+from .weighted_graph import WeightedGraph, accept_within_limit, coalesce, segment_offsets
 
+# Fine edges whose coarse edges are gathered and summed at once, in contraction.
+_RANGE_EDGES = 1 << 26
 # Ratings are packed as rating << _TIE_BITS | a hash, so that ties break at random in one amax.
 _TIE_BITS = 20
 _TIE_MASK = (1 << _TIE_BITS) - 1
@@ -118,35 +120,72 @@ def _merge_singletons(graph: WeightedGraph, labels: Tensor, favorite: Tensor, li
 def contract(graph: WeightedGraph, labels: Tensor, symmetrize: bool) -> tuple[WeightedGraph, Tensor]:
     """The graph of the clusters (edge weights summed, edges inside a cluster dropped) and the
     coarse node of every node. ``symmetrize`` adds every edge's reverse: the coarse graph of a
-    directed graph is then undirected, an edge weighing the directed edges between its ends."""
+    directed graph is then undirected, an edge weighing the directed edges between its ends.
+
+    The coarse rows are built a range at a time, each range's edges gathered from every chunk of
+    the fine graph and summed: the edges between clusters, before they are summed, are held for
+    one range (about ``_RANGE_EDGES``) instead of for the whole graph."""
     n = graph.num_nodes
-    present = torch.zeros(n, dtype=torch.bool, device=graph.device)
+    device = graph.device
+    present = torch.zeros(n, dtype=torch.bool, device=device)
     present[labels] = True
     new_id = torch.cumsum(present, 0).sub_(1)
     num_coarse = int(new_id[-1]) + 1 if n else 0
     mapping = new_id[labels]
     del present, new_id
-    node_weight = torch.zeros(num_coarse, graph.node_weight.size(1), dtype=torch.long, device=graph.device)
+    node_weight = torch.zeros(num_coarse, graph.node_weight.size(1), dtype=torch.long, device=device)
     node_weight.index_add_(0, mapping, graph.node_weight)
-    keys, weights = [], []
+    load = torch.zeros(num_coarse, dtype=torch.long, device=device).index_add_(0, mapping, graph.rowptr.diff())
+    index_dtype = torch.int32 if num_coarse <= torch.iinfo(torch.int32).max else torch.int64
+    counts, cols, weights = [], [], []
+    for low, high in _coarse_ranges(load * (2 if symmetrize else 1), _RANGE_EDGES):
+        keys, sums = _range_edges(graph, mapping, num_coarse, low, high, symmetrize)
+        row = torch.div(keys, num_coarse, rounding_mode="floor")
+        counts.append(torch.bincount(row - low, minlength=high - low))
+        cols.append((keys - row * num_coarse).to(index_dtype))
+        weights.append(sums)
+        del keys, row
+    rowptr = torch.zeros(num_coarse + 1, dtype=torch.long, device=device)
+    if counts:
+        torch.cumsum(torch.cat(counts), 0, out=rowptr[1:])
+    col = torch.cat(cols) if cols else torch.zeros(0, dtype=index_dtype, device=device)
+    weight = torch.cat(weights) if weights else torch.zeros(0, dtype=torch.long, device=device)
+    return WeightedGraph(rowptr, col, weight, node_weight), mapping
+
+
+def _coarse_ranges(load: Tensor, budget: int) -> list[tuple[int, int]]:
+    """Consecutive coarse-row ranges of about ``budget`` fine edges each."""
+    num_coarse = load.numel()
+    total = int(load.sum())
+    if total <= budget:
+        return [(0, num_coarse)] if num_coarse else []
+    cumulative = torch.cumsum(load, 0)
+    targets = torch.arange(budget, total, budget, device=load.device)
+    cuts = torch.searchsorted(cumulative, targets, right=True).tolist()
+    bounds = sorted(set([0, *cuts, num_coarse]))
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def _range_edges(graph: WeightedGraph, mapping: Tensor, num_coarse: int, low: int, high: int,
+                 symmetrize: bool) -> tuple[Tensor, Tensor]:
+    """The distinct keys ``row * num_coarse + col`` (ascending) of the coarse edges whose row
+    lies in ``low:high``, and their summed weights."""
+    keys, sums = [], []
     for start, end in graph.chunks():
         row, col, edge_weight = graph.edges(start, end)
         coarse_row, coarse_col = mapping[row], mapping[col]
         del row, col
         between = coarse_row != coarse_col
-        chunk_keys, chunk_weights = coalesce(coarse_row[between] * num_coarse + coarse_col[between],
-                                             None if edge_weight is None else edge_weight[between])
-        keys.append(chunk_keys)
-        weights.append(chunk_weights)
-    keys = torch.cat(keys) if keys else torch.zeros(0, dtype=torch.long, device=graph.device)
-    weights = torch.cat(weights) if weights else torch.zeros(0, dtype=torch.long, device=graph.device)
-    if symmetrize:
-        source = torch.div(keys, num_coarse, rounding_mode="floor")
-        keys = torch.cat([keys, (keys - source * num_coarse) * num_coarse + source])
-        weights = torch.cat([weights, weights])
-    if symmetrize or len(graph.chunks()) > 1:
-        keys, weights = coalesce(keys, weights)
-    return csr_from_sorted_keys(keys, weights, num_coarse, node_weight), mapping
+        for source, target in ((coarse_row, coarse_col), (coarse_col, coarse_row)) if symmetrize else (
+                (coarse_row, coarse_col),):
+            keep = between & (source >= low) & (source < high)
+            chunk_keys, chunk_sums = coalesce(source[keep] * num_coarse + target[keep],
+                                              None if edge_weight is None else edge_weight[keep])
+            keys.append(chunk_keys)
+            sums.append(chunk_sums)
+    if len(keys) == 1:
+        return keys[0], sums[0]
+    return coalesce(torch.cat(keys), torch.cat(sums))
 
 
 def is_symmetric(graph: WeightedGraph, seed: int = 0) -> bool:

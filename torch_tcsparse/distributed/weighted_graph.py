@@ -130,12 +130,3 @@ def segment_offsets(sorted_keys: Tensor) -> tuple[Tensor, Tensor]:
     if sorted_keys.numel():
         torch.ne(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
     return torch.cumsum(first, 0).sub_(1), first.nonzero().squeeze(1)
-
-
-def csr_from_sorted_keys(keys: Tensor, weights: Tensor, num_nodes: int, node_weight: Tensor) -> WeightedGraph:
-    """The graph of distinct sorted keys ``row * num_nodes + col``."""
-    row = torch.div(keys, num_nodes, rounding_mode="floor")
-    col = keys - row * num_nodes
-    rowptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=keys.device)
-    torch.cumsum(torch.bincount(row, minlength=num_nodes), 0, out=rowptr[1:])
-    return WeightedGraph(rowptr, col, weights, node_weight)
