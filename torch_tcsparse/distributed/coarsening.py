@@ -13,14 +13,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .hashing import hash_ids
-from .weighted_graph import WeightedGraph, accept_within_limit, coalesce, segment_offsets
+from .hashing import hash_ids, random_bits
+from .weighted_graph import WeightedGraph, accept_within_limit, coalesce, segment_offsets, select
 
 # Fine edges whose coarse edges are gathered and summed at once, in contraction.
 _RANGE_EDGES = 1 << 26
 # Ratings are packed as rating << _TIE_BITS | a hash, so that ties break at random in one amax.
 _TIE_BITS = 20
-_TIE_MASK = (1 << _TIE_BITS) - 1
 
 
 def cluster(graph: WeightedGraph, limit: Tensor, rounds: int, seed: int) -> Tensor:
@@ -50,32 +49,29 @@ def _move_chunk(graph: WeightedGraph, start: int, end: int, movers: Tensor, labe
     """Moves the movers of rows start:end to their best cluster with room; returns how many moved.
     Records every such row's favourite cluster, room or not."""
     row, col, edge_weight = graph.edges(start, end)
-    keep = movers[row]
-    row, col = row[keep], col[keep]
-    edge_weight = None if edge_weight is None else edge_weight[keep]
+    row, col, edge_weight = select(movers.index_select(0, row), row, col, edge_weight)
     if row.numel() == 0:
         return 0
     n, rows = graph.num_nodes, end - start
-    keys, rating = coalesce((row - start) * n + labels[col], edge_weight)
+    keys, rating = coalesce((row - start) * n + labels.index_select(0, col), edge_weight)
+    del row, col, edge_weight
     local = torch.div(keys, n, rounding_mode="floor")
     label = keys - local * n
     node = local + start
-    own = label == labels[node]
-    own_rating = torch.zeros(rows, dtype=torch.long, device=row.device).index_add_(0, local[own], rating[own])
-    score = (rating << _TIE_BITS) | (hash_ids(label * 0x9E3779B1 + node, seed) & _TIE_MASK)
+    own = label == labels.index_select(0, node)
+    own_rating = torch.zeros(rows, dtype=torch.long, device=keys.device).index_add_(0, *select(own, local, rating))
+    score = (rating << _TIE_BITS) | random_bits((keys.numel(),), _TIE_BITS, seed * 65537 + start, keys.device)
     score.masked_fill_(own, -1)
     _, favorite_label = _best(local, score, label, rows)
-    has_favorite = favorite_label >= 0
-    favorite[start:end][has_favorite] = favorite_label[has_favorite]
-    fits = ((weight[label] + graph.node_weight[node]) <= limit).all(1)
+    favorite[start:end] = torch.where(favorite_label >= 0, favorite_label, favorite[start:end])
+    fits = ((weight.index_select(0, label) + graph.node_weight.index_select(0, node)) <= limit).all(1)
     best_score, target = _best(local, score.masked_fill_(~fits, -1), label, rows)
     candidate = (target >= 0) & ((best_score >> _TIE_BITS) > own_rating)
-    node = candidate.nonzero().squeeze(1) + start
-    target = target[candidate]
-    accepted = accept_within_limit(target, graph.node_weight[node], weight, limit)
-    node, target = node[accepted], target[accepted]
-    node_weight = graph.node_weight[node]
-    weight.index_add_(0, labels[node], -node_weight).index_add_(0, target, node_weight)
+    node, target = select(candidate, torch.arange(start, end, device=keys.device), target)
+    node, target = select(accept_within_limit(target, graph.node_weight.index_select(0, node), weight, limit),
+                          node, target)
+    node_weight = graph.node_weight.index_select(0, node)
+    weight.index_add_(0, labels.index_select(0, node), -node_weight).index_add_(0, target, node_weight)
     labels[node] = target
     return node.numel()
 
@@ -173,14 +169,14 @@ def _range_edges(graph: WeightedGraph, mapping: Tensor, num_coarse: int, low: in
     keys, sums = [], []
     for start, end in graph.chunks():
         row, col, edge_weight = graph.edges(start, end)
-        coarse_row, coarse_col = mapping[row], mapping[col]
+        coarse_row, coarse_col = mapping.index_select(0, row), mapping.index_select(0, col)
         del row, col
         between = coarse_row != coarse_col
         for source, target in ((coarse_row, coarse_col), (coarse_col, coarse_row)) if symmetrize else (
                 (coarse_row, coarse_col),):
-            keep = between & (source >= low) & (source < high)
-            chunk_keys, chunk_sums = coalesce(source[keep] * num_coarse + target[keep],
-                                              None if edge_weight is None else edge_weight[keep])
+            source, target, kept_weight = select(between & (source >= low) & (source < high), source, target,
+                                                 edge_weight)
+            chunk_keys, chunk_sums = coalesce(source * num_coarse + target, kept_weight)
             keys.append(chunk_keys)
             sums.append(chunk_sums)
     if len(keys) == 1:

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from .hashing import random_bits
-from .weighted_graph import WeightedGraph, segment_offsets
+from .weighted_graph import WeightedGraph, segment_offsets, select
 
 # Entries of a chunk's connection table (int64): 128 MB.
 _TABLE_ENTRIES = 1 << 24
@@ -39,9 +39,9 @@ def cut_weight(graph: WeightedGraph, part: Tensor) -> int:
     """The summed weight of the edges between parts (both directions of an edge counted)."""
     total = 0
     for start, end in graph.chunks():
-        row, col, _ = graph.edges(start, end)
-        between = part[row] != part[col]
-        total += int(between.sum()) if graph.edge_weight is None else int(graph.edge_weights(start, end)[between].sum())
+        row, col, edge_weight = graph.edges(start, end)
+        between = part.index_select(0, row) != part.index_select(0, col)
+        total += int(between.sum()) if edge_weight is None else int((edge_weight * between).sum())
     return total
 
 
@@ -85,11 +85,10 @@ def _connections(graph: WeightedGraph, start: int, end: int, rows: Tensor, part:
     """``[end - start, num_parts]``: each row's connection to each part, counted for the rows
     where ``rows`` (a mask over all nodes) holds, zero elsewhere."""
     row, col, edge_weight = graph.edges(start, end)
-    keep = rows[row]
-    row, col = row[keep], col[keep]
-    weight = torch.ones(row.numel(), dtype=torch.long, device=row.device) if edge_weight is None else edge_weight[keep]
+    row, col, edge_weight = select(rows.index_select(0, row), row, col, edge_weight)
+    weight = torch.ones(row.numel(), dtype=torch.long, device=row.device) if edge_weight is None else edge_weight
     table = torch.zeros((end - start) * num_parts, dtype=torch.long, device=row.device)
-    table.index_add_(0, (row - start) * num_parts + part[col], weight)
+    table.index_add_(0, (row - start) * num_parts + part.index_select(0, col), weight)
     return table.view(end - start, num_parts)
 
 
@@ -126,13 +125,15 @@ def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, locked: 
     recounted = torch.zeros(n, dtype=torch.long, device=graph.device)
     for start, end in graph.chunks():
         row, col, edge_weight = graph.edges(start, end)
-        keep = candidate[row]
-        row, col = row[keep], col[keep]
-        weight = torch.ones(row.numel(), dtype=torch.long, device=row.device) if edge_weight is None else edge_weight[keep]
-        ahead = candidate[col] & ((gain[col] > gain[row]) | ((gain[col] == gain[row]) & (rank[col] > rank[row])))
-        neighbour_part = torch.where(ahead, destination[col], part[col])
-        change = (neighbour_part == destination[row]).long() - (neighbour_part == part[row]).long()
-        recounted.index_add_(0, row, change * weight)
+        row, col, edge_weight = select(candidate.index_select(0, row), row, col, edge_weight)
+        gain_row, gain_col = gain.index_select(0, row), gain.index_select(0, col)
+        ahead = (gain_col > gain_row) | ((gain_col == gain_row) & (rank.index_select(0, col) > rank.index_select(0, row)))
+        ahead &= candidate.index_select(0, col)
+        del gain_row, gain_col
+        neighbour_part = torch.where(ahead, destination.index_select(0, col), part.index_select(0, col))
+        change = ((neighbour_part == destination.index_select(0, row)).long()
+                  - (neighbour_part == part.index_select(0, row)).long())
+        recounted.index_add_(0, row, change if edge_weight is None else change * edge_weight)
     move = candidate & (recounted > 0)
     node = move.nonzero().squeeze(1)
     return node, destination[node]

@@ -87,6 +87,13 @@ class WeightedGraph:
         return self.edge_weight[first:last]
 
 
+def select(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """The entries of each tensor where ``mask`` holds (None stays None): one ``nonzero`` and an
+    ``index_select`` per tensor, faster than a boolean index per tensor."""
+    index = mask.nonzero().squeeze(1)
+    return tuple(None if t is None else t.index_select(0, index) for t in tensors)
+
+
 def coalesce(keys: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
     """Distinct ``keys`` (ascending) and the summed weight of each (ones where ``weights`` is None)."""
     keys, order = torch.sort(keys)
@@ -97,11 +104,11 @@ def coalesce(keys: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
     starts = first.nonzero().squeeze(1)
     if weights is None:
         ends = torch.cat([starts[1:], starts.new_tensor([keys.numel()])])
-        return keys[starts], ends - starts
+        return keys.index_select(0, starts), ends - starts
     segment = torch.cumsum(first, 0).sub_(1)
     summed = torch.zeros(starts.numel(), dtype=torch.long, device=keys.device)
-    summed.index_add_(0, segment, weights[order])
-    return keys[starts], summed
+    summed.index_add_(0, segment, weights.index_select(0, order))
+    return keys.index_select(0, starts), summed
 
 
 def accept_within_limit(target: Tensor, node_weight: Tensor, weight: Tensor, limit: Tensor,
