@@ -18,7 +18,7 @@ from .weighted_graph import WeightedGraph, accept_within_limit, coalesce, segmen
 
 # Fine edges whose coarse edges are gathered and summed at once, in contraction.
 _RANGE_EDGES = 1 << 26
-# Ratings are packed as rating << _TIE_BITS | a hash, so that ties break at random in one amax.
+# Ratings are packed as rating << _TIE_BITS | random bits, so that ties break at random in one amax.
 _TIE_BITS = 20
 
 
@@ -38,7 +38,7 @@ def cluster(graph: WeightedGraph, limit: Tensor, rounds: int, seed: int) -> Tens
             movers = half_of == half
             for start, end in graph.chunks():
                 moved += _move_chunk(graph, start, end, movers, labels, weight, limit, favorite, seed + round_)
-        if moved < max(1, n // 1000):
+        if moved < max(1, n // 100):
             break
     _merge_singletons(graph, labels, favorite, limit, seed)
     return labels

@@ -1,12 +1,13 @@
 """A multilevel graph partitioner in torch ops: it runs where the graph's tensors are, on a GPU
 for graphs of hundreds of millions of nonzeros.
 
-The graph is coarsened by size-constrained label propagation (:mod:`.coarsening`) until it has a
-few thousand nodes per part, partitioned there by recursive bisection (:mod:`.initial_partition`),
-and the partition is projected back level by level, refined at each by label propagation over
-parts (:mod:`.refinement`), the scheme of KaMinPar (Gottesbüren et al., 2021). Every node carries
-a weight per constraint, and every part stays within ``(1 + imbalance)`` times its share of each:
-the partitioner balances, say, nonzeros and rows at once.
+The graph is coarsened by size-constrained label propagation (:mod:`.coarsening`, KaMinPar's
+clustering, Gottesbüren et al., 2021) until it has about a hundred nodes per part, partitioned
+there by recursive bisection with Fiduccia-Mattheyses on the host (:mod:`.initial_partition`),
+and the partition is projected back level by level, refined at each by Jet (:mod:`.refinement`,
+Gilbert et al., 2023). Every node carries a weight per constraint, and every part stays within
+``(1 + imbalance)`` times its share of each: the partitioner balances, say, a rank's time and
+its memory at once.
 
 Memory: the input CSR (columns as given, int32 or int64), the coarse graphs (each a fraction of
 the one before), per-node arrays and the temporaries of one chunk of rows
