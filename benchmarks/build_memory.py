@@ -9,17 +9,15 @@ build, torch.cuda.max_memory_allocated above what was allocated before it, per n
 what the phase keeps: the canonical CSR (``formats.inputs.from_csr``: sorting, summing
 duplicates, index dtypes), the structure (``conversion.build_structure``: the kernels' formats),
 the whole ``TCSparseTensor.from_csr``, its transpose (``.t()``, built once for the backward
-pass), and a distributed part (``GraphPart.from_rows`` on a one-process NCCL group: the whole
-matrix as its interior block, its transposes included). Writes
+pass), and a distributed part (``GraphPart.from_rows`` of a rank alone: the whole matrix as its
+interior block, its transposes included). Writes
 build_memory.csv into --out (default $OUT, else ./out).
 """
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
-import torch.distributed as dist
 
 from benchmarks.common import out_dir, write_csv
 from graph_data import synthetic
@@ -79,15 +77,8 @@ def measured(name: str, build, nnz: int, device) -> tuple[dict, object]:
     return row, result
 
 
-def one_process_group() -> None:
-    """An NCCL group of this process alone: a part of one rank is the whole matrix."""
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
-    dist.init_process_group("nccl", rank=0, world_size=1)
-
-
 def measure(args, device) -> list[dict]:
-    from torch_tcsparse.distributed import GraphPart
+    from torch_tcsparse.distributed import EmulatedPeers, GraphPart
 
     rowptr, col, values, num_nodes = input_csr(args, device)
     nnz = col.numel()
@@ -107,13 +98,10 @@ def measure(args, device) -> list[dict]:
     row, transpose = measured("transpose", matrix.t, nnz, device)
     rows.append(row)
     del matrix, transpose
-    one_process_group()
-    try:
-        row, part = measured("GraphPart.from_rows (one rank)",
-                             lambda: GraphPart.from_rows(rowptr, col, values, (0, num_nodes)), nnz, device)
-        rows.append(row)
-    finally:
-        dist.destroy_process_group()
+    alone = EmulatedPeers(0, 1, [torch.zeros(0, dtype=torch.long)])
+    row, part = measured("GraphPart.from_rows (one rank)",
+                         lambda: GraphPart.from_rows(rowptr, col, values, (0, num_nodes), alone), nnz, device)
+    rows.append(row)
     return rows
 
 

@@ -1,19 +1,23 @@
-"""Full-batch GCN training across processes: the rows of the graph are partitioned, each rank
-holds its part (torch_tcsparse.distributed), the weights are replicated and their gradients
-reduced by DistributedDataParallel. Run from the repository root:
+"""Full-batch GCN, GraphSAGE or GIN training across processes: the rows of the graph are
+partitioned, each rank holds its part (torch_tcsparse.distributed), the weights are replicated and
+their gradients reduced by DistributedDataParallel. Run from the repository root:
 
     torchrun --nproc-per-node 2 -m examples.gcn.train_distributed                  # offline default graph
     torchrun --nproc-per-node 1 -m examples.gcn.train_distributed                  # the same loss curve, one process
     torchrun --nproc-per-node 2 -m examples.gcn.train_distributed --dataset Cora   # datasets as examples.gcn.train
-    torchrun --nproc-per-node 4 -m examples.gcn.train_distributed --partitioner contiguous --json run.json
+    torchrun --nproc-per-node 4 -m examples.gcn.train_distributed --model sage --aggr max --json run.json
     torchrun --nproc-per-node 2 -m examples.gcn.train_distributed --halo-dtype bfloat16 --overlap
 
 NCCL on GPUs (one per process, ``--device cuda``, the default when CUDA is present), gloo on
-CPUs. The model is examples.gcn.models.GCN on distributed layers: with the same seed it starts
+CPUs. The GCN is examples.gcn.models.GCN on distributed layers: with the same seed it starts
 from the same weights. Batch normalization takes its statistics over all ranks and dropout
 draws its mask from (seed, epoch, layer, node, channel), so the loss curve does not depend on
-the number of processes or the partition, up to floating-point rounding. Every rank loads the
-dataset; a rank keeps only its rows of the graph, features and labels. Node tasks only.
+the number of processes or the partition, up to floating-point rounding.
+
+No rank keeps the whole graph: the dataset loaders read whole files, but each rank keeps only
+its block of rows (a range of node ids), features, labels and splits; the blocks' structure is
+partitioned on rank 0 (partition_blocks), and Placement moves every row, feature and label to
+the rank of its part. Node tasks only.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import json
 import os
 import sys
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -31,31 +36,42 @@ from torch.nn.parallel import DistributedDataParallel
 
 from torch_tcsparse.distributed import (
     DistributedGCNConv,
+    DistributedGINConv,
+    DistributedSAGEConv,
     GlobalBatchNorm1d,
-    NodePartition,
+    GraphPart,
+    Placement,
+    block_bounds,
     gcn_part,
     node_dropout,
-    partition_rows,
+    partition_blocks,
 )
 from torch_tcsparse.distributed.partition import METHODS
 
 HALO_DTYPES = {"none": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MODELS = ("gcn", "sage", "gin")
+AGGREGATIONS = ("mean", "sum", "max", "min")
 
 # Dropout seeds are 32-bit: one per (run seed, epoch, layer).
 _SEED_SPACE = 1 << 32
 _LAYER_SLOTS = 64
 
 
-class DistributedGCN(torch.nn.Module):
-    """examples.gcn.models.GCN on a GraphPart: conv -> [BatchNorm] -> ReLU -> dropout, repeated,
-    then a last conv; parameters created in the same order, with the same state-dict keys."""
+class DistributedGNN(torch.nn.Module):
+    """conv -> [BatchNorm] -> ReLU -> dropout, repeated, then a last conv, on a GraphPart (or on
+    the whole graph's matrix in one process). ``kind``: "gcn" (examples.gcn.models.GCN's layers,
+    created in the same order, with the same state-dict keys), "sage" (``aggr``) or "gin" (each
+    layer's MLP: Linear, ReLU, Linear)."""
 
-    def __init__(self, in_channels, hidden_channels, out_channels, num_layers, dropout, batch_norm=False):
+    def __init__(self, kind, in_channels, hidden_channels, out_channels, num_layers, dropout, batch_norm=False,
+                 aggr="mean"):
         super().__init__()
+        if kind not in MODELS:
+            raise ValueError(f"kind must be one of {MODELS}, got {kind!r}")
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
         sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
-        self.convs = torch.nn.ModuleList(DistributedGCNConv(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.convs = torch.nn.ModuleList(_conv(kind, a, b, aggr) for a, b in zip(sizes[:-1], sizes[1:]))
         hidden_sizes = sizes[1:-1] if batch_norm else []
         self.norms = torch.nn.ModuleList(GlobalBatchNorm1d(size) for size in hidden_sizes)
         self.dropout = dropout
@@ -68,6 +84,16 @@ class DistributedGCN(torch.nn.Module):
             x = F.relu(x)
             x = node_dropout(x, nodes, self.dropout, (dropout_seed * _LAYER_SLOTS + i) % _SEED_SPACE, self.training)
         return self.convs[-1](x, part)
+
+
+def _conv(kind: str, in_channels: int, out_channels: int, aggr: str) -> torch.nn.Module:
+    if kind == "gcn":
+        return DistributedGCNConv(in_channels, out_channels)
+    if kind == "sage":
+        return DistributedSAGEConv(in_channels, out_channels, aggr)
+    mlp = torch.nn.Sequential(torch.nn.Linear(in_channels, out_channels), torch.nn.ReLU(),
+                              torch.nn.Linear(out_channels, out_channels))
+    return DistributedGINConv(mlp)
 
 
 def dropout_seed(seed: int, epoch: int) -> int:
@@ -84,12 +110,24 @@ def graph_csr(edge_index: torch.Tensor, num_nodes: int):
     return rowptr, source[order]
 
 
-def shared_partition(rowptr, col, method: str, seed: int, row_weight: int = 0) -> NodePartition:
-    """Rank 0 partitions; every rank gets its result (METIS need not run alike everywhere)."""
-    box = [partition_rows(rowptr, col, dist.get_world_size(), method, seed, row_weight)
-           if dist.get_rank() == 0 else None]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+def block_of(task, bounds: tuple[int, ...], rank: int) -> types.SimpleNamespace:
+    """This rank's block of ``task`` (``x``, ``y``, ``edge_index``, ``split``): the rows of node
+    ids ``bounds[rank]:bounds[rank + 1]`` (columns in original ids), their features, labels and
+    split membership, copied out so that the rest of the task can be dropped."""
+    first, end = bounds[rank], bounds[rank + 1]
+    num_nodes = task.x.size(0)
+    rowptr, col = graph_csr(task.edge_index, num_nodes)
+    block_rowptr = rowptr[first:end + 1] - rowptr[first]
+    block_col = col[int(rowptr[first]):int(rowptr[end])].clone()
+    masks = {}
+    for name, index in task.split.items():
+        mask = torch.zeros(num_nodes, dtype=torch.bool)
+        mask[index] = True
+        masks[name] = mask[first:end].clone()
+    return types.SimpleNamespace(rowptr=block_rowptr, col=block_col, x=task.x[first:end].clone(),
+                                 y=task.y[first:end].clone(), masks=masks, bounds=bounds,
+                                 num_features=task.x.size(1), num_outputs=task.num_outputs, metric=task.metric,
+                                 train_count=len(task.split["train"]))
 
 
 def node_loss_sum(out, y, metric: str):
@@ -100,57 +138,60 @@ def node_loss_sum(out, y, metric: str):
     return F.cross_entropy(out, y.squeeze(1), reduction="sum")
 
 
-def split_masks(split: dict, nodes: torch.Tensor, num_nodes: int, device) -> dict:
-    masks = {}
-    for name, index in split.items():
-        mask = torch.zeros(num_nodes, dtype=torch.bool)
-        mask[index] = True
-        masks[name] = mask[nodes].to(device)
-    return masks
-
-
 @torch.no_grad()
-def evaluate(model, task, x, y, part, nodes, masks, device) -> dict:
+def evaluate(model, block, x, y, part, nodes, masks, device, evaluator=None) -> dict:
     model.eval()
     out = model(x, part, nodes, 0)
-    if task.metric == "acc":
+    splits = list(masks)
+    if block.metric == "acc":
         correct = (out.argmax(dim=-1, keepdim=True) == y).squeeze(1)
-        counts = torch.tensor([[float((correct & masks[p]).sum()), float(masks[p].sum())] for p in task.split],
+        counts = torch.tensor([[float((correct & masks[p]).sum()), float(masks[p].sum())] for p in splits],
                               dtype=torch.float64, device=device)
         dist.all_reduce(counts)
-        return {p: float(c[0] / c[1]) if c[1] > 0 else 0.0 for p, c in zip(task.split, counts)}
-    # Other metrics (ROC-AUC) need every prediction: gathered to every rank, ranked by ogb's evaluator.
+        return {p: float(c[0] / c[1]) if c[1] > 0 else 0.0 for p, c in zip(splits, counts)}
+    # Other metrics (ROC-AUC) rank every prediction: the predictions (not the graph) are gathered
+    # to every rank and ranked by ogb's evaluator.
     pieces = [None] * dist.get_world_size()
-    dist.all_gather_object(pieces, (nodes.cpu(), out.cpu()))
-    full = torch.empty(task.y.size(0), out.size(1))
-    for piece_nodes, piece_out in pieces:
-        full[piece_nodes] = piece_out
-    return {p: task.evaluator.eval({"y_true": task.y[index], "y_pred": full[index]})[task.metric]
-            for p, index in task.split.items()}
+    dist.all_gather_object(pieces, (nodes.cpu(), out.cpu(), y.cpu(), {p: m.cpu() for p, m in masks.items()}))
+    result = {}
+    for split in splits:
+        true = torch.cat([piece[2][piece[3][split]] for piece in pieces])
+        predicted = torch.cat([piece[1][piece[3][split]] for piece in pieces])
+        result[split] = evaluator.eval({"y_true": true, "y_pred": predicted})[block.metric]
+    return result
 
 
-def train_partitioned(task, config: dict, partition: NodePartition, device: torch.device, seed: int,
-                      progress: bool = False, overlap: bool = False, halo_dtype=None) -> dict:
-    """Train on this rank's part; every rank of the world calls it. ``task`` holds the whole
-    graph (``x``, ``y``, ``edge_index``, ``split``, ``num_outputs``, ``metric``, ``evaluator``);
-    the rank keeps its rows. ``overlap`` and ``halo_dtype``: the part's halo exchange
-    (``gcn_part``). Returns the losses (global means), epoch times and the best and last
-    evaluations."""
+def place(block, device, method: str, seed: int, row_weight: int) -> dict:
+    """Partitions the blocks (every rank calls it) and moves this rank's share of rows,
+    features, labels and splits to it, on ``device``; columns in partition positions."""
+    part_of_rows = partition_blocks(block.rowptr, block.col, block.bounds, method=method, seed=seed,
+                                    row_weight=row_weight)
+    placement = Placement(part_of_rows, block.bounds)
+    rowptr, col, _ = placement.move_csr(block.rowptr, block.col)
+    rank = dist.get_rank()
+    first, end = placement.bounds[rank], placement.bounds[rank + 1]
+    nodes = placement.move(torch.arange(block.bounds[rank], block.bounds[rank + 1]))
+    return {"rowptr": rowptr.to(device), "col": col.to(device), "bounds": placement.bounds,
+            "nodes": nodes.to(device), "x": placement.move(block.x).to(device), "y": placement.move(block.y).to(device),
+            "masks": {name: placement.move(mask).to(device) for name, mask in block.masks.items()},
+            "cut": int(((col < first) | (col >= end)).sum())}
+
+
+def build_part(placed: dict, model: str, overlap: bool = False, halo_dtype=None) -> GraphPart:
+    """This rank's part: the normalized adjacency for GCN, the adjacency for GraphSAGE and GIN."""
+    build = gcn_part if model == "gcn" else GraphPart.from_rows
+    return build(placed["rowptr"], placed["col"], None, placed["bounds"], overlap=overlap, halo_dtype=halo_dtype)
+
+
+def train_placed(block, placed: dict, part: GraphPart, config: dict, device: torch.device, seed: int,
+                 model_kind: str = "gcn", aggr: str = "mean", progress: bool = False, evaluator=None) -> dict:
+    """Train on this rank's part; every rank of the world calls it. Returns the losses (global
+    means), epoch times and the best and last evaluations."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    num_nodes = task.x.size(0)
-    rowptr, col = graph_csr(task.edge_index, num_nodes)
-    rows = partition.rows(rowptr, col, None, rank)
-    part = gcn_part(rows[0].to(device), rows[1].to(device), None, partition.bounds, overlap=overlap,
-                    halo_dtype=halo_dtype)
-    nodes = partition.nodes(rank)
-    x, y = task.x[nodes].to(device), task.y[nodes].to(device)
-    masks = split_masks(task.split, nodes, num_nodes, device)
-    nodes = nodes.to(device)
-    train_count = len(task.split["train"])
-
+    nodes, x, y, masks = placed["nodes"], placed["x"], placed["y"], placed["masks"]
     torch.manual_seed(seed)
-    model = DistributedGCN(task.x.size(1), config["hidden"], task.num_outputs, config["layers"], config["dropout"],
-                           config["batch_norm"]).to(device)
+    model = DistributedGNN(model_kind, block.num_features, config["hidden"], block.num_outputs, config["layers"],
+                           config["dropout"], config["batch_norm"], aggr).to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
 
@@ -161,25 +202,25 @@ def train_partitioned(task, config: dict, partition: NodePartition, device: torc
         optimizer.zero_grad()
         out = ddp(x, part, nodes, dropout_seed(seed, epoch))
         train = masks["train"]
-        local = node_loss_sum(out[train], y[train], task.metric)
+        local = node_loss_sum(out[train], y[train], block.metric)
         # DDP averages the ranks' gradients: each rank's share is scaled by the world size.
-        (local * (world / train_count)).backward()
+        (local * (world / block.train_count)).backward()
         optimizer.step()
         total = local.detach().reshape(1).double()
         dist.all_reduce(total)
-        losses.append(float(total) / train_count)
+        losses.append(float(total) / block.train_count)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_times.append(time.perf_counter() - start)
         if epoch % config["eval_steps"] == 0 or epoch == config["epochs"]:
-            last = evaluate(model, task, x, y, part, nodes, masks, device) | {"epoch": epoch}
+            last = evaluate(model, block, x, y, part, nodes, masks, device, evaluator) | {"epoch": epoch}
             if best is None or last["valid"] > best["valid"]:
                 best = last
             if progress and rank == 0:
                 print(f"epoch {epoch}: loss {losses[-1]:.4f} valid {last['valid']:.4f} test {last['test']:.4f}",
                       file=sys.stderr)
     return {"losses": losses, "epoch_times": epoch_times, "best": best, "last": last,
-            "rows": part.num_own, "halo": part.num_halo, "nnz": part.nnz}
+            "rows": part.num_own, "halo": part.num_halo, "nnz": part.nnz, "cut": placed["cut"]}
 
 
 def parse_args(argv=None):
@@ -189,6 +230,8 @@ def parse_args(argv=None):
     parser.add_argument("--root", default=None, help="folder holding the dataset's folder, only read")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                         help="cuda: one GPU per process (LOCAL_RANK), NCCL; cpu: gloo")
+    parser.add_argument("--model", choices=MODELS, default="gcn")
+    parser.add_argument("--aggr", choices=AGGREGATIONS, default="mean", help="GraphSAGE's aggregation")
     parser.add_argument("--partitioner", choices=METHODS, default="auto")
     parser.add_argument("--row-weight", type=int, default=0,
                         help="a row's weight beside its nonzeros when partitioning (partition_rows)")
@@ -230,24 +273,27 @@ def main(argv=None) -> None:
             task = single.load_task(args)
         except datasets.MissingData as error:
             raise SystemExit(f"error: {error}") from None
-        rowptr, col = graph_csr(task.edge_index, task.x.size(0))
-        partition = shared_partition(rowptr, col, args.partitioner, args.seed, args.row_weight)
-        result = train_partitioned(task, config, partition, device, args.seed, progress=not args.quiet,
-                                   overlap=args.overlap, halo_dtype=HALO_DTYPES[args.halo_dtype])
-        halo = torch.tensor([result["halo"]], device=device)
-        dist.all_reduce(halo)
+        bounds = block_bounds(task.x.size(0), dist.get_world_size())
+        block = block_of(task, bounds, dist.get_rank())
+        evaluator = task.evaluator
+        del task
+        placed = place(block, device, args.partitioner, args.seed, args.row_weight)
+        part = build_part(placed, args.model, args.overlap, HALO_DTYPES[args.halo_dtype])
+        result = train_placed(block, placed, part, config, device, args.seed, args.model, args.aggr,
+                              progress=not args.quiet, evaluator=evaluator)
+        totals = torch.tensor([result["halo"], result["cut"]], device=device)
+        dist.all_reduce(totals)
         if dist.get_rank() == 0:
-            summary = {"dataset": args.dataset, "processes": dist.get_world_size(), "partitioner": partition.method,
-                       "halo_rows": int(halo), "cut_nonzeros": partition.cut_nonzeros(rowptr, col),
-                       "config": config, **result}
+            summary = {"dataset": args.dataset, "processes": dist.get_world_size(), "model": args.model,
+                       "halo_rows": int(totals[0]), "cut_nonzeros": int(totals[1]), "config": config, **result}
             if args.json:
                 Path(args.json).write_text(json.dumps(summary))
             chosen = summary["best"]
             epoch_ms = 1000 * sorted(result["epoch_times"])[len(result["epoch_times"]) // 2]
-            print(f"{args.dataset} [{dist.get_world_size()} x {device.type}, {partition.method} partition]: "
+            print(f"{args.dataset} [{args.model}, {dist.get_world_size()} x {device.type}]: "
                   f"test {100 * chosen['test']:.2f}% (valid {100 * chosen['valid']:.2f}%, epoch {chosen['epoch']}), "
                   f"final loss {result['losses'][-1]:.4f}, epoch {epoch_ms:.1f} ms (median), "
-                  f"halo {int(halo)} rows for {summary['cut_nonzeros']} cut nonzeros")
+                  f"halo {int(totals[0])} rows for {int(totals[1])} cut nonzeros")
         # No rank leaves while another still talks to it (gloo aborts on a peer's closed socket).
         dist.barrier()
     finally:

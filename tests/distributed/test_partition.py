@@ -44,10 +44,10 @@ def test_metis_balances_and_cuts_fewer_edges():
 
 
 def test_without_pymetis(monkeypatch):
+    """The default partitioner is the package's own; only method='metis' needs pymetis."""
     monkeypatch.setitem(sys.modules, "pymetis", None)
     rowptr, col = sbm_csr()
-    with pytest.warns(UserWarning, match=r'pymetis is not installed.*pip install -e "\.\[distributed\]"'):
-        assert partition_rows(rowptr, col, 2).method == "contiguous"
+    assert partition_rows(rowptr, col, 2).method == "multilevel"
     with pytest.raises(ImportError, match=r'pip install -e "\.\[distributed\]" in a clone'):
         partition_rows(rowptr, col, 2, "metis")
 
@@ -70,6 +70,10 @@ def test_rows_relabel_columns_to_partition_positions():
     (lambda r, c: partition_rows(r, c, 2.0), TypeError, r"num_parts must be an int, got float"),
     (lambda r, c: partition_rows(r, c, 2, "spectral"), ValueError, r"method must be one of .* got 'spectral'"),
     (lambda r, c: partition_rows(r, c, 2, row_weight=-1), ValueError, r"row_weight must be at least 0, got -1"),
+    (lambda r, c: partition_rows(r, c, 2, row_weight=()), ValueError, r"row_weight must be an int or a non-empty"),
+    (lambda r, c: partition_rows(r, c, 2, "metis", row_weight=(1, 2)), ValueError,
+     r"method='metis' balances one weight, got row_weight=\(1, 2\)"),
+    (lambda r, c: partition_rows(r, c, 2, imbalance=0), ValueError, r"imbalance must be a float in \(0, 1\), got 0"),
     (lambda r, c: partition_rows(r.float(), c, 2), TypeError, r"rowptr must hold integers, got dtype torch.float32"),
     (lambda r, c: partition_rows(r, c + NUM_NODES, 2), ValueError, r"col holds \d+, out of range for 400 columns"),
     (lambda r, c: partition_rows(r[:-1], c, 2), ValueError, r"rowptr ends at \d+ but col holds"),
@@ -106,7 +110,7 @@ def test_model_of_one_part_is_the_measured_epoch():
     assert two.epoch_s - two.exchange_s <= two.overlapped_epoch_s < two.epoch_s
 
 
-@pytest.mark.parametrize("method", ["contiguous", "metis"])
+@pytest.mark.parametrize("method", ["contiguous", "metis", "multilevel"])
 def test_row_weight_balances_rows_beside_nonzeros(method):
     """Half the nodes isolated, the others dense: nonzeros alone put nearly every isolated node
     in one part; a row weight near the mean degree balances rows and nonzeros both."""

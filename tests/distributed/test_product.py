@@ -1,9 +1,10 @@
-"""torch_tcsparse.distributed on 2 and 3 gloo processes against one process: the product and
-its gradients (uneven parts, an empty part, isolated nodes, a rank without halo, the GCN
-normalization from own rows, rows relabeled by a partition; the exchange overlapped or not, in
-16 bits or not), the cost model's part shapes
-against the parts built, and the loss curve of the
-distributed GCN example. One set of processes per world size runs every check."""
+"""torch_tcsparse.distributed on 2, 3 and 4 gloo processes against one process: the product and
+its gradients for every reduction (uneven parts, an empty part, isolated nodes, a rank without
+halo, the GCN normalization from own rows, rows relabeled by a partition; the exchange
+overlapped or not, in 16 bits or not), the cost model's part shapes against the parts built,
+the partition of blocks no process holds whole and the placement of their rows, the loss curves
+of the distributed example's GCN, GraphSAGE (every aggregation) and GIN, and the benchmark's
+smallest run. One set of processes per world size runs every check."""
 import csv
 import types
 
@@ -14,14 +15,27 @@ import torch.distributed as dist
 import graphs
 import processes
 from benchmarks import distributed as benchmark
+from benchmarks.distributed import emulation
 from examples.gcn import train_distributed
+from graph_data import synthetic
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse import nn as tc_nn
-from torch_tcsparse.distributed import GraphPart, NodePartition, gcn_part, partition_rows, spmm
+from torch_tcsparse.distributed import (
+    EmulatedPeers,
+    GraphPart,
+    NodePartition,
+    Placement,
+    block_bounds,
+    gcn_part,
+    partition_blocks,
+    partition_rows,
+    spmm,
+)
 from torch_tcsparse.distributed.model import part_shape
 
 NUM_NODES = 60
 CLOSED = 12
+REDUCTIONS = ("mean", "max", "min")
 
 
 def expected_products(matrix: torch.Tensor, x: torch.Tensor, grad: torch.Tensor) -> dict:
@@ -64,20 +78,37 @@ def normalized_dense(rowptr, col, values, num_nodes):
     return dense.index_put_((index[1], index[0]), weight, accumulate=True)
 
 
+def expected_reductions(rowptr, col, values, x: torch.Tensor, grad: torch.Tensor) -> dict:
+    """One process's mean, max and min products of the whole matrix, and their gradients for x."""
+    matrix = TCSparseTensor.from_csr(rowptr, col, values, shape=(NUM_NODES, NUM_NODES))
+    result = {}
+    for reduce in REDUCTIONS:
+        leaf = x.clone().requires_grad_()
+        y = matrix.matmul(leaf, reduce=reduce)
+        y.backward(grad)
+        result[reduce] = (y.detach(), leaf.grad)
+    return result
+
+
 def make_case(name, rowptr, col, values, partition, normalize, gen, no_halo_rank=None):
     dtype = values.dtype
     matrix = (normalized_dense if normalize else graphs.dense)(rowptr, col, values, NUM_NODES)
     x = torch.randn(NUM_NODES, 5, generator=gen, dtype=dtype)
     grad = torch.randn(NUM_NODES, 5, generator=gen, dtype=dtype)
+    reductions = {} if normalize else expected_reductions(rowptr, col, values, x, grad)
     return {"name": name, "csr": (rowptr, col, values), "partition": partition, "normalize": normalize,
-            "x": x, "grad": grad, "no_halo_rank": no_halo_rank, **expected_products(matrix, x, grad)}
+            "x": x, "grad": grad, "no_halo_rank": no_halo_rank, "reductions": reductions,
+            **expected_products(matrix, x, grad)}
 
 
 def cases(world_size: int) -> list[dict]:
     gen = torch.Generator().manual_seed(world_size)
     closed = graphs.with_isolated_nodes_and_closed_block(NUM_NODES, CLOSED, seed=world_size)
-    # Rank 0 owns the closed block (no halo); with 3 ranks, rank 1 owns nothing.
-    bounds = (0, CLOSED, NUM_NODES) if world_size == 2 else (0, CLOSED, CLOSED, NUM_NODES)
+    # Rank 0 owns the closed block (no halo); with 3 ranks or more, rank 1 owns nothing.
+    if world_size == 2:
+        bounds = (0, CLOSED, NUM_NODES)
+    else:
+        bounds = (0, CLOSED) + tuple(CLOSED + b for b in block_bounds(NUM_NODES - CLOSED, world_size - 2))
     uneven = NodePartition(torch.arange(NUM_NODES), bounds, "contiguous")
     row, col = graphs.symmetric_sbm(NUM_NODES, seed=world_size)
     rowptr, col, _ = graphs.csr_of(row, col, NUM_NODES)
@@ -88,12 +119,34 @@ def cases(world_size: int) -> list[dict]:
         make_case("contiguous normalized float32", rowptr, col, ones,
                   partition_rows(rowptr, col, world_size, "contiguous"), True, gen),
     ]
-    try:
-        import pymetis  # noqa: F401
-    except ImportError:
-        return result
-    metis = partition_rows(rowptr, col, world_size, "metis")
-    return result + [make_case("metis", rowptr, col, ones, metis, False, gen)]
+    multilevel = partition_rows(rowptr, col, world_size)
+    return result + [make_case("multilevel", rowptr, col, ones, multilevel, False, gen)]
+
+
+def check_emulated(part, case) -> None:
+    """The rank's part built alone from the other ranks' requests (EmulatedPeers) sends and
+    receives what the real one does."""
+    partition, (rowptr, col, values) = case["partition"], case["csr"]
+    rows, requested = emulation.rank_rows(partition, rowptr, col)
+    rank = dist.get_rank()
+    build = gcn_part if case["normalize"] else GraphPart.from_rows
+    alone = build(*partition.rows(rowptr, col, values, rank), partition.bounds,
+                  group=EmulatedPeers(rank, partition.num_parts, requested[rank]))
+    assert torch.equal(alone.send_index, part.send_index) and torch.equal(alone.halo, part.halo), case["name"]
+    assert (alone.send_counts, alone.recv_counts) == (part.send_counts, part.recv_counts), case["name"]
+    assert torch.equal(alone.interior.csr.values, part.interior.csr.values), case["name"]
+
+
+def check_reductions(part, case, nodes) -> None:
+    """Mean, max and min against one process's, forward and backward, overlapped or not."""
+    for reduce, (y_expected, grad_expected) in case["reductions"].items():
+        for overlap in (False, True):
+            x = case["x"][nodes].clone().requires_grad_()
+            y = spmm(part.exchanging(overlap, None), x, reduce)
+            y.backward(case["grad"][nodes])
+            label = f"{case['name']}, reduce={reduce}, overlap={overlap}"
+            torch.testing.assert_close(y, y_expected[nodes], msg=lambda m: f"{label}: {m}")
+            torch.testing.assert_close(x.grad, grad_expected[nodes], msg=lambda m: f"{label}: {m}")
 
 
 def check_products(all_cases) -> None:
@@ -111,9 +164,11 @@ def check_products(all_cases) -> None:
         y.backward(case["grad"][nodes])
         torch.testing.assert_close(x.grad, case["x_grad"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
         check_exchanges(part, case, nodes, y.detach(), x.grad)
+        check_emulated(part, case)
         if not case["normalize"]:
             narrow = GraphPart.from_rows(rowptr.int(), col.int(), values, partition.bounds)
             assert torch.equal(spmm(narrow, x.detach()), y.detach()), f"{case['name']}: int32 indices"
+            check_reductions(part, case, nodes)
         shape = part_shape(partition, *case["csr"][:2], self_loops=False)
         assert (shape.halo_in[rank], shape.halo_out[rank]) == (part.num_halo, sum(part.send_counts)), case["name"]
         if not case["normalize"]:
@@ -131,16 +186,20 @@ def check_products(all_cases) -> None:
         part.exchanging(1, None)
     with pytest.raises(ValueError, match=r"bounds must have world_size \+ 1"):
         GraphPart.from_rows(torch.zeros(1, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, (0, NUM_NODES))
+    with pytest.raises(ValueError, match=r"reduce must be one of .* got 'prod'"):
+        spmm(part, torch.zeros(part.num_own, 5, dtype=part.dtype), "prod")
 
 
 # The benchmark's smallest run: a graph of 256 nodes, one timed epoch, three exchanges.
 BENCHMARK_ARGS = ["--device", "cpu", "--scales", "8", "--epochs", "1", "--features", "8", "--hidden", "8",
-                  "--partitioner", "contiguous", "--link-mb", "1", "--configs", "plain,overlap-bf16,overlap"]
+                  "--link-mb", "1", "--configs", "plain,overlap-bf16,overlap"]
 
-# The example's model at a size that trains in a second: 3 layers with batch normalization and
+# The example's models at a size that trains in a second: 3 layers with batch normalization and
 # dropout, which depend on every rank's rows.
 CONFIG = dict(layers=3, hidden=16, dropout=0.5, batch_norm=True, lr=0.01, weight_decay=5e-4, epochs=4, eval_steps=4)
 TRAIN_SEED = 5
+# (model, GraphSAGE's aggregation) of every loss curve checked.
+MODELS = [("gcn", "mean")] + [("sage", aggr) for aggr in train_distributed.AGGREGATIONS] + [("gin", "mean")]
 
 
 def training_task() -> types.SimpleNamespace:
@@ -154,13 +213,16 @@ def training_task() -> types.SimpleNamespace:
                                  metric="acc", evaluator=None)
 
 
-def one_process_losses(task) -> list[float]:
+def one_process_losses(task, kind: str, aggr: str) -> list[float]:
     """The example's model and seeds on the whole graph in this process, without torch.distributed."""
-    index, weight = tc_nn.gcn_norm(task.edge_index, None, NUM_NODES)
-    adjacency = TCSparseTensor.from_edge_index(index, weight, num_nodes=NUM_NODES)
+    if kind == "gcn":
+        index, weight = tc_nn.gcn_norm(task.edge_index, None, NUM_NODES)
+        adjacency = TCSparseTensor.from_edge_index(index, weight, num_nodes=NUM_NODES)
+    else:
+        adjacency = TCSparseTensor.from_edge_index(task.edge_index, num_nodes=NUM_NODES)
     torch.manual_seed(TRAIN_SEED)
-    model = train_distributed.DistributedGCN(task.x.size(1), CONFIG["hidden"], task.num_outputs, CONFIG["layers"],
-                                             CONFIG["dropout"], CONFIG["batch_norm"])
+    model = train_distributed.DistributedGNN(kind, task.x.size(1), CONFIG["hidden"], task.num_outputs,
+                                             CONFIG["layers"], CONFIG["dropout"], CONFIG["batch_norm"], aggr)
     optimizer = torch.optim.Adam(model.parameters(), lr=CONFIG["lr"], weight_decay=CONFIG["weight_decay"])
     train, nodes, losses = task.split["train"], torch.arange(NUM_NODES), []
     for epoch in range(1, CONFIG["epochs"] + 1):
@@ -170,44 +232,78 @@ def one_process_losses(task) -> list[float]:
         loss = train_distributed.node_loss_sum(out[train], task.y[train], "acc") / train.numel()
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
-def check_all(product_cases, task, method, losses_path, benchmark_out) -> None:
+def check_placement(world_size: int, expected: NodePartition, rowptr, col) -> None:
+    """Blocks of an R-MAT graph partitioned on rank 0 and placed: every rank holds the rows,
+    columns (as partition positions) and node ids that the whole graph's partition gives it."""
+    rank = dist.get_rank()
+    bounds = block_bounds(rowptr.numel() - 1, world_size)
+    first, end = bounds[rank], bounds[rank + 1]
+    block_rowptr = rowptr[first:end + 1] - rowptr[first]
+    block_col = col[int(rowptr[first]):int(rowptr[end])]
+    part = partition_blocks(block_rowptr, block_col, bounds, seed=3)
+    placement = Placement(part, bounds)
+    assert placement.bounds == expected.bounds
+    values = torch.arange(col.numel(), dtype=torch.float64)[int(rowptr[first]):int(rowptr[end])]
+    placed = placement.move_csr(block_rowptr, block_col, values)
+    wanted = expected.rows(rowptr, col, torch.arange(col.numel(), dtype=torch.float64), rank)
+    for got, want, name in zip(placed, wanted, ("rowptr", "col", "values")):
+        assert torch.equal(got.long() if name == "col" else got, want), name
+    assert torch.equal(placement.move(torch.arange(first, end)), expected.nodes(rank))
+    with pytest.raises(ValueError, match=r"part must hold one entry per row of this rank's block"):
+        Placement(part[:-1], bounds)
+
+
+def check_all(product_cases, task, placement_case, losses_path, benchmark_out) -> None:
     check_products(product_cases)
+    check_placement(dist.get_world_size(), *placement_case)
     benchmark.measure(benchmark.parse_args(BENCHMARK_ARGS + ["--out", str(benchmark_out)]), torch.device("cpu"))
-    rowptr, col = train_distributed.graph_csr(task.edge_index, NUM_NODES)
-    partition = train_distributed.shared_partition(rowptr, col, method, 0)
-    result = train_distributed.train_partitioned(task, CONFIG, partition, torch.device("cpu"), TRAIN_SEED)
+    bounds = block_bounds(NUM_NODES, dist.get_world_size())
+    block = train_distributed.block_of(task, bounds, dist.get_rank())
+    placed = train_distributed.place(block, torch.device("cpu"), "auto", 0, 0)
+    parts = {kind: train_distributed.build_part(placed, kind) for kind in train_distributed.MODELS}
+    losses = {}
+    for kind, aggr in MODELS:
+        result = train_distributed.train_placed(block, placed, parts[kind], CONFIG, torch.device("cpu"), TRAIN_SEED,
+                                                kind, aggr)
+        losses[kind, aggr] = result["losses"]
     if dist.get_rank() == 0:
-        torch.save(result["losses"], losses_path)
+        torch.save(losses, losses_path)
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=lambda p: f"{p} processes")
+def placement_case(world_size: int):
+    row, col, num_nodes = synthetic.rmat(9, seed=world_size)
+    rowptr, col, _ = graphs.csr_of(row, col, num_nodes)
+    return partition_rows(rowptr, col, world_size, seed=3), rowptr, col
+
+
+@pytest.fixture(scope="module", params=[2, 3, 4], ids=lambda p: f"{p} processes")
 def distributed_run(request, tmp_path_factory):
-    """Runs every check on P processes; returns the loss curve of their training."""
+    """Runs every check on P processes; returns the loss curves of their training."""
     world_size = request.param
     losses_path = tmp_path_factory.mktemp("losses") / "losses.pt"
     benchmark_out = tmp_path_factory.mktemp("benchmark")
     task = training_task()
-    # Two processes split the nodes in ranges, three as METIS does when pymetis is installed.
-    method = "contiguous" if world_size == 2 else "auto"
-    processes.run(world_size, check_all, cases(world_size), task, method, losses_path, benchmark_out)
+    processes.run(world_size, check_all, cases(world_size), task, placement_case(world_size), losses_path,
+                  benchmark_out)
     return task, torch.load(losses_path), benchmark_out / "distributed.csv"
 
 
 def test_product_and_gradients_match_one_process(distributed_run):
-    """The product checks ran in the processes (an assertion there fails the fixture)."""
+    """The product and placement checks ran in the processes (an assertion there fails the fixture)."""
     task, losses, _ = distributed_run
-    assert len(losses) == CONFIG["epochs"]
+    assert set(losses) == set(MODELS)
 
 
-def test_loss_curve_matches_one_process(distributed_run):
+@pytest.mark.parametrize("kind, aggr", MODELS, ids=lambda value: value)
+def test_loss_curve_matches_one_process(distributed_run, kind, aggr):
     task, losses, _ = distributed_run
-    expected = one_process_losses(task)
-    assert losses[-1] < losses[0], "the model learns"
-    torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-5, atol=1e-6)
+    expected = one_process_losses(task, kind, aggr)
+    assert losses[kind, aggr][-1] < losses[kind, aggr][0], "the model learns"
+    torch.testing.assert_close(torch.tensor(losses[kind, aggr]), torch.tensor(expected), rtol=1e-5, atol=1e-6)
 
 
 def test_benchmark_rows_and_model(distributed_run, tmp_path):
@@ -221,20 +317,21 @@ def test_benchmark_rows_and_model(distributed_run, tmp_path):
     assert all(r["status"] == "ok" for r in rows)
     plain, bf16, overlap = rows[1:]
     assert (plain["config"], plain["halo_bits"], bf16["config"], bf16["halo_bits"]) == ("plain", "32", "overlap-bf16", "16")
-    assert int(plain["row_weight"]) >= 0 and plain["row_weight"] == bf16["row_weight"]
+    assert plain["partitioner"] == "multilevel" and plain["row_weight"] == bf16["row_weight"] == rows[0]["row_weight"]
+    assert all(int(w) >= 0 for w in plain["row_weight"].split(";"))
     assert int(plain["halo_rows"]) <= int(plain["cut_nonzeros"])
     for row, element in ((plain, 4), (bf16, 2)):
         assert int(row["halo_bytes_per_epoch"]) == int(row["halo_rows"]) * int(row["exchanged_width"]) * element
     assert sum(int(n) for n in plain["nnz_per_rank"].split(";")) == int(rows[0]["nnz"])
     assert sum(int(n) for n in plain["rows_per_rank"].split(";")) == int(rows[0]["nodes"])
     assert sum(int(n) for n in plain["halo_per_rank"].split(";")) == int(plain["halo_rows"])
-    benchmark.main(["--predict", str(csv_path), "--parts", f"1,{world_size},4", "--partitioner", "contiguous",
-                    "--out", str(tmp_path)])
+    benchmark.main(["--predict", str(csv_path), "--parts", f"1,{world_size},4", "--out", str(tmp_path)])
     with open(tmp_path / "distributed_model.csv", newline="") as handle:
         predicted = list(csv.DictReader(handle))
     assert [int(r["gpus"]) for r in predicted] == [1, world_size, 4]
-    assert predicted[1]["measured_epoch_ms"] == plain["epoch_ms"] and predicted[1]["measured_config"] == "plain"
+    assert predicted[1]["measured_epoch_ms"] == plain["epoch_ms"]
     assert predicted[1]["measured_overlapped_epoch_ms"] == overlap["epoch_ms"]
     for row in predicted:
         assert float(row["predicted_overlapped_epoch_ms"]) <= float(row["predicted_epoch_ms"])
     assert float(predicted[0]["predicted_epoch_ms"]) == pytest.approx(float(rows[0]["epoch_ms"]), rel=1e-6)
+    assert "| rmat8 | 4 |" in (tmp_path / "distributed_model.md").read_text()

@@ -5,6 +5,11 @@ Each exchange starts asynchronously and returns a :class:`Pending`; the caller m
 needs no halo meanwhile and waits only when it needs the received rows. Rows may travel in a
 16-bit dtype (``halo_dtype``): they are cast before sending and cast back on arrival, halving
 the bytes on the link at the cost of rounding the halo rows once per exchange.
+
+A part talks to its peers through :class:`Collective` (the ranks of a process group) or
+:class:`EmulatedPeers` (one rank of P alone in its process, for measuring a rank's memory and
+compute on one device: the other ranks' requests are given, and the rows a rank would receive
+are copies of rows it holds, of the same number and width).
 """
 from __future__ import annotations
 
@@ -32,36 +37,78 @@ class Pending:
         return self.incoming.to(self.dtype)
 
 
-def start(rows: Tensor, send_counts: list[int], recv_counts: list[int], group, halo_dtype=None) -> Pending:
-    """Sends ``rows`` (``send_counts[r]`` of them to rank ``r``, in order) and receives
-    ``recv_counts[r]`` rows from rank ``r``, without waiting for the transfer."""
-    outgoing = rows.contiguous() if halo_dtype is None else rows.to(halo_dtype)
-    incoming = outgoing.new_empty((sum(recv_counts), *rows.shape[1:]))
-    work = dist.all_to_all_single(incoming, outgoing, recv_counts, send_counts, group=group, async_op=True)
-    return Pending(work, incoming, outgoing, rows.dtype)
+class Collective:
+    """The ranks of ``group`` (default: the world), through torch.distributed."""
+
+    def __init__(self, group=None):
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("a distributed part needs torch.distributed initialized (dist.init_process_group)")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+
+    def check_device(self, device: torch.device) -> None:
+        backend = dist.get_backend(self.group)
+        if backend == "nccl" and device.type != "cuda":
+            raise ValueError(f"the NCCL backend exchanges CUDA tensors, but the rows are on {device}")
+        if backend == "gloo" and device.type != "cpu":
+            raise ValueError(f"the gloo backend exchanges CPU tensors here, but the rows are on {device}")
+
+    def exchange_counts(self, counts: Tensor) -> Tensor:
+        """Everyone's count for this rank, from this rank's count for everyone."""
+        received = torch.empty_like(counts)
+        dist.all_to_all_single(received, counts, group=self.group)
+        return received
+
+    def exchange_ids(self, ids: Tensor, send_counts: list[int], recv_counts: list[int]) -> Tensor:
+        received = ids.new_empty(sum(recv_counts))
+        dist.all_to_all_single(received, ids, recv_counts, send_counts, group=self.group)
+        return received
+
+    def start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int], halo_dtype=None) -> Pending:
+        """Sends ``rows`` (``send_counts[r]`` of them to rank ``r``, in order) and receives
+        ``recv_counts[r]`` rows from rank ``r``, without waiting for the transfer."""
+        outgoing = rows.contiguous() if halo_dtype is None else rows.to(halo_dtype)
+        incoming = outgoing.new_empty((sum(recv_counts), *rows.shape[1:]))
+        work = dist.all_to_all_single(incoming, outgoing, recv_counts, send_counts, group=self.group, async_op=True)
+        return Pending(work, incoming, outgoing, rows.dtype)
 
 
-def send_halo(x: Tensor, send_index: Tensor, send_counts: list[int], recv_counts: list[int], group,
-              halo_dtype=None) -> Pending:
-    """Starts sending this rank's rows ``send_index`` of ``x``; the wait returns this rank's halo
-    rows, ordered by owner rank, then by the owner's row order."""
-    return start(x.index_select(0, send_index), send_counts, recv_counts, group, halo_dtype)
+class EmulatedPeers:
+    """Rank ``rank`` of ``world_size`` alone in this process. ``requested[s]``: the ids (partition
+    positions, ascending) rank ``s`` needs from this rank, as the real ranks would send them at
+    build time. An exchange sends nothing: what would arrive is a copy of the outgoing rows,
+    repeated or cut to the number of rows expected (zeros if none go out), so buffers, copies and
+    casts weigh what they would on a real rank; only the transfer is missing."""
+
+    def __init__(self, rank: int, world_size: int, requested: list[Tensor]):
+        if not 0 <= rank < world_size or len(requested) != world_size:
+            raise ValueError(f"rank must be in [0, {world_size}) and requested must hold {world_size} id lists, "
+                             f"got rank {rank} and {len(requested)} lists")
+        self.rank = rank
+        self.world_size = world_size
+        self.requested = requested
+
+    def check_device(self, device: torch.device) -> None:
+        """Any device: nothing leaves it."""
+
+    def exchange_counts(self, counts: Tensor) -> Tensor:
+        return torch.tensor([ids.numel() for ids in self.requested], dtype=counts.dtype, device=counts.device)
+
+    def exchange_ids(self, ids: Tensor, send_counts: list[int], recv_counts: list[int]) -> Tensor:
+        return torch.cat([requested.to(device=ids.device, dtype=ids.dtype) for requested in self.requested])
+
+    def start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int], halo_dtype=None) -> Pending:
+        outgoing = rows.contiguous() if halo_dtype is None else rows.to(halo_dtype)
+        expected = sum(recv_counts)
+        if outgoing.size(0) == 0:
+            incoming = outgoing.new_zeros((expected, *rows.shape[1:]))
+        else:
+            source = torch.arange(expected, device=rows.device) % outgoing.size(0)
+            incoming = outgoing.index_select(0, source)
+        return Pending(None, incoming, outgoing, rows.dtype)
 
 
-def return_halo(grad_halo: Tensor, send_counts: list[int], recv_counts: list[int], group, halo_dtype=None) -> Pending:
-    """Starts sending the halo gradients back to their owners; the wait returns the gradients the
-    other ranks computed for this rank's rows ``send_index``, in its order (to be added there)."""
-    return start(grad_halo, recv_counts, send_counts, group, halo_dtype)
-
-
-def exchange_counts(counts: Tensor, group) -> Tensor:
-    """Everyone's count for this rank, from this rank's count for everyone."""
-    received = torch.empty_like(counts)
-    dist.all_to_all_single(received, counts, group=group)
-    return received
-
-
-def exchange_ids(ids: Tensor, send_counts: list[int], recv_counts: list[int], group) -> Tensor:
-    received = ids.new_empty(sum(recv_counts))
-    dist.all_to_all_single(received, ids, recv_counts, send_counts, group=group)
-    return received
+def peers_of(group) -> Collective | EmulatedPeers:
+    """The peers of a process group (None: the world); peers given are returned as they are."""
+    return group if isinstance(group, (Collective, EmulatedPeers)) else Collective(group)

@@ -7,20 +7,11 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .checks import check_index, check_int
+from .hashing import MASK as _MASK
+from .hashing import mix_ as _mix
 
-# A 32-bit integer hash (Wellons' lowbias32 shape) on words held in int64: multipliers below
-# 2**31 keep every product below 2**63, so no step overflows and every shift is a logical one.
-_MASK = (1 << 32) - 1
-_MULTIPLIERS = (0x7FEB352D, 0x2C1B3C6D)
 # Rows per chunk of the mask, so that its int64 words stay a few hundred MB at 256 channels.
 _CHUNK_ELEMENTS = 1 << 24
-
-
-def _mix(words: Tensor) -> Tensor:
-    """Hashes 32-bit words in place."""
-    for multiplier in _MULTIPLIERS:
-        words.bitwise_xor_(words >> 16).mul_(multiplier).bitwise_and_(_MASK)
-    return words.bitwise_xor_(words >> 16)
 
 
 def node_dropout(x: Tensor, nodes: Tensor, p: float, seed: int, training: bool = True) -> Tensor:

@@ -117,6 +117,18 @@ class Measured:
 
 
 @dataclass(frozen=True)
+class RankPrediction:
+    """Per rank (tensors of P entries): ``compute_s`` (its products and dense work),
+    ``exchange_s`` (its halo exchanges, not overlapped), ``interior_s`` (its interior block's
+    products, behind which an exchange can hide) and ``memory_bytes``."""
+
+    compute_s: Tensor
+    exchange_s: Tensor
+    interior_s: Tensor
+    memory_bytes: Tensor
+
+
+@dataclass(frozen=True)
 class Prediction:
     """``epoch_s``: the exchange after the products' start (``overlap=False``);
     ``overlapped_epoch_s``: each exchange hidden behind the interior block's products, up to
@@ -132,9 +144,9 @@ class Prediction:
     overlapped_epoch_s: float
 
 
-def predict(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]], parameter_bytes: int,
-            element_size: int = 4) -> Prediction:
-    """Epoch time and the largest memory per GPU of the ranks of ``shape``."""
+def predict_ranks(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]],
+                  element_size: int = 4) -> RankPrediction:
+    """Every rank's compute, exchange and memory for the part shapes ``shape``."""
     nnz_share = shape.nnz.double() / measured.nnz
     row_share = shape.rows.double() / measured.nodes
     compute = measured.sparse_s * nnz_share + measured.dense_s * row_share
@@ -143,14 +155,22 @@ def predict(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]]
     exchange = halo * exchanged_width(widths) * element_size / measured.link_bytes_per_s
     if shape.num_parts > 1:
         exchange = exchange + exchanges * measured.latency_s
-    parts = shape.num_parts
-    reduce = 2 * parameter_bytes * (parts - 1) / parts / measured.link_bytes_per_s if parts > 1 else 0.0
     widest = max(width for width, _ in widths)
     memory = (measured.graph_bytes * nnz_share + measured.train_bytes * row_share
               + (shape.halo_in + shape.halo_out).double() * widest * element_size)
     interior = measured.sparse_s * (shape.nnz - shape.cut).double() / measured.nnz
-    overlapped = compute + exchange - torch.minimum(exchange, interior)
-    slowest = int(torch.argmax(compute + exchange))
-    return Prediction(parts, float(compute[slowest] + exchange[slowest]) + reduce, float(compute[slowest]),
-                      float(exchange[slowest]), reduce, float(memory.max()), int(shape.halo_in.sum()),
-                      float(overlapped.max()) + reduce)
+    return RankPrediction(compute, exchange, interior, memory)
+
+
+def predict(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]], parameter_bytes: int,
+            element_size: int = 4) -> Prediction:
+    """Epoch time and the largest memory per GPU of the ranks of ``shape``."""
+    ranks = predict_ranks(shape, measured, widths, element_size)
+    parts = shape.num_parts
+    reduce = 2 * parameter_bytes * (parts - 1) / parts / measured.link_bytes_per_s if parts > 1 else 0.0
+    overlapped = ranks.compute_s + ranks.exchange_s - torch.minimum(ranks.exchange_s, ranks.interior_s)
+    total = ranks.compute_s + ranks.exchange_s
+    slowest = int(torch.argmax(total))
+    return Prediction(parts, float(total[slowest]) + reduce, float(ranks.compute_s[slowest]),
+                      float(ranks.exchange_s[slowest]), reduce, float(ranks.memory_bytes.max()),
+                      int(shape.halo_in.sum()), float(overlapped.max()) + reduce)

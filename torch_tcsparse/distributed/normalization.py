@@ -4,13 +4,14 @@ degrees of the halo columns arrive through the same halo exchange as the feature
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ..nn._checks import check_flag
 from ..nn.normalization import compute_dtype
 from .checks import check_csr
+from .exchange import peers_of
 from .part import GraphPart, _check_bounds
+from .row_ranges import range_rows, row_ranges
 
 
 def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, improved: bool = False,
@@ -21,20 +22,18 @@ def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=N
     entry scaled by ``deg(source)^-1/2 deg(target)^-1/2``, computed in float32 (float64 for
     float64 values) and rounded once to the values' dtype. ``overlap`` and ``halo_dtype``: the
     part's exchange (``GraphPart``); the degrees always travel in the compute dtype. A collective
-    call."""
+    call (``group`` as ``GraphPart.from_rows`` takes it)."""
     check_flag("improved", improved)
     check_flag("add_self_loops", add_self_loops)
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("gcn_part needs torch.distributed initialized (dist.init_process_group)")
-    bounds = _check_bounds(bounds, dist.get_world_size(group))
-    rank = dist.get_rank(group)
-    first = bounds[rank]
-    num_rows = check_csr(rowptr, col, values, bounds[rank + 1] - first, bounds[-1])
+    peers = peers_of(group)
+    bounds = _check_bounds(bounds, peers.world_size)
+    first, end = bounds[peers.rank], bounds[peers.rank + 1]
+    num_rows = check_csr(rowptr, col, values, end - first, bounds[-1])
     if values is None:
         values = torch.ones(col.numel(), dtype=torch.float32, device=col.device)
     if add_self_loops:
-        rowptr, col, values = _with_self_loops(rowptr, col.long(), values, first, num_rows, 2.0 if improved else 1.0)
-    part = GraphPart.from_rows(rowptr, col, values, bounds, group, overlap=overlap, halo_dtype=halo_dtype)
+        rowptr, col, values = _with_self_loops(rowptr, col, values, first, num_rows, 2.0 if improved else 1.0)
+    part = GraphPart.from_rows(rowptr, col, values, bounds, peers, overlap=overlap, halo_dtype=halo_dtype)
     interior, boundary = part.interior.csr, part.boundary.csr
     compute = compute_dtype(interior.values.dtype)
     interior_weight, boundary_weight = interior.values.to(compute), boundary.values.to(compute)
@@ -52,15 +51,29 @@ def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=N
 
 
 def _with_self_loops(rowptr: Tensor, col: Tensor, values: Tensor, first: int, num_rows: int, fill: float):
-    lengths = rowptr.diff().long()
-    row = torch.repeat_interleave(torch.arange(num_rows, device=col.device), lengths)
+    """The rows with a self-loop of weight ``fill`` after the entries of every row that has none;
+    entries keep their order and their columns' dtype. A range of rows at a time, without
+    sorting: no per-entry temporaries of the whole part."""
+    rowptr = rowptr.long()
     has_loop = torch.zeros(num_rows, dtype=torch.bool, device=col.device)
-    has_loop[row[col == row + first]] = True
-    missing = (~has_loop).nonzero().squeeze(1)
-    row = torch.cat([row, missing])
-    col = torch.cat([col, missing + first])
-    values = torch.cat([values, torch.full((missing.numel(),), fill, dtype=values.dtype, device=values.device)])
-    order = torch.sort(row, stable=True).indices
-    new_rowptr = torch.zeros(num_rows + 1, dtype=torch.long, device=col.device)
-    torch.cumsum(lengths + (~has_loop).long(), 0, out=new_rowptr[1:])
-    return new_rowptr, col[order], values[order]
+    ranges = row_ranges(rowptr)
+    for start, end in ranges:
+        row = range_rows(rowptr, start, end)
+        has_loop[row[col[int(rowptr[start]):int(rowptr[end])] == row + first]] = True
+    missing = ~has_loop
+    added = torch.cumsum(missing, 0)
+    new_rowptr = rowptr.clone()
+    new_rowptr[1:] += added
+    total = int(new_rowptr[-1])
+    new_col, new_values = col.new_empty(total), values.new_empty(total)
+    for start, end in ranges:
+        lo, hi = int(rowptr[start]), int(rowptr[end])
+        # An entry moves by the self-loops added to the rows before its own.
+        shift = (added - missing.long())[range_rows(rowptr, start, end)]
+        position = torch.arange(lo, hi, device=col.device) + shift
+        new_col[position] = col[lo:hi]
+        new_values[position] = values[lo:hi]
+    loops = missing.nonzero().squeeze(1)
+    new_col[new_rowptr[loops + 1] - 1] = (loops + first).to(col.dtype)
+    new_values[new_rowptr[loops + 1] - 1] = fill
+    return new_rowptr, new_col, new_values

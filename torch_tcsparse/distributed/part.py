@@ -11,7 +11,6 @@ exactly the slice of its halo that ``r`` owns, in the order ``r`` sends it.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ..tensor import TCSparseTensor
@@ -29,8 +28,9 @@ class GraphPart:
     gradients in 16 bits, ``None`` in the rows' own dtype."""
 
     def __init__(self, interior: TCSparseTensor, boundary: TCSparseTensor, halo: Tensor, send_index: Tensor,
-                 send_counts: list[int], recv_counts: list[int], bounds: tuple[int, ...], rank: int, group,
-                 overlap: bool = False, halo_dtype=None, transposes: tuple[TCSparseTensor, TCSparseTensor] | None = None):
+                 send_counts: list[int], recv_counts: list[int], bounds: tuple[int, ...], rank: int,
+                 peers: exchange.Collective | exchange.EmulatedPeers, overlap: bool = False, halo_dtype=None,
+                 transposes: tuple[TCSparseTensor, TCSparseTensor] | None = None):
         self.interior = interior
         self.boundary = boundary
         # The backward pass multiplies by the transposes: built once here, with the part, unless
@@ -42,9 +42,10 @@ class GraphPart:
         self.recv_counts = recv_counts
         self.bounds = bounds
         self.rank = rank
-        self.group = group
+        self.peers = peers
         self.overlap = _check_overlap(overlap)
         self.halo_dtype = _check_halo_dtype(halo_dtype)
+        self._row_counts = None
 
     @classmethod
     def from_rows(cls, rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, *,
@@ -53,16 +54,16 @@ class GraphPart:
         (columns in partition numbering, any order, duplicates summed) of the rows at positions
         ``bounds[rank]:bounds[rank + 1]``, ``values`` (default ones, float32). Every rank of
         ``group`` (default: the world) calls it; the tensors' device is the part's, a CUDA
-        device with NCCL, the CPU with gloo."""
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("GraphPart.from_rows needs torch.distributed initialized (dist.init_process_group)")
+        device with NCCL, the CPU with gloo. ``group`` may also be an ``EmulatedPeers``: the
+        part of one rank of P, built and run alone in this process."""
         _check_overlap(overlap)
         _check_halo_dtype(halo_dtype)
-        bounds = _check_bounds(bounds, dist.get_world_size(group))
-        rank = dist.get_rank(group)
+        peers = exchange.peers_of(group)
+        bounds = _check_bounds(bounds, peers.world_size)
+        rank = peers.rank
         first, end = bounds[rank], bounds[rank + 1]
         check_csr(rowptr, col, values, end - first, bounds[-1])
-        _check_device(rowptr.device, group)
+        peers.check_device(rowptr.device)
         own = (col >= first) & (col < end)
         # Kept in the columns' dtype for the search below, which takes both operands alike.
         halo_ids = torch.unique(col[~own])
@@ -70,8 +71,8 @@ class GraphPart:
         owners = torch.searchsorted(torch.tensor(bounds[1:-1], device=halo.device), halo, right=True)
         recv = torch.bincount(owners, minlength=len(bounds) - 1)
         recv_counts = recv.tolist()
-        send_counts = exchange.exchange_counts(recv, group).tolist()
-        requested = exchange.exchange_ids(halo, recv_counts, send_counts, group)
+        send_counts = peers.exchange_counts(recv).tolist()
+        requested = peers.exchange_ids(halo, recv_counts, send_counts)
         interior_col = col[own]
         interior_col = (interior_col - first).to(_index_dtype(end - first))
         interior = _block(rowptr, own, interior_col, values, end - first)
@@ -79,7 +80,7 @@ class GraphPart:
         boundary_col = torch.searchsorted(halo_ids, col[~own], out_int32=_index_dtype(halo.numel()) == torch.int32)
         del halo_ids
         boundary = _block(rowptr, ~own, boundary_col, values, halo.numel())
-        return cls(interior, boundary, halo, requested - first, send_counts, recv_counts, bounds, rank, group,
+        return cls(interior, boundary, halo, requested - first, send_counts, recv_counts, bounds, rank, peers,
                    overlap, halo_dtype)
 
     @property
@@ -94,6 +95,17 @@ class GraphPart:
     def nnz(self) -> int:
         """Stored entries of both blocks."""
         return self.interior.nnz + self.boundary.nnz
+
+    def block_row_counts(self) -> tuple[Tensor, Tensor]:
+        """The stored entries of each own row in the interior and in the boundary block (int64)."""
+        if self._row_counts is None:
+            self._row_counts = (self.interior.csr.rowptr.diff().long(), self.boundary.csr.rowptr.diff().long())
+        return self._row_counts
+
+    def row_counts(self) -> Tensor:
+        """The stored entries of each own row (int64)."""
+        interior, boundary = self.block_row_counts()
+        return interior + boundary
 
     @property
     def first(self) -> int:
@@ -121,21 +133,21 @@ class GraphPart:
         """The same part (shared blocks) with another exchange: ``overlap`` and ``halo_dtype``
         as ``from_rows`` takes them."""
         return GraphPart(self.interior, self.boundary, self.halo, self.send_index, self.send_counts, self.recv_counts,
-                         self.bounds, self.rank, self.group, overlap, halo_dtype, (self.interior_t, self.boundary_t))
+                         self.bounds, self.rank, self.peers, overlap, halo_dtype, (self.interior_t, self.boundary_t))
 
     def _replaced(self, interior: TCSparseTensor, boundary: TCSparseTensor) -> "GraphPart":
         return GraphPart(interior, boundary, self.halo, self.send_index, self.send_counts, self.recv_counts,
-                         self.bounds, self.rank, self.group, self.overlap, self.halo_dtype)
+                         self.bounds, self.rank, self.peers, self.overlap, self.halo_dtype)
 
     def gather_halo(self, x: Tensor, halo_dtype=None) -> exchange.Pending:
         """Starts receiving the halo rows of X (``x``: this rank's own rows) from their owners;
         the wait returns them, one row per halo column."""
-        return exchange.send_halo(x, self.send_index, self.send_counts, self.recv_counts, self.group, halo_dtype)
+        return self.peers.start(x.index_select(0, self.send_index), self.send_counts, self.recv_counts, halo_dtype)
 
     def scatter_halo(self, grad_halo: Tensor, halo_dtype=None) -> exchange.Pending:
         """Starts returning the halo gradients to their owners; the wait returns the gradients
         the other ranks hold for this rank's rows ``send_index`` (to be added there)."""
-        return exchange.return_halo(grad_halo, self.send_counts, self.recv_counts, self.group, halo_dtype)
+        return self.peers.start(grad_halo, self.recv_counts, self.send_counts, halo_dtype)
 
     def halo_bytes(self, width: int, element_size: int) -> int:
         """Bytes one exchange of ``width`` columns sends from this rank (its receives are its
@@ -190,11 +202,3 @@ def _check_bounds(bounds, world_size: int) -> tuple[int, ...]:
     if bounds[0] != 0 or any(b > c for b, c in zip(bounds, bounds[1:])):
         raise ValueError(f"bounds must start at 0 and never decrease, got {bounds}")
     return bounds
-
-
-def _check_device(device: torch.device, group) -> None:
-    backend = dist.get_backend(group)
-    if backend == "nccl" and device.type != "cuda":
-        raise ValueError(f"the NCCL backend exchanges CUDA tensors, but the rows are on {device}")
-    if backend == "gloo" and device.type != "cpu":
-        raise ValueError(f"the gloo backend exchanges CPU tensors here, but the rows are on {device}")

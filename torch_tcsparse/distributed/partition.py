@@ -1,4 +1,5 @@
-"""Row partitions of a square graph matrix: METIS through pymetis, or contiguous ranges.
+"""Row partitions of a square graph matrix: the multilevel partitioner of this package (on the
+device of the graph's tensors), METIS through pymetis, or contiguous ranges.
 
 A partition is an order of the nodes and P + 1 bounds: part ``r`` holds the nodes at positions
 ``bounds[r]:bounds[r + 1]`` of the order. Every rank numbers nodes by these positions (the
@@ -7,7 +8,6 @@ with one binary search over the bounds, without a per-node table of owners.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,8 +15,9 @@ import torch
 from torch import Tensor
 
 from .checks import check_csr, check_int
+from .multilevel import partition_graph
 
-METHODS = ("auto", "metis", "contiguous")
+METHODS = ("auto", "multilevel", "metis", "contiguous")
 _INSTALL = 'pip install -e ".[distributed]" in a clone of torch_tcsparse, or pip install "pymetis>=2025.2"'
 _METIS_TOTAL = (1 << 30) - 1
 
@@ -43,6 +44,12 @@ class NodePartition:
         position = torch.empty_like(self.order)
         position[self.order] = torch.arange(self.order.numel(), device=self.order.device)
         return position
+
+    def part_of_nodes(self) -> Tensor:
+        """The part of every original node id."""
+        part = torch.empty_like(self.order)
+        part[self.order] = _part_of_positions(self.bounds, torch.arange(self.num_nodes, device=self.order.device))
+        return part
 
     def nodes(self, rank: int) -> Tensor:
         """Original ids of the nodes part ``rank`` owns, in partition order."""
@@ -80,31 +87,60 @@ def _part_of_positions(bounds: tuple[int, ...], positions: Tensor) -> Tensor:
 
 
 def partition_rows(rowptr: Tensor, col: Tensor, num_parts: int, method: str = "auto", seed: int = 0,
-                   row_weight: int = 0) -> NodePartition:
+                   row_weight: int | tuple[int, ...] = 0, imbalance: float = 0.03) -> NodePartition:
     """Partition the rows of a square graph matrix (CSR in original numbering) into
-    ``num_parts`` parts of balanced weight.
+    ``num_parts`` parts of balanced weight, cutting few of its nonzeros.
 
-    ``method``: ``"metis"`` (METIS through pymetis, the ``[distributed]`` extra: fewest cut
-    edges), ``"contiguous"`` (ranges of the original order, cut at equal weights), or
-    ``"auto"`` (METIS when pymetis is installed, else contiguous ranges with a warning). Each
-    row weighs its nonzeros plus one (the nonzeros of the row once a self-loop is added), plus
+    A row weighs its nonzeros plus one (the nonzeros of the row once a self-loop is added), plus
     ``row_weight``: what a row costs beside its nonzeros, in nonzeros. Balancing nonzeros alone
     suits the sparse product; full-graph training also spends time and memory per row
     (activations, their gradients, the optimizer's dense work), which on graphs with many
-    low-degree nodes leaves the part with the most rows far slower and larger.
-    """
-    num_nodes = check_csr(rowptr, col, None, None)
+    low-degree nodes leaves the part with the most rows far slower and larger. A tuple of row
+    weights balances each weight at once (say, a row's time and a row's memory relative to a
+    nonzero's), every part within ``1 + imbalance`` of its share of each.
+
+    ``method``: ``"multilevel"`` (``"auto"``: this package's multilevel partitioner, in torch
+    ops on the device of ``col``, which takes a GPU for graphs of hundreds of millions of
+    nonzeros; any number of weights), ``"metis"`` (METIS through pymetis, the
+    ``[distributed]`` extra, on one CPU core; one weight) or ``"contiguous"`` (ranges of the
+    original order, cut at equal weight; one weight). An entry counts as cut in the direction
+    it is stored; the multilevel partitioner tells a symmetric matrix apart and takes every
+    other as the union of both directions."""
+    check_csr(rowptr, col, None, None)
     check_int("num_parts", num_parts, 1, None)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     check_int("seed", seed, 0, None)
-    check_int("row_weight", row_weight, 0, None)
-    weights = rowptr.diff().long().cpu() + 1 + row_weight
-    if method == "auto":
-        method = "metis" if _pymetis(required=False) is not None else "contiguous"
+    row_weights = _check_row_weights(row_weight)
+    if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or not 0 < imbalance < 1:
+        raise ValueError(f"imbalance must be a float in (0, 1), got {imbalance!r}")
+    if method in ("metis", "contiguous") and len(row_weights) > 1:
+        raise ValueError(f"method={method!r} balances one weight, got row_weight={row_weight!r} "
+                         "(method='multilevel' balances several)")
+    degree = rowptr.diff().long()
     if num_parts == 1 or method == "contiguous":
-        return _contiguous(weights, num_parts)
-    return _metis(rowptr, col, weights, num_parts, seed)
+        return _contiguous((degree + 1 + row_weights[0]).cpu(), num_parts)
+    if method == "metis":
+        return _metis(rowptr, col, (degree + 1 + row_weights[0]).cpu(), num_parts, seed, imbalance)
+    node_weight = torch.stack([degree + 1 + weight for weight in row_weights], 1)
+    part = partition_graph(rowptr, col, node_weight, num_parts,
+                           torch.full((len(row_weights),), float(imbalance), dtype=torch.float64), seed)
+    return _from_membership(part, num_parts, "multilevel")
+
+
+def _check_row_weights(row_weight) -> tuple[int, ...]:
+    weights = row_weight if isinstance(row_weight, (tuple, list)) else (row_weight,)
+    if not weights:
+        raise ValueError("row_weight must be an int or a non-empty tuple of ints, got ()")
+    return tuple(check_int("row_weight", weight, 0, None) for weight in weights)
+
+
+def _from_membership(membership: Tensor, num_parts: int, method: str) -> NodePartition:
+    """The partition of a part per node: nodes ordered by part, each part in id order."""
+    membership = membership.cpu()
+    order = torch.sort(membership, stable=True).indices
+    counts = torch.bincount(membership, minlength=num_parts)
+    return NodePartition(order, (0, *torch.cumsum(counts, 0).tolist()), method)
 
 
 def _contiguous(weights: Tensor, num_parts: int) -> NodePartition:
@@ -115,10 +151,10 @@ def _contiguous(weights: Tensor, num_parts: int) -> NodePartition:
     return NodePartition(torch.arange(weights.numel()), bounds, "contiguous")
 
 
-def _metis(rowptr: Tensor, col: Tensor, weights: Tensor, num_parts: int, seed: int) -> NodePartition:
+def _metis(rowptr: Tensor, col: Tensor, weights: Tensor, num_parts: int, seed: int, imbalance: float) -> NodePartition:
     import scipy.sparse as sp
 
-    pymetis = _pymetis(required=True)
+    pymetis = _pymetis()
     num_nodes = weights.numel()
     ones = np.ones(col.numel(), dtype=np.int8)
     matrix = sp.csr_matrix((ones, col.cpu().numpy(), rowptr.cpu().numpy()), shape=(num_nodes, num_nodes))
@@ -127,13 +163,10 @@ def _metis(rowptr: Tensor, col: Tensor, weights: Tensor, num_parts: int, seed: i
     graph.setdiag(0)
     graph.eliminate_zeros()
     adjacency = pymetis.CSRAdjacency(graph.indptr.astype(np.int64), graph.indices.astype(np.int64))
-    result = pymetis.part_graph(num_parts, adjacency, vweights=_metis_weights(weights).numpy(),
-                                options=pymetis.Options(seed=seed))
-    membership = torch.from_numpy(np.asarray(result.vertex_part, dtype=np.int64))
-    order = torch.sort(membership, stable=True).indices
-    counts = torch.bincount(membership, minlength=num_parts)
-    bounds = (0, *torch.cumsum(counts, 0).tolist())
-    return NodePartition(order, bounds, "metis")
+    # METIS's ufactor: the allowed imbalance in thousandths.
+    options = pymetis.Options(seed=seed, ufactor=max(1, round(1000 * imbalance)))
+    result = pymetis.part_graph(num_parts, adjacency, vweights=_metis_weights(weights).numpy(), options=options)
+    return _from_membership(torch.from_numpy(np.asarray(result.vertex_part, dtype=np.int64)), num_parts, "metis")
 
 
 def _metis_weights(weights: Tensor) -> Tensor:
@@ -147,16 +180,9 @@ def _metis_weights(weights: Tensor) -> Tensor:
     return torch.clamp(torch.floor(weights.double() * scale), min=1).long()
 
 
-def _pymetis(required: bool):
+def _pymetis():
     try:
         import pymetis
     except ImportError:
-        if required:
-            raise ImportError(f"method='metis' partitions with pymetis, which is not installed: {_INSTALL}") from None
-        warnings.warn(
-            f"pymetis is not installed: partitioning into contiguous ranges of nodes, which cuts more edges "
-            f"than METIS ({_INSTALL})",
-            stacklevel=3,
-        )
-        return None
+        raise ImportError(f"method='metis' partitions with pymetis, which is not installed: {_INSTALL}") from None
     return pymetis

@@ -1,0 +1,3 @@
+from benchmarks.distributed import main
+
+main()

@@ -1,0 +1,165 @@
+"""``--predict``: the cost model (torch_tcsparse.distributed.model) for P = 2 to 256 GPUs from a
+run's one-GPU measurements, each P partitioned by the multilevel partitioner, against every
+measured run of the CSV (and the emulated ranks beside it); a markdown table for BENCHMARKS.md."""
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import out_dir, write_csv
+from torch_tcsparse.distributed import partition_rows
+from torch_tcsparse.distributed.model import Measured, part_shape, predict, product_widths
+
+from .errors import fail
+from .graph import rmat_block
+from .training import parameter_bytes
+
+EMULATED_CSV = "distributed_emulated.csv"
+MEASURE_FIRST = ("measure first on one GPU: python -m benchmarks.distributed --emulate 2,4 --scales 24 "
+                 "(or on several: torchrun --nproc-per-node 2 -m benchmarks.distributed)")
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        fail(f"--predict reads a run's distributed.csv: {path} does not exist; {MEASURE_FIRST}")
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def calibration(rows: list[dict], graph: str) -> dict:
+    fits = [r for r in rows if r["graph"] == graph and r["gpus"] == "1" and r["status"] == "ok"]
+    if not fits:
+        fail(f"--predict needs a one-GPU row of {graph} that ran (status ok); {MEASURE_FIRST}")
+    return fits[0]
+
+
+def link_bytes_per_s(args, rows: list[dict]) -> float:
+    """The link's all-to-all bandwidth: --link-gbps where given, else the measured one."""
+    if args.link_gbps is not None:
+        return args.link_gbps * 1e9
+    links = [float(r["link_gbps"]) for r in rows if r.get("link_gbps")]
+    if not links:
+        fail("--predict needs the link's bandwidth: give --link-gbps (GB/s one GPU sends in an "
+                         "all-to-all), or measure it with torchrun --nproc-per-node 2 -m benchmarks.distributed")
+    return links[0] * 1e9
+
+
+def measured_of(one: dict, link: float) -> Measured:
+    sparse_s, epoch_s = float(one["sparse_ms"]) / 1e3, float(one["epoch_ms"]) / 1e3
+    graph_bytes = float(one["graph_gb"]) * 2**30
+    return Measured(int(one["nodes"]), int(one["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes,
+                    float(one["peak_gb"]) * 2**30 - graph_bytes, link)
+
+
+def measured_runs(rows: list[dict], graph: str) -> dict[int, dict]:
+    """Per GPU count, the run the model describes: the exchange without overlap in 32 bits where
+    measured, else the first that ran; with the overlapped epoch where measured."""
+    chosen = {}
+    for row in rows:
+        if row["graph"] != graph or row["status"] != "ok" or row["gpus"] == "1":
+            continue
+        count = int(row["gpus"])
+        if count not in chosen or row.get("config") == "plain":
+            chosen[count] = dict(row)
+        if row.get("config") == "overlap":
+            chosen.setdefault(count, dict(row))["overlapped_epoch_ms"] = row["epoch_ms"]
+    return chosen
+
+
+def emulated_peaks(path: Path, graph: str) -> dict[int, tuple[float, float]]:
+    """Per P, the largest emulated rank's peak and compute time, where an emulation ran."""
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["graph"] == graph]
+    result = {}
+    for row in rows:
+        peak, compute = result.get(int(row["gpus"]), (0.0, 0.0))
+        result[int(row["gpus"])] = (max(peak, float(row["peak_gb"])), max(compute, float(row["compute_ms"])))
+    return result
+
+
+def predict_main(args) -> None:
+    path = Path(args.predict)
+    rows = read_rows(path)
+    graphs = list(dict.fromkeys(r["graph"] for r in rows if r["gpus"] == "1"))
+    if not graphs:
+        fail(f"{path} holds no one-GPU row; {MEASURE_FIRST}")
+    link = link_bytes_per_s(args, rows)
+    device = torch.device("cpu" if rows[0]["device"] == "cpu" or not torch.cuda.is_available() else "cuda")
+    results = []
+    for graph in graphs:
+        one = calibration(rows, graph)
+        for name in ("features", "hidden", "classes", "layers"):
+            setattr(args, name, int(one[name]))
+        widths = product_widths(args.features, args.hidden, args.classes, args.layers)
+        measured = measured_of(one, link)
+        runs = measured_runs(rows, graph)
+        emulated = emulated_peaks(path.parent / EMULATED_CSV, graph)
+        scale = int(graph.removeprefix("rmat"))
+        # The graph must be the measured one: R-MAT draws differ between CPU and CUDA generators.
+        rowptr, col = rmat_block(scale, args.edge_factor, 0, 1 << scale, device)
+        row_weight = _row_weights(one)
+        for count in args.parts:
+            start = time.perf_counter()
+            partition = partition_rows(rowptr, col, count, args.partitioner, row_weight=row_weight)
+            partition_s = time.perf_counter() - start
+            guess = predict(part_shape(partition, rowptr, col), measured, widths, parameter_bytes(args))
+            run = runs.get(count, {})
+            peak, compute = emulated.get(count, ("", ""))
+            results.append({
+                "graph": graph, "gpus": count, "partitioner": partition.method, "partition_s": partition_s,
+                "predicted_epoch_ms": 1000 * guess.epoch_s, "predicted_overlapped_epoch_ms": 1000 * guess.overlapped_epoch_s,
+                "predicted_speedup": float(one["epoch_ms"]) / (1000 * guess.epoch_s),
+                "predicted_compute_ms": 1000 * guess.compute_s, "predicted_exchange_ms": 1000 * guess.exchange_s,
+                "predicted_peak_gb": guess.memory_bytes / 2**30, "halo_rows": guess.halo_rows,
+                "measured_epoch_ms": run.get("epoch_ms", ""), "measured_overlapped_epoch_ms": run.get("overlapped_epoch_ms", ""),
+                "measured_peak_gb": run.get("peak_gb", ""), "emulated_peak_gb": peak, "emulated_compute_ms": compute})
+            print(validation_line(results[-1]), flush=True)
+        del rowptr, col
+    out = out_dir(args.out)
+    print(f"wrote {write_csv(out / 'distributed_model.csv', results)}")
+    table = markdown_table(results, link)
+    (out / "distributed_model.md").write_text(table)
+    print(table)
+
+
+def _row_weights(one: dict) -> tuple[int, ...]:
+    text = one.get("row_weight") or "0"
+    return tuple(int(w) for w in str(text).split(";"))
+
+
+def validation_line(result: dict) -> str:
+    line = (f"{result['graph']} on {result['gpus']} GPUs [{result['partitioner']}, {result['partition_s']:.1f} s]: "
+            f"predicted epoch {result['predicted_epoch_ms']:.1f} ms (overlapped {result['predicted_overlapped_epoch_ms']:.1f}), "
+            f"{result['predicted_speedup']:.2f}x one GPU, peak {result['predicted_peak_gb']:.2f} GB per GPU, "
+            f"halo {result['halo_rows']} rows")
+    for key, label, predicted in (("measured_epoch_ms", "measured epoch", "predicted_epoch_ms"),
+                                  ("measured_overlapped_epoch_ms", "measured overlapped epoch",
+                                   "predicted_overlapped_epoch_ms"),
+                                  ("measured_peak_gb", "measured peak", "predicted_peak_gb"),
+                                  ("emulated_peak_gb", "emulated peak", "predicted_peak_gb")):
+        if result[key] not in ("", None):
+            value = float(result[key])
+            line += f"; {label} {value:.2f} ({result[predicted] / value:.2f}x)"
+    return line
+
+
+def markdown_table(results: list[dict], link: float) -> str:
+    """The model's table for BENCHMARKS.md, measured cells where a run or emulation gave them."""
+    lines = [f"Link: {link / 1e9:.0f} GB/s per GPU.", "",
+             "| graph | GPUs | epoch ms (overlapped) | speedup | compute / exchange ms | peak GB per GPU | halo rows "
+             "| measured epoch ms | measured (emulated) peak GB |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        measured_peak = r["measured_peak_gb"] or ""
+        if r["emulated_peak_gb"] != "":
+            measured_peak = f"{measured_peak} ({float(r['emulated_peak_gb']):.1f})".strip()
+        epoch = f"{float(r['measured_epoch_ms']):.1f}" if r["measured_epoch_ms"] else ""
+        lines.append(f"| {r['graph']} | {r['gpus']} | {r['predicted_epoch_ms']:.1f} ({r['predicted_overlapped_epoch_ms']:.1f}) "
+                     f"| {r['predicted_speedup']:.2f}x | {r['predicted_compute_ms']:.1f} / {r['predicted_exchange_ms']:.1f} "
+                     f"| {r['predicted_peak_gb']:.1f} | {r['halo_rows']:,} | {epoch} | {measured_peak} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,72 @@
+"""The benchmark's single-GPU rank emulation (here on the CPU), its R-MAT blocks, and its errors:
+one line, once, with the same exit code from every rank under torchrun."""
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import distributed as benchmark
+from benchmarks.distributed.graph import rmat_block, scramble
+from torch_tcsparse.distributed import EmulatedPeers
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--device", "cpu", "--scales", "8", "--epochs", "1", "--features", "8", "--hidden", "8"]
+
+
+def test_blocks_make_the_whole_graph():
+    """Blocks of rows drawn apart are the rows of the whole graph; the graph is symmetric."""
+    rowptr, col = rmat_block(9, 8, 0, 512, "cpu", chunk_edges=1000)
+    first = rmat_block(9, 8, 0, 200, "cpu", chunk_edges=1000)
+    second = rmat_block(9, 8, 200, 512, "cpu", chunk_edges=1000)
+    assert torch.equal(torch.cat([first[1], second[1]]), col)
+    assert torch.equal(torch.cat([first[0][:-1], second[0] + first[0][-1]]), rowptr)
+    row = torch.repeat_interleave(torch.arange(512), rowptr.diff())
+    assert torch.equal(torch.sort(row * 512 + col).values, torch.sort(col * 512 + row).values)
+    assert not bool((row == col).any())
+    assert torch.equal(torch.sort(scramble(torch.arange(1 << 9), 9)).values, torch.arange(1 << 9))
+
+
+def test_emulated_ranks_cover_the_graph(tmp_path):
+    benchmark.main(SMALL + ["--emulate", "2,3", "--out", str(tmp_path)])
+    with open(tmp_path / "distributed.csv", newline="") as handle:
+        single = next(csv.DictReader(handle))
+    with open(tmp_path / "distributed_emulated.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(int(r["gpus"]), int(r["rank"])) for r in rows] == [(2, 0), (2, 1), (3, 0), (3, 1), (3, 2)]
+    for parts in (2, 3):
+        ranks = [r for r in rows if int(r["gpus"]) == parts]
+        assert sum(int(r["rows"]) for r in ranks) == 256
+        assert sum(int(r["nnz"]) for r in ranks) == int(single["nnz"])
+        assert sum(int(r["halo_in"]) for r in ranks) == sum(int(r["halo_out"]) for r in ranks) > 0
+        assert all(float(r["compute_ms"]) > 0 for r in ranks)
+
+
+def test_emulated_peers_check_their_arguments():
+    with pytest.raises(ValueError, match=r"rank must be in \[0, 2\) and requested must hold 2 id lists, got rank 2"):
+        EmulatedPeers(2, 2, [torch.zeros(0), torch.zeros(0)])
+
+
+def test_predict_without_a_run_says_what_to_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.main(["--predict", str(tmp_path / "distributed.csv")])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "does not exist" in lines[0] and "--emulate" in lines[0]
+
+
+def test_errors_under_torchrun_are_one_line(tmp_path):
+    """Every rank exits with an error; the line is printed once, before torchrun's own report of
+    the failed ranks, and no rank prints a traceback."""
+    environment = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "benchmarks.distributed",
+               "--device", "cpu", "--predict", str(tmp_path / "absent.csv")]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=environment, timeout=300)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if "benchmarks.distributed: error:" in line]
+    assert len(errors) == 1 and "absent.csv does not exist" in errors[0], result.stderr
+    before_report = result.stderr.split("ChildFailedError")[0]
+    assert "benchmarks.distributed: error:" in before_report and "benchmarks/distributed" not in before_report

@@ -1,0 +1,225 @@
+"""Initial partitioning of the coarsest graph (a few hundred nodes per part), on the host: recursive
+bisection, each bisection the best of several greedy graph growings refined by Fiduccia-Mattheyses.
+
+Growing starts from a random node and keeps adding the node most connected to the grown side
+(the one whose move cuts least), until the side holds its share of the weight; FM then moves
+nodes one at a time, best gain first, each node once per pass, and keeps the best balanced
+prefix of the moves: unlike label propagation it walks through moves that raise the cut to
+reach a lower one. Both are sequential, which the coarsest graph's size allows.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .refinement import refine
+from .weighted_graph import WeightedGraph
+
+# Jet's tolerance of a negative gain on the coarse levels.
+_TOLERANCE = 0.75
+# FM passes per bisection, and moves without a better cut after which a pass stops.
+_PASSES = 4
+_PATIENCE = 64
+
+
+def initial_partition(graph: WeightedGraph, num_parts: int, limit: Tensor, imbalance: Tensor, seed: int,
+                      tries: int) -> Tensor:
+    """A part per node of a small graph, within ``limit`` where its node weights allow."""
+    rowptr = graph.rowptr.cpu().numpy()
+    col = graph.col.cpu().numpy().astype(np.int64)
+    weight = (np.ones(col.size, dtype=np.int64) if graph.edge_weight is None
+              else graph.edge_weight.cpu().numpy())
+    node_weight = graph.node_weight.cpu().numpy().astype(np.float64)
+    # Each bisection may exceed its share by a part of the imbalance the parts may end with.
+    depth = max(1, int(np.ceil(np.log2(num_parts))))
+    slack = (1 + imbalance.cpu().numpy()) ** (1 / depth)
+    rng = np.random.default_rng(seed)
+    part = np.zeros(graph.num_nodes, dtype=np.int64)
+    _split(np.arange(graph.num_nodes), 0, num_parts, rowptr, col, weight, node_weight, slack, tries, rng, part)
+    part = torch.from_numpy(part).to(graph.device)
+    refine(graph, part, num_parts, limit, _TOLERANCE, seed)
+    return part
+
+
+def _split(nodes: np.ndarray, first: int, count: int, rowptr, col, weight, node_weight, slack: float, tries: int,
+           rng, part: np.ndarray) -> None:
+    """Assigns parts first .. first + count - 1 to ``nodes``."""
+    if count == 1 or nodes.size == 0:
+        part[nodes] = first
+        return
+    half = count // 2
+    sub_rowptr, sub_col, sub_weight = _subgraph(nodes, rowptr, col, weight)
+    sub_node_weight = node_weight[nodes]
+    total = sub_node_weight.sum(0)
+    share = half / count
+    limits = np.stack([total * share * slack, total * (1 - share) * slack])
+    best_side, best_cut = None, None
+    for _ in range(tries):
+        side = _grow(sub_rowptr, sub_col, sub_weight, sub_node_weight, share, rng)
+        cut = _fm(sub_rowptr, sub_col, sub_weight, sub_node_weight, side, limits, rng)
+        key = (_excess(_side_weights(side, sub_node_weight).tolist(), limits.tolist()) > 0, cut)
+        if best_cut is None or key < best_cut:
+            best_side, best_cut = side, key
+    _split(nodes[best_side == 0], first, half, rowptr, col, weight, node_weight, slack, tries, rng, part)
+    _split(nodes[best_side == 1], first + half, count - half, rowptr, col, weight, node_weight, slack, tries, rng, part)
+
+
+def _subgraph(nodes: np.ndarray, rowptr, col, weight):
+    """The CSR of the graph induced by ``nodes`` (renumbered in their order)."""
+    local = np.full(rowptr.size - 1, -1, dtype=np.int64)
+    local[nodes] = np.arange(nodes.size)
+    lengths = rowptr[nodes + 1] - rowptr[nodes]
+    entries = np.repeat(rowptr[nodes] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    entries += np.arange(entries.size)
+    row = np.repeat(np.arange(nodes.size), lengths)
+    sub_col = local[col[entries]]
+    keep = sub_col >= 0
+    sub_rowptr = np.zeros(nodes.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row[keep], minlength=nodes.size), out=sub_rowptr[1:])
+    return sub_rowptr, sub_col[keep], weight[entries][keep]
+
+
+def _share(node_weight: np.ndarray) -> np.ndarray:
+    """Each node's weight as one number: its shares of the constraints' totals, summed."""
+    return (node_weight / np.maximum(node_weight.sum(0), 1)).sum(1)
+
+
+def _grow(rowptr, col, weight, node_weight, share: float, rng) -> np.ndarray:
+    """Side 0 grown greedily from a random node until it holds ``share`` of the weight; the rest is side 1."""
+    n = rowptr.size - 1
+    node_share = _share(node_weight)
+    target = share * node_share.sum()
+    node_share = node_share.tolist()
+    # Connection to the grown side minus connection to the rest: the cut's change if the node joins.
+    gain = (-np.bincount(np.repeat(np.arange(n), np.diff(rowptr)), weights=weight, minlength=n)).tolist()
+    starts, neighbours, edge_weights = rowptr.tolist(), col.tolist(), weight.tolist()
+    noise = rng.random(n).tolist()
+    outside = [True] * n
+    order = rng.permutation(n).tolist()
+    heap = []
+    grown = 0.0
+    while grown < target:
+        if not heap:
+            # A new component: start from the next node of a random order that is not grown yet.
+            while order and not outside[order[-1]]:
+                order.pop()
+            if not order:
+                break
+            start = order.pop()
+            heap.append((-gain[start], noise[start], start))
+        negative, _, node = heapq.heappop(heap)
+        if not outside[node] or -negative != gain[node]:
+            continue
+        outside[node] = False
+        grown += node_share[node]
+        for k in range(starts[node], starts[node + 1]):
+            neighbour = neighbours[k]
+            if outside[neighbour]:
+                gain[neighbour] += 2 * edge_weights[k]
+                heapq.heappush(heap, (-gain[neighbour], noise[neighbour], neighbour))
+    return np.array(outside, dtype=np.int64)
+
+
+def _fm(rowptr, col, weight, node_weight, side: np.ndarray, limits: np.ndarray, rng) -> int:
+    """Fiduccia-Mattheyses passes on ``side`` (in place); returns the cut. A pass moves the
+    unlocked node of best gain whose move keeps its target side within its limit or lowers the
+    excess over the limits, locks it, and at the end rolls back to the prefix of its moves with
+    the least excess, then the least cut."""
+    n = rowptr.size - 1
+    row = np.repeat(np.arange(n), np.diff(rowptr))
+    cut = int(weight[side[row] != side[col]].sum())
+    # Python numbers and lists: the loop below does scalar work, which numpy would slow down.
+    weights_of, limit_of = node_weight.tolist(), limits.tolist()
+    starts, neighbours, edge_weights = rowptr.tolist(), col.tolist(), weight.tolist()
+    for _ in range(_PASSES):
+        external = np.bincount(row, weights=weight * (side[row] != side[col]), minlength=n)
+        gain = (2 * external - np.bincount(row, weights=weight, minlength=n)).tolist()
+        noise = rng.random(n).tolist()
+        heaps = [[], []]
+        for node, node_side in enumerate(side.tolist()):
+            heaps[node_side].append((-gain[node], noise[node], node))
+        for heap in heaps:
+            heapq.heapify(heap)
+        sides = _side_weights(side, node_weight).tolist()
+        excess = _excess(sides, limit_of)
+        locked = [False] * n
+        where = side.tolist()
+        start_key = best_key = (excess, cut)
+        moves, best_length, since_best = [], 0, 0
+        while since_best < _PATIENCE:
+            choice = infeasible = moved = None
+            for s in (0, 1):
+                candidate = _top(heaps[s], gain, locked)
+                if candidate is None:
+                    continue
+                after = _moved(sides, weights_of[candidate], s)
+                # A move may not push its target over its limit, unless it lowers the excess.
+                if _excess([after[1 - s]], [limit_of[1 - s]]) > 0 and _excess(after, limit_of) >= excess:
+                    if infeasible is None or gain[candidate] > gain[infeasible]:
+                        infeasible = candidate
+                elif choice is None or gain[candidate] > gain[choice]:
+                    choice, moved = candidate, after
+            if choice is None and infeasible is None:
+                break
+            if choice is None:
+                heapq.heappop(heaps[where[infeasible]])
+                locked[infeasible] = True
+                continue
+            source = where[choice]
+            heapq.heappop(heaps[source])
+            locked[choice] = True
+            where[choice] = 1 - source
+            sides = moved
+            excess = _excess(sides, limit_of)
+            # Both directions of every edge are stored: the cut counts each twice.
+            cut -= 2 * round(gain[choice])
+            moves.append(choice)
+            for k in range(starts[choice], starts[choice + 1]):
+                neighbour = neighbours[k]
+                if locked[neighbour]:
+                    continue
+                gain[neighbour] += 2 * edge_weights[k] if where[neighbour] == source else -2 * edge_weights[k]
+                heapq.heappush(heaps[where[neighbour]], (-gain[neighbour], noise[neighbour], neighbour))
+            key = (excess, cut)
+            if key < best_key:
+                best_key, best_length, since_best = key, len(moves), 0
+            else:
+                since_best += 1
+        for node in moves[best_length:]:
+            where[node] = 1 - where[node]
+        side[:] = where
+        cut = best_key[1]
+        if best_key >= start_key:
+            break
+    return cut
+
+
+def _side_weights(side: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
+    return np.stack([node_weight[side == 0].sum(0), node_weight[side == 1].sum(0)])
+
+
+def _moved(sides: list, node_weight: list, source: int) -> list:
+    """The sides' weights once a node of ``source`` moves to the other side."""
+    after = [list(sides[0]), list(sides[1])]
+    for c, w in enumerate(node_weight):
+        after[source][c] -= w
+        after[1 - source][c] += w
+    return after
+
+
+def _excess(sides: list, limits: list) -> float:
+    """How far the sides' weights exceed their limits, relative to them, summed."""
+    return sum(max(w - l, 0.0) / max(l, 1.0) for weights, limit in zip(sides, limits) for w, l in zip(weights, limit))
+
+
+def _top(heap: list, gain: np.ndarray, locked: np.ndarray):
+    """The unlocked node of best current gain in ``heap`` (stale entries dropped), left on top."""
+    while heap:
+        negative, _, node = heap[0]
+        if not locked[node] and -negative == gain[node]:
+            return node
+        heapq.heappop(heap)
+    return None

@@ -1,0 +1,139 @@
+"""The graphs the multilevel partitioner works on: CSR with integer edge weights and a vector of
+integer weights per node (one entry per balance constraint), on any device.
+
+Integer weights keep every sum exact and independent of the order in which a GPU's atomics add
+them, so a partition does not change from run to run. Passes over the edges go a chunk of rows
+at a time (:meth:`WeightedGraph.chunks`), which bounds their temporaries by the chunk, not by the
+graph's nonzeros.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .row_ranges import RANGE_ENTRIES, range_rows, row_ranges
+
+
+@dataclass
+class WeightedGraph:
+    """``rowptr`` (int64, n + 1), ``col`` (int32 or int64), ``edge_weight`` (int64 per edge, or
+    None: every edge weighs 1) and ``node_weight`` (int64, [n, constraints])."""
+
+    rowptr: Tensor
+    col: Tensor
+    edge_weight: Tensor | None
+    node_weight: Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return self.rowptr.numel() - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.col.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.col.device
+
+    def chunks(self, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[tuple[int, int]]:
+        """Consecutive row ranges ``(start, end)`` of at most ``max_edges`` edges (a row with
+        more edges is a range of its own) and ``max_rows`` rows each."""
+        return row_ranges(self.rowptr, max_edges, max_rows)
+
+    def edges(self, start: int, end: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Rows (int64, global ids), columns (int64) and weights of the edges of rows start:end."""
+        first, last = int(self.rowptr[start]), int(self.rowptr[end])
+        row = range_rows(self.rowptr, start, end)
+        col = self.col[first:last].long()
+        weight = None if self.edge_weight is None else self.edge_weight[first:last]
+        return row, col, weight
+
+    def node_groups(self, nodes: Tensor, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[Tensor]:
+        """``nodes`` (ascending ids) in consecutive groups of at most ``max_edges`` edges (a node
+        with more is a group of its own) and ``max_rows`` nodes."""
+        degree = self.rowptr[nodes + 1] - self.rowptr[nodes]
+        cumulative = torch.cumsum(degree, 0)
+        total = int(cumulative[-1]) if nodes.numel() else 0
+        cuts = []
+        if total > max_edges:
+            targets = torch.arange(max_edges, total, max_edges, device=nodes.device)
+            cuts = torch.searchsorted(cumulative, targets, right=True).tolist()
+        if max_rows is not None and nodes.numel() > max_rows:
+            cuts += list(range(max_rows, nodes.numel(), max_rows))
+        bounds = sorted(set([0, *cuts, nodes.numel()]))
+        return [nodes[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+    def edges_of(self, nodes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The edges of the rows ``nodes``: each one's index in ``nodes``, its column (int64) and
+        its weight (ones where the graph has none)."""
+        starts = self.rowptr[nodes]
+        degree = self.rowptr[nodes + 1] - starts
+        total = int(degree.sum())
+        local = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), degree, output_size=total)
+        offsets = torch.cumsum(degree, 0) - degree
+        entries = (starts - offsets)[local] + torch.arange(total, device=nodes.device)
+        weight = (torch.ones(total, dtype=torch.long, device=nodes.device) if self.edge_weight is None
+                  else self.edge_weight[entries])
+        return local, self.col[entries].long(), weight
+
+    def edge_weights(self, start: int, end: int) -> Tensor:
+        """The weights of the edges of rows start:end, ones where the graph has none."""
+        first, last = int(self.rowptr[start]), int(self.rowptr[end])
+        if self.edge_weight is None:
+            return torch.ones(last - first, dtype=torch.long, device=self.device)
+        return self.edge_weight[first:last]
+
+
+def select(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """The entries of each tensor where ``mask`` holds (None stays None): one ``nonzero`` and an
+    ``index_select`` per tensor, faster than a boolean index per tensor."""
+    index = mask.nonzero().squeeze(1)
+    return tuple(None if t is None else t.index_select(0, index) for t in tensors)
+
+
+def coalesce(keys: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Distinct ``keys`` (ascending) and the summed weight of each (ones where ``weights`` is None)."""
+    keys, order = torch.sort(keys)
+    if keys.numel() == 0:
+        return keys, torch.zeros(0, dtype=torch.long, device=keys.device)
+    first = torch.ones(keys.numel(), dtype=torch.bool, device=keys.device)
+    torch.ne(keys[1:], keys[:-1], out=first[1:])
+    starts = first.nonzero().squeeze(1)
+    if weights is None:
+        ends = torch.cat([starts[1:], starts.new_tensor([keys.numel()])])
+        return keys.index_select(0, starts), ends - starts
+    segment = torch.cumsum(first, 0).sub_(1)
+    summed = torch.zeros(starts.numel(), dtype=torch.long, device=keys.device)
+    summed.index_add_(0, segment, weights.index_select(0, order))
+    return keys.index_select(0, starts), summed
+
+
+def accept_within_limit(target: Tensor, node_weight: Tensor, weight: Tensor, limit: Tensor,
+                        priority: Tensor | None = None) -> Tensor:
+    """Which of the moves of nodes weighing ``node_weight`` into ``target`` to make: per target,
+    in order of ``priority`` (highest first; else of arrival), each while the target's
+    ``weight`` plus the moves taken so far and itself stays within ``limit`` on every constraint."""
+    order = torch.arange(target.numel(), device=target.device)
+    if priority is not None:
+        order = torch.sort(priority, descending=True, stable=True).indices
+    order = order[torch.sort(target[order], stable=True).indices]
+    sorted_target = target[order]
+    sorted_weight = node_weight[order]
+    cumulative = torch.cumsum(sorted_weight, 0)
+    segment, starts = segment_offsets(sorted_target)
+    within = cumulative - (cumulative[starts] - sorted_weight[starts])[segment]
+    accepted = torch.zeros(target.numel(), dtype=torch.bool, device=target.device)
+    accepted[order] = ((weight[sorted_target] + within) <= limit).all(1)
+    return accepted
+
+
+def segment_offsets(sorted_keys: Tensor) -> tuple[Tensor, Tensor]:
+    """For keys sorted ascending: the index of each key's run and the position of each run's
+    first key."""
+    first = torch.ones(sorted_keys.numel(), dtype=torch.bool, device=sorted_keys.device)
+    if sorted_keys.numel():
+        torch.ne(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    return torch.cumsum(first, 0).sub_(1), first.nonzero().squeeze(1)
