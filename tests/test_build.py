@@ -230,3 +230,11 @@ def test_setup_with_cpu_torch():
 def test_setup_rejects_an_unknown_mode():
     out = run_setup("yes")
     assert out.returncode != 0 and "TCSPARSE_BUILD_CUDA must be 0, 1 or unset, got 'yes'" in out.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what the command says on a machine without a GPU")
+def test_the_kernels_command_ends_in_one_line_without_them():
+    run = subprocess.run([sys.executable, "-m", "torch_tcsparse"], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT)
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith("torch_tcsparse: no CUDA kernels: "), lines

@@ -45,12 +45,13 @@ COMMAND_TESTS = {
     "benchmarks.compiled": "test_readme.py (no GPU: CPU_REFUSALS); tests/examples/test_compiled_benchmark.py",
     "benchmarks.distributed": "tests/distributed/",
     "benchmarks.gcn": "test_readme.py (no GPU: CPU_REFUSALS); tests/examples/test_gcn_benchmark.py (--quick)",
-    "benchmarks.layers": "tests/examples/test_layers_benchmark.py",
+    "benchmarks.batch": "tests/test_batch_benchmark.py",
+    "benchmarks.layers": "tests/nn/test_layers_benchmark_parts.py",
     "benchmarks.selector": "tests/test_selector.py (--first-choice without a GPU)",
     "benchmarks.spmm": "tests/test_batch_benchmark.py and the GPU check",
     "examples.gcn.train": "tests/examples/test_train.py",
     "examples.sage.train": "tests/examples/test_sage.py",
-    "torch_tcsparse._ext": "tests/test_build.py",
+    "torch_tcsparse": "tests/test_build.py (test_the_kernels_command_ends_in_one_line_without_them)",
     "torch_tcsparse.selector.calibrate": "test_readme.py (CPU_REFUSALS, test_calibrate_reads_the_default_run)",
 }
 

@@ -79,8 +79,9 @@ def test_dots(heads, channels, dtype, aligned):
 
     def operand(rows):
         # An unaligned base (one element in) takes the kernel's element-wise loads.
-        storage = torch.randn(rows * heads * channels + 1, device="cuda").to(dtype)
-        return storage[(0 if aligned else 1):].view(rows, heads, channels)
+        size, first = rows * heads * channels, 0 if aligned else 1
+        storage = torch.randn(size + 1, device="cuda").to(dtype)
+        return storage[first:first + size].view(rows, heads, channels)
 
     a, b = operand(g.num_rows), operand(g.num_cols)
     exact = (a.double()[g.row.long()] * b.double()[g.col.long()]).sum(-1)
@@ -92,7 +93,7 @@ def test_dots(heads, channels, dtype, aligned):
 
 @pytest.mark.parametrize("heads", [1, 4])
 def test_autograd_route_equals_our_spmm_per_head(heads):
-    g = graph(400, 300, hub_nnz=2 * PIECE_NNZ)
+    g = graph(400, 700, hub_nnz=2 * PIECE_NNZ)
     weights = torch.rand(g.nnz, heads, device="cuda", requires_grad=True)
     x = torch.randn(g.num_cols, heads, 16, device="cuda", requires_grad=True)
     a = torch.randn(g.num_rows, heads, 16, device="cuda", requires_grad=True)

@@ -7,9 +7,9 @@
 // fewest lanes whose features cover heads * channels (8 lanes for up to 8 features); wider rows
 // run in tiles along grid.y. A second kernel sums the slots of the split rows.
 //
-// multihead_sddmm: one thread per (nonzero, head), a dot product over the head's channels in
-// 16-byte copies where they align; consecutive threads take consecutive heads of a nonzero, so a
-// warp reads whole rows of A and B and writes S contiguously.
+// multihead_sddmm: one thread per (nonzero, head), a dot product over the head's channels, element
+// by element (16-byte copies are not yet checked on a GPU); consecutive threads take consecutive
+// heads of a nonzero, so a warp reads whole rows of A and B and writes S contiguously.
 #include "attention.h"
 
 #include "elements.cuh"
@@ -121,7 +121,7 @@ cudaError_t launch_spmm(const RowPieces& pieces, const int32_t* col, const int32
     return cudaGetLastError();
 }
 
-template <typename T, bool kVec>
+template <typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     multihead_sddmm_kernel(const int32_t* __restrict__ row, const int32_t* __restrict__ col, int64_t nnz,
                            const T* __restrict__ a, const T* __restrict__ b, int64_t heads, int64_t channels,
@@ -133,14 +133,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const T* ar = a + static_cast<int64_t>(row[k]) * features + h * channels;
     const T* br = b + static_cast<int64_t>(col[k]) * features + h * channels;
     float sum = 0.f;
-    if constexpr (kVec) {
-        for (int64_t c = 0; c < channels; c += Element<T>::kPerCopy) {
-            sum += Element<T>::dot(__ldg(reinterpret_cast<const uint4*>(ar + c)),
-                                   __ldg(reinterpret_cast<const uint4*>(br + c)));
-        }
-    } else {
-        for (int64_t c = 0; c < channels; ++c) sum += as_float(ar[c]) * as_float(br[c]);
-    }
+    for (int64_t c = 0; c < channels; ++c) sum += as_float(ar[c]) * as_float(br[c]);
     out[thread] = Element<T>::from_float(sum);
 }
 
@@ -164,12 +157,8 @@ cudaError_t multihead_sddmm(const int32_t* row, const int32_t* col, int64_t nnz,
     if (nnz == 0 || heads == 0) return cudaSuccess;
     const int64_t blocks = (nnz * heads + kThreadsPerBlock - 1) / kThreadsPerBlock;
     if (blocks > INT32_MAX) return cudaErrorInvalidValue;
-    // Every head's channels start on a 16-byte boundary when the bases do and channels is a
-    // whole number of copies.
-    const bool vec = channels % Element<T>::kPerCopy == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
-                     (reinterpret_cast<uintptr_t>(b) & 15) == 0;
-    const auto kernel = vec ? multihead_sddmm_kernel<T, true> : multihead_sddmm_kernel<T, false>;
-    kernel<<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(row, col, nnz, a, b, heads, channels, out);
+    multihead_sddmm_kernel<T><<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(row, col, nnz, a, b, heads,
+                                                                                         channels, out);
     return cudaGetLastError();
 }
 
