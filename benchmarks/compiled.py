@@ -115,7 +115,9 @@ def epoch_function(adj, x, labels, hidden: int, classes: int, options: dict | No
     def epoch():
         if cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
-        optimizer.zero_grad(set_to_none=False)
+        # Gradients set to None, not zeroed in place: under CUDA graphs a parameter's gradient is
+        # a graph output, which the next replay overwrites.
+        optimizer.zero_grad(set_to_none=True)
         loss = compiled(x, adj, labels)
         loss.backward()
         optimizer.step()
