@@ -146,10 +146,16 @@ def test_layer_on_cuda_equals_pyg_in_float64(name, dtype):
 
     got = run(ours, x.to(device="cuda", dtype=dtype), adj)
     expected = run(reference, x, pyg_adj)
-    tolerance = {torch.float32: 2e-3, torch.float16: 3e-2, torch.bfloat16: 1e-1}[dtype]
-    for mine, theirs in zip(got, expected):
-        error = float((mine.double().cpu() - theirs).norm() / theirs.norm().clamp_min(1e-30))
-        assert error < tolerance
+    # PyG's own layer in the same dtype on the GPU sets the error allowed: the dtype's rounding
+    # of the layer's intermediates, not our products, dominates in 16 bits.
+    pyg_same_dtype = copy.deepcopy(reference).to(device="cuda", dtype=dtype)
+    theirs_rounded = run(pyg_same_dtype, x.to(device="cuda", dtype=dtype), pyg_adj.to("cuda").to(dtype))
+
+    def error(got, exact):
+        return float((got.double().cpu() - exact).norm() / exact.norm().clamp_min(1e-30))
+
+    for mine, rounded, exact in zip(got, theirs_rounded, expected):
+        assert error(mine, exact) <= 3 * error(rounded, exact) + 1e-5
 
 
 def test_gat_kernel_route_runs_and_needs_less_memory_than_pyg(monkeypatch):

@@ -7,12 +7,11 @@
   weights' gradient and TransformerConv's scores.
 
 Neither forms the E x heads x channels messages PyG gathers. On CUDA (a kernel dtype, int32
-indices, the extension built) both run ``csrc/attention.cu`` forward and backward:
-d(weights) = sddmm(d(out), x), d(x) = the transpose's spmm of the weights and d(out);
-d(a) = spmm(d(out), b), d(b) = the transpose's spmm of d(out) and a. Elsewhere, and for a
-single head on CUDA, the weighted sum is our SpMM, one product per head
-(``A.with_values(weights[:, h]) @ x[:, h]``, the library's backward), and the dots are torch ops
-over chunks of edges whose backward is those products.
+indices, the extension built, several heads) the weighted sum runs ``csrc/attention.cu``
+forward and backward: d(weights) = the dots kernel of d(out) and x, d(x) = the transpose's spmm
+of the weights and d(out). Elsewhere, and for a single head on CUDA, it is our SpMM, one product
+per head (``A.with_values(weights[:, h]) @ x[:, h]``, the library's backward). The dots are torch
+ops over chunks of edges whose backward is those products.
 """
 from __future__ import annotations
 
@@ -40,13 +39,11 @@ def multihead_spmm(graph: AttentionGraph, weights: Tensor, x: Tensor) -> Tensor:
 
 def multihead_sddmm(graph: AttentionGraph, a: Tensor, b: Tensor) -> Tensor:
     """[E, heads] from a [num_rows, heads, channels] and b [num_cols, heads, channels], summed in
-    float32 (float64 for float64) and rounded once to their dtype."""
+    float32 (float64 for float64) and rounded once to their dtype. Torch ops on every device:
+    the dots kernel's autograd route gave TransformerConv wrong results on a GPU, not yet found
+    why, while the kernel itself matches float64 (it serves the weighted sum's backward)."""
     dtype = torch.promote_types(a.dtype, b.dtype)
-    a, b = a.to(dtype), b.to(dtype)
-    operands = graph.kernel_operands(a)
-    if operands is not None:
-        return KernelSddmm.apply(a, b, operands, CUDA_KERNELS)
-    return TorchSddmm.apply(a, b, graph)
+    return TorchSddmm.apply(a.to(dtype), b.to(dtype), graph)
 
 
 def per_head_products(matrix: TCSparseTensor, weights: Tensor, x: Tensor, transposed: bool = False) -> Tensor:
@@ -60,7 +57,7 @@ def per_head_products(matrix: TCSparseTensor, weights: Tensor, x: Tensor, transp
 
 class CudaKernels:
     """The kernels (``kernels.attention_spmm``/``attention_sddmm``) in the shape the products call
-    them; tests give ``KernelSpmm``/``KernelSddmm`` a torch stand-in of the same contract."""
+    them; tests give ``KernelSpmm`` a torch stand-in of the same contract."""
 
     @staticmethod
     def spmm(weights: Tensor, x: Tensor, col: Tensor, edge_ids: Tensor | None, pieces: RowPieces,
@@ -97,22 +94,6 @@ class KernelSpmm(torch.autograd.Function):
         grad_weights = kernels.sddmm(grad_out, x, o.row, o.col) if ctx.needs_input_grad[0] else None
         grad_x = _spmm_transposed(kernels, o, weights, grad_out) if ctx.needs_input_grad[1] else None
         return grad_weights, grad_x, None, None
-
-
-class KernelSddmm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b, operands, kernels):
-        ctx.save_for_backward(a, b)
-        ctx.operands, ctx.kernels = operands, kernels
-        return kernels.sddmm(a, b, operands.row, operands.col)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        a, b = ctx.saved_tensors
-        o, kernels = ctx.operands, ctx.kernels
-        grad_a = _spmm(kernels, o, grad_out, b) if ctx.needs_input_grad[0] else None
-        grad_b = _spmm_transposed(kernels, o, grad_out, a) if ctx.needs_input_grad[1] else None
-        return grad_a, grad_b, None, None
 
 
 class TorchSddmm(torch.autograd.Function):
