@@ -54,17 +54,9 @@ class WeightedGraph:
     def node_groups(self, nodes: Tensor, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[Tensor]:
         """``nodes`` (ascending ids) in consecutive groups of at most ``max_edges`` edges (a node
         with more is a group of its own) and ``max_rows`` nodes."""
-        degree = self.rowptr[nodes + 1] - self.rowptr[nodes]
-        cumulative = torch.cumsum(degree, 0)
-        total = int(cumulative[-1]) if nodes.numel() else 0
-        cuts = []
-        if total > max_edges:
-            targets = torch.arange(max_edges, total, max_edges, device=nodes.device)
-            cuts = torch.searchsorted(cumulative, targets, right=True).tolist()
-        if max_rows is not None and nodes.numel() > max_rows:
-            cuts += list(range(max_rows, nodes.numel(), max_rows))
-        bounds = sorted(set([0, *cuts, nodes.numel()]))
-        return [nodes[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        group_rowptr = torch.zeros(nodes.numel() + 1, dtype=torch.long, device=nodes.device)
+        torch.cumsum(self.rowptr[nodes + 1] - self.rowptr[nodes], 0, out=group_rowptr[1:])
+        return [nodes[a:b] for a, b in row_ranges(group_rowptr, max_edges, max_rows)]
 
     def edges_of(self, nodes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The edges of the rows ``nodes``: each one's index in ``nodes``, its column (int64) and
@@ -79,12 +71,6 @@ class WeightedGraph:
                   else self.edge_weight[entries])
         return local, self.col[entries].long(), weight
 
-    def edge_weights(self, start: int, end: int) -> Tensor:
-        """The weights of the edges of rows start:end, ones where the graph has none."""
-        first, last = int(self.rowptr[start]), int(self.rowptr[end])
-        if self.edge_weight is None:
-            return torch.ones(last - first, dtype=torch.long, device=self.device)
-        return self.edge_weight[first:last]
 
 
 def select(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
