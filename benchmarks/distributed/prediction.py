@@ -15,7 +15,7 @@ from torch_tcsparse.distributed.model import Measured, part_shape, predict, prod
 
 from .errors import fail
 from .graph import rmat_block
-from .training import parameter_bytes
+from .training import parameter_bytes, partition_weights
 
 EMULATED_CSV = "distributed_emulated.csv"
 MEASURE_FIRST = ("measure first on one GPU: python -m benchmarks.distributed --emulate 2,4 --scales 24 "
@@ -102,7 +102,7 @@ def predict_main(args) -> None:
         scale = int(graph.removeprefix("rmat"))
         # The graph must be the measured one: R-MAT draws differ between CPU and CUDA generators.
         rowptr, col = rmat_block(scale, args.edge_factor, 0, 1 << scale, device)
-        row_weight = _row_weights(one)
+        row_weight = partition_weights(args.partitioner, _row_weights(one))
         for count in args.parts:
             start = time.perf_counter()
             partition = partition_rows(rowptr, col, count, args.partitioner, row_weight=row_weight)
