@@ -47,15 +47,17 @@ def initial_partition(graph: WeightedGraph, num_parts: int, limit: Tensor, imbal
     slack = (1 + imbalance.cpu().numpy()) ** (1 / depth)
     rng = np.random.default_rng(seed)
     part = np.zeros(graph.num_nodes, dtype=np.int64)
-    _split(np.arange(graph.num_nodes), 0, num_parts, rowptr, col, weight, node_weight, slack, tries, rng, part)
+    _split(np.arange(graph.num_nodes), 0, num_parts, rowptr, col, weight, node_weight, slack, tries, rng, part,
+           graph.device)
     part = torch.from_numpy(part).to(graph.device)
     refine(graph, part, num_parts, limit, _TOLERANCE, seed)
     return part
 
 
 def _split(nodes: np.ndarray, first: int, count: int, rowptr, col, weight, node_weight, slack: float, tries: int,
-           rng, part: np.ndarray) -> None:
-    """Assigns parts first .. first + count - 1 to ``nodes``."""
+           rng, part: np.ndarray, device) -> None:
+    """Assigns parts first .. first + count - 1 to ``nodes``; large bisections are refined on
+    ``device``."""
     if count == 1 or nodes.size == 0:
         part[nodes] = first
         return
@@ -67,11 +69,12 @@ def _split(nodes: np.ndarray, first: int, count: int, rowptr, col, weight, node_
     limits = np.stack([total * share * slack, total * (1 - share) * slack])
     if sub_col.size > _SEQUENTIAL_EDGES:
         best_side = _breadth_first_split(sub_rowptr, sub_col, sub_node_weight, share, rng)
-        graph = WeightedGraph(*(torch.from_numpy(a) for a in (sub_rowptr, sub_col, sub_weight)),
-                              torch.from_numpy(sub_node_weight).round().long())
-        side = torch.from_numpy(best_side)
-        refine(graph, side, 2, torch.from_numpy(np.floor(limits)).long(), _TOLERANCE, int(rng.integers(1 << 31)))
-        best_side = side.numpy()
+        graph = WeightedGraph(*(torch.from_numpy(a).to(device) for a in (sub_rowptr, sub_col, sub_weight)),
+                              torch.from_numpy(sub_node_weight).round().long().to(device))
+        side = torch.from_numpy(best_side).to(device)
+        refine(graph, side, 2, torch.from_numpy(np.floor(limits)).long().to(device), _TOLERANCE,
+               int(rng.integers(1 << 31)))
+        best_side = side.cpu().numpy()
     else:
         best_side, best_cut = None, None
         for _ in range(max(1, min(tries, _TRY_EDGES // max(1, sub_col.size)))):
@@ -80,8 +83,9 @@ def _split(nodes: np.ndarray, first: int, count: int, rowptr, col, weight, node_
             key = (_excess(_side_weights(side, sub_node_weight).tolist(), limits.tolist()) > 0, cut)
             if best_cut is None or key < best_cut:
                 best_side, best_cut = side, key
-    _split(nodes[best_side == 0], first, half, rowptr, col, weight, node_weight, slack, tries, rng, part)
-    _split(nodes[best_side == 1], first + half, count - half, rowptr, col, weight, node_weight, slack, tries, rng, part)
+    _split(nodes[best_side == 0], first, half, rowptr, col, weight, node_weight, slack, tries, rng, part, device)
+    _split(nodes[best_side == 1], first + half, count - half, rowptr, col, weight, node_weight, slack, tries, rng,
+           part, device)
 
 
 def _subgraph(nodes: np.ndarray, rowptr, col, weight):
