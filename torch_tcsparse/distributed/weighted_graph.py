@@ -82,15 +82,15 @@ def select(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
 
 def coalesce(keys: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
     """Distinct ``keys`` (ascending) and the summed weight of each (ones where ``weights`` is None)."""
+    if weights is None:
+        # Counting needs no sort order: a sort of the keys alone, faster on a GPU than with indices.
+        return torch.unique(keys, return_counts=True)
     keys, order = torch.sort(keys)
     if keys.numel() == 0:
         return keys, torch.zeros(0, dtype=torch.long, device=keys.device)
     first = torch.ones(keys.numel(), dtype=torch.bool, device=keys.device)
     torch.ne(keys[1:], keys[:-1], out=first[1:])
     starts = first.nonzero().squeeze(1)
-    if weights is None:
-        ends = torch.cat([starts[1:], starts.new_tensor([keys.numel()])])
-        return keys.index_select(0, starts), ends - starts
     segment = torch.cumsum(first, 0).sub_(1)
     summed = torch.zeros(starts.numel(), dtype=torch.long, device=keys.device)
     summed.index_add_(0, segment, weights.index_select(0, order))
