@@ -77,6 +77,8 @@ def emulated_peaks(path: Path, graph: str) -> dict[int, tuple[float, float]]:
         rows = [r for r in csv.DictReader(handle) if r["graph"] == graph]
     result = {}
     for row in rows:
+        if not float(row["peak_gb"]) > 0:
+            continue
         peak, compute = result.get(int(row["gpus"]), (0.0, 0.0))
         result[int(row["gpus"])] = (max(peak, float(row["peak_gb"])), max(compute, float(row["compute_ms"])))
     return result
@@ -141,9 +143,11 @@ def validation_line(result: dict) -> str:
                                   ("measured_overlapped_epoch_ms", "measured overlapped epoch",
                                    "predicted_overlapped_epoch_ms"),
                                   ("measured_peak_gb", "measured peak", "predicted_peak_gb"),
-                                  ("emulated_peak_gb", "emulated peak", "predicted_peak_gb")):
-        if result[key] not in ("", None):
-            value = float(result[key])
+                                  ("emulated_peak_gb", "emulated peak", "predicted_peak_gb"),
+                                  ("emulated_compute_ms", "emulated compute", "predicted_compute_ms")):
+        value = float(result[key]) if result[key] not in ("", None) else float("nan")
+        # Unmeasured (CPU memory) or empty cells are left out.
+        if value > 0:
             line += f"; {label} {value:.2f} ({result[predicted] / value:.2f}x)"
     return line
 
