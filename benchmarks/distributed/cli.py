@@ -15,7 +15,7 @@ from torch_tcsparse.distributed.partition import METHODS
 
 from . import emulation, prediction, ranks, single
 from .errors import fail
-from .training import CONFIGS
+from .training import CONFIGS, partition_weights
 
 FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "row_weight", "config", "overlap", "halo_bits",
           "status", "epoch_ms", "compute_ms", "exchange_ms", "halo_rows", "cut_nonzeros", "exchanged_width",
@@ -100,8 +100,8 @@ def set_row_weight(args, single_row: dict | None) -> None:
         weights = single.measured_row_weights(single_row | {"nodes": args.num_nodes})
     else:
         weights = args.current_row_weight if hasattr(args, "current_row_weight") else (0,)
-    args.current_row_weight = tuple(weights)
-    args.current_row_weight_text = ";".join(str(w) for w in weights)
+    args.current_row_weight = partition_weights(args.partitioner, tuple(weights))
+    args.current_row_weight_text = ";".join(str(w) for w in args.current_row_weight)
 
 
 def device_name(device: torch.device) -> str:

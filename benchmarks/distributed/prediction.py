@@ -15,7 +15,7 @@ from torch_tcsparse.distributed.model import Measured, part_shape, predict, prod
 
 from .errors import fail
 from .graph import rmat_block
-from .training import parameter_bytes
+from .training import parameter_bytes, partition_weights
 
 EMULATED_CSV = "distributed_emulated.csv"
 MEASURE_FIRST = ("measure first on one GPU: python -m benchmarks.distributed --emulate 2,4 --scales 24 "
@@ -77,6 +77,8 @@ def emulated_peaks(path: Path, graph: str) -> dict[int, tuple[float, float]]:
         rows = [r for r in csv.DictReader(handle) if r["graph"] == graph]
     result = {}
     for row in rows:
+        if not float(row["peak_gb"]) > 0:
+            continue
         peak, compute = result.get(int(row["gpus"]), (0.0, 0.0))
         result[int(row["gpus"])] = (max(peak, float(row["peak_gb"])), max(compute, float(row["compute_ms"])))
     return result
@@ -102,7 +104,7 @@ def predict_main(args) -> None:
         scale = int(graph.removeprefix("rmat"))
         # The graph must be the measured one: R-MAT draws differ between CPU and CUDA generators.
         rowptr, col = rmat_block(scale, args.edge_factor, 0, 1 << scale, device)
-        row_weight = _row_weights(one)
+        row_weight = partition_weights(args.partitioner, _row_weights(one))
         for count in args.parts:
             start = time.perf_counter()
             partition = partition_rows(rowptr, col, count, args.partitioner, row_weight=row_weight)
@@ -141,9 +143,11 @@ def validation_line(result: dict) -> str:
                                   ("measured_overlapped_epoch_ms", "measured overlapped epoch",
                                    "predicted_overlapped_epoch_ms"),
                                   ("measured_peak_gb", "measured peak", "predicted_peak_gb"),
-                                  ("emulated_peak_gb", "emulated peak", "predicted_peak_gb")):
-        if result[key] not in ("", None):
-            value = float(result[key])
+                                  ("emulated_peak_gb", "emulated peak", "predicted_peak_gb"),
+                                  ("emulated_compute_ms", "emulated compute", "predicted_compute_ms")):
+        value = float(result[key]) if result[key] not in ("", None) else float("nan")
+        # Unmeasured (CPU memory) or empty cells are left out.
+        if value > 0:
             line += f"; {label} {value:.2f} ({result[predicted] / value:.2f}x)"
     return line
 

@@ -130,6 +130,11 @@ def products_time(matrix, args, device) -> float:
     return total
 
 
+def partition_weights(method: str, weights: tuple[int, ...]) -> tuple[int, ...]:
+    """The row weights a partitioner balances: METIS and contiguous ranges take the first (time)."""
+    return weights if method in ("auto", "multilevel") else weights[:1]
+
+
 def parameter_bytes(args, element_size: int = 4) -> int:
     sizes = [args.features] + [args.hidden] * (args.layers - 1) + [args.classes]
     return element_size * sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))

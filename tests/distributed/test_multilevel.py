@@ -110,3 +110,16 @@ def test_clusters_stay_under_the_limit_and_contract():
     assert int(coarse.edge_weight.sum()) == int(between.sum())
     assert is_symmetric(coarse) and is_symmetric(graph)
     assert not is_symmetric(WeightedGraph(torch.tensor([0, 1, 1]), torch.tensor([1]), None, graph.node_weight[:2]))
+
+
+def test_dense_bisections_take_the_breadth_first_route(monkeypatch):
+    """Bisections of many edges start from a breadth-first split refined by Jet (here forced on a
+    small graph): the parts stay balanced and follow the communities."""
+    from torch_tcsparse.distributed import initial_partition
+
+    monkeypatch.setattr(initial_partition, "_SEQUENTIAL_EDGES", 0)
+    row, col, n = synthetic.sbm(2048, 12, 256, p_in=0.95, seed=7)
+    rowptr, col = csr(row, col, n)
+    partition = partition_rows(rowptr, col, 4)
+    assert within_imbalance(partition, (rowptr.diff() + 1).unsqueeze(1))
+    assert cut(partition, rowptr, col) < 0.4 * cut(partition_rows(rowptr, col, 4, "contiguous"), rowptr, col)

@@ -141,3 +141,32 @@ def test_metis_weights_fit_32_bits():
     scaled = _metis_weights(weights)
     assert int(scaled.sum()) <= _METIS_TOTAL and int(scaled.min()) == 1 and scaled[1] == scaled[2]
     assert torch.equal(_metis_weights(torch.tensor([3, 4])), torch.tensor([3, 4]))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_one_rank_alone_reduces_as_the_whole_matrix(reduce):
+    """A part of one rank built without torch.distributed (EmulatedPeers) holds the whole
+    matrix: every reduction and its gradient are the matrix's own."""
+    from torch_tcsparse import TCSparseTensor
+    from torch_tcsparse.distributed import EmulatedPeers, GraphPart, spmm
+
+    rowptr, col = sbm_csr()
+    values = torch.rand(col.numel(), dtype=torch.float64) + 0.5
+    part = GraphPart.from_rows(rowptr, col, values, (0, NUM_NODES), EmulatedPeers(0, 1, [torch.zeros(0)]))
+    matrix = TCSparseTensor.from_csr(rowptr, col, values, shape=(NUM_NODES, NUM_NODES))
+    x = torch.randn(NUM_NODES, 3, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(NUM_NODES, 3, dtype=torch.float64)
+    expected = matrix.matmul(x, reduce=reduce)
+    (expected_grad,) = torch.autograd.grad(expected, x, grad)
+    got = spmm(part, x, reduce)
+    (got_grad,) = torch.autograd.grad(got, x, grad)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_grad, expected_grad)
+
+
+def test_parts_need_torch_distributed_or_emulated_peers():
+    from torch_tcsparse.distributed import GraphPart
+
+    rowptr, col = sbm_csr()
+    with pytest.raises(RuntimeError, match=r"needs torch.distributed initialized"):
+        GraphPart.from_rows(rowptr, col, None, (0, NUM_NODES))

@@ -5,14 +5,18 @@ Growing starts from a random node and keeps adding the node most connected to th
 (the one whose move cuts least), until the side holds its share of the weight; FM then moves
 nodes one at a time, best gain first, each node once per pass, and keeps the best balanced
 prefix of the moves: unlike label propagation it walks through moves that raise the cut to
-reach a lower one. Both are sequential, which the coarsest graph's size allows.
+reach a lower one. Both are sequential, which the coarsest graph's size allows, except for the
+dense coarsest graphs of many parts: a bisection of many edges starts from a breadth-first split
+and is refined by Jet, in torch ops.
 """
 from __future__ import annotations
 
 import heapq
 
 import numpy as np
+import scipy.sparse as sp
 import torch
+from scipy.sparse import csgraph
 from torch import Tensor
 
 from .refinement import refine
@@ -23,6 +27,11 @@ _TOLERANCE = 0.75
 # FM passes per bisection, and moves without a better cut after which a pass stops.
 _PASSES = 4
 _PATIENCE = 64
+# Edges a bisection's tries may visit together: a denser subgraph gets fewer tries ...
+_TRY_EDGES = 1 << 19
+# ... and above this many edges, one breadth-first split (scipy's, in C) refined by Jet in torch
+# ops: the sequential growing and FM visit every edge in Python several times.
+_SEQUENTIAL_EDGES = 1 << 17
 
 
 def initial_partition(graph: WeightedGraph, num_parts: int, limit: Tensor, imbalance: Tensor, seed: int,
@@ -38,15 +47,17 @@ def initial_partition(graph: WeightedGraph, num_parts: int, limit: Tensor, imbal
     slack = (1 + imbalance.cpu().numpy()) ** (1 / depth)
     rng = np.random.default_rng(seed)
     part = np.zeros(graph.num_nodes, dtype=np.int64)
-    _split(np.arange(graph.num_nodes), 0, num_parts, rowptr, col, weight, node_weight, slack, tries, rng, part)
+    _split(np.arange(graph.num_nodes), 0, num_parts, rowptr, col, weight, node_weight, slack, tries, rng, part,
+           graph.device)
     part = torch.from_numpy(part).to(graph.device)
     refine(graph, part, num_parts, limit, _TOLERANCE, seed)
     return part
 
 
 def _split(nodes: np.ndarray, first: int, count: int, rowptr, col, weight, node_weight, slack: float, tries: int,
-           rng, part: np.ndarray) -> None:
-    """Assigns parts first .. first + count - 1 to ``nodes``."""
+           rng, part: np.ndarray, device) -> None:
+    """Assigns parts first .. first + count - 1 to ``nodes``; large bisections are refined on
+    ``device``."""
     if count == 1 or nodes.size == 0:
         part[nodes] = first
         return
@@ -56,15 +67,25 @@ def _split(nodes: np.ndarray, first: int, count: int, rowptr, col, weight, node_
     total = sub_node_weight.sum(0)
     share = half / count
     limits = np.stack([total * share * slack, total * (1 - share) * slack])
-    best_side, best_cut = None, None
-    for _ in range(tries):
-        side = _grow(sub_rowptr, sub_col, sub_weight, sub_node_weight, share, rng)
-        cut = _fm(sub_rowptr, sub_col, sub_weight, sub_node_weight, side, limits, rng)
-        key = (_excess(_side_weights(side, sub_node_weight).tolist(), limits.tolist()) > 0, cut)
-        if best_cut is None or key < best_cut:
-            best_side, best_cut = side, key
-    _split(nodes[best_side == 0], first, half, rowptr, col, weight, node_weight, slack, tries, rng, part)
-    _split(nodes[best_side == 1], first + half, count - half, rowptr, col, weight, node_weight, slack, tries, rng, part)
+    if sub_col.size > _SEQUENTIAL_EDGES:
+        best_side = _breadth_first_split(sub_rowptr, sub_col, sub_node_weight, share, rng)
+        graph = WeightedGraph(*(torch.from_numpy(a).to(device) for a in (sub_rowptr, sub_col, sub_weight)),
+                              torch.from_numpy(sub_node_weight).round().long().to(device))
+        side = torch.from_numpy(best_side).to(device)
+        refine(graph, side, 2, torch.from_numpy(np.floor(limits)).long().to(device), _TOLERANCE,
+               int(rng.integers(1 << 31)))
+        best_side = side.cpu().numpy()
+    else:
+        best_side, best_cut = None, None
+        for _ in range(max(1, min(tries, _TRY_EDGES // max(1, sub_col.size)))):
+            side = _grow(sub_rowptr, sub_col, sub_weight, sub_node_weight, share, rng)
+            cut = _fm(sub_rowptr, sub_col, sub_weight, sub_node_weight, side, limits, rng)
+            key = (_excess(_side_weights(side, sub_node_weight).tolist(), limits.tolist()) > 0, cut)
+            if best_cut is None or key < best_cut:
+                best_side, best_cut = side, key
+    _split(nodes[best_side == 0], first, half, rowptr, col, weight, node_weight, slack, tries, rng, part, device)
+    _split(nodes[best_side == 1], first + half, count - half, rowptr, col, weight, node_weight, slack, tries, rng,
+           part, device)
 
 
 def _subgraph(nodes: np.ndarray, rowptr, col, weight):
@@ -208,6 +229,23 @@ def _moved(sides: list, node_weight: list, source: int) -> list:
         after[source][c] -= w
         after[1 - source][c] += w
     return after
+
+
+def _breadth_first_split(rowptr, col, node_weight, share: float, rng) -> np.ndarray:
+    """Side 0: the first nodes of a breadth-first order from a pseudo-peripheral node (the
+    farthest from a random one) holding ``share`` of the weight; nodes it does not reach follow."""
+    n = rowptr.size - 1
+    graph = sp.csr_matrix((np.ones(col.size, dtype=np.int8), col, rowptr), shape=(n, n))
+    start = int(rng.integers(n))
+    start = int(csgraph.breadth_first_order(graph, start, directed=False, return_predecessors=False)[-1])
+    reached = csgraph.breadth_first_order(graph, start, directed=False, return_predecessors=False)
+    rest = np.setdiff1d(np.arange(n), reached, assume_unique=True)
+    order = np.concatenate([reached, rest])
+    node_share = _share(node_weight)
+    before = np.cumsum(node_share[order]) - node_share[order]
+    side = np.ones(n, dtype=np.int64)
+    side[order[before < share * node_share.sum()]] = 0
+    return side
 
 
 def _excess(sides: list, limits: list) -> float:

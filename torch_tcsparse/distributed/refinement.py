@@ -48,7 +48,8 @@ def cut_weight(graph: WeightedGraph, part: Tensor) -> int:
 def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, tolerance: float, seed: int,
            max_iterations: int = 100) -> None:
     """Jet's refinement, in place: ``part`` ends as the best balanced partition seen (or, if
-    none was balanced, the last)."""
+    none was balanced, the last). ``limit``: the most a part may weigh per constraint, or one
+    such row per part."""
     n = graph.num_nodes
     weights = part_weights(graph, part, num_parts)
     balanced = bool((weights <= limit).all())
@@ -183,8 +184,9 @@ def _rebalancing_candidates(graph: WeightedGraph, node: Tensor, table: Tensor, n
     own_part = part[node]
     own = table.gather(1, own_part.unsqueeze(1)).squeeze(1)
     node_weight = graph.node_weight[node]
-    left = (weights[own_part] - node_weight - limit).clamp_(min=0)
-    reduction = ((excess[own_part] - left) / limit_f).sum(1)
+    own_limit = _of_parts(limit, own_part)
+    left = (weights[own_part] - node_weight - own_limit).clamp_(min=0)
+    reduction = ((excess[own_part] - left) / own_limit.double()).sum(1)
     added = (weights.unsqueeze(0) + node_weight.unsqueeze(1) - limit).clamp_(min=0) - excess.unsqueeze(0)
     increase = (added / limit_f).sum(2)
     allowed = 2 * increase < reduction.unsqueeze(1)
@@ -216,13 +218,19 @@ def _chosen_moves(graph: WeightedGraph, part: Tensor, weights: Tensor, limit: Te
     order, segment, starts = _grouped_order(target, gain)
     sorted_target = target[order]
     cumulative = _within_group(node_weight[order], segment, starts)
-    added = (((weights[sorted_target] + cumulative - limit).clamp_(min=0) - excess[sorted_target])
-             / limit.double()).sum(1)
+    target_limit = _of_parts(limit, sorted_target)
+    added = (((weights[sorted_target] + cumulative - target_limit).clamp_(min=0) - excess[sorted_target])
+             / target_limit.double()).sum(1)
     removed = _within_group(reduction[order], segment, starts)
     failed = _within_group((2 * added >= removed).long(), segment, starts)
     accepted = torch.zeros(node.numel(), dtype=torch.bool, device=node.device)
     accepted[order] = failed == 0
     return node[accepted], target[accepted]
+
+
+def _of_parts(limit: Tensor, parts: Tensor) -> Tensor:
+    """The limit of each of ``parts``: ``limit`` is one per constraint, or one row per part."""
+    return limit if limit.dim() == 1 else limit.index_select(0, parts)
 
 
 def _grouped_order(group: Tensor, priority: Tensor) -> tuple[Tensor, Tensor, Tensor]:

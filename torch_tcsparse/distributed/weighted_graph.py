@@ -54,17 +54,9 @@ class WeightedGraph:
     def node_groups(self, nodes: Tensor, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[Tensor]:
         """``nodes`` (ascending ids) in consecutive groups of at most ``max_edges`` edges (a node
         with more is a group of its own) and ``max_rows`` nodes."""
-        degree = self.rowptr[nodes + 1] - self.rowptr[nodes]
-        cumulative = torch.cumsum(degree, 0)
-        total = int(cumulative[-1]) if nodes.numel() else 0
-        cuts = []
-        if total > max_edges:
-            targets = torch.arange(max_edges, total, max_edges, device=nodes.device)
-            cuts = torch.searchsorted(cumulative, targets, right=True).tolist()
-        if max_rows is not None and nodes.numel() > max_rows:
-            cuts += list(range(max_rows, nodes.numel(), max_rows))
-        bounds = sorted(set([0, *cuts, nodes.numel()]))
-        return [nodes[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        group_rowptr = torch.zeros(nodes.numel() + 1, dtype=torch.long, device=nodes.device)
+        torch.cumsum(self.rowptr[nodes + 1] - self.rowptr[nodes], 0, out=group_rowptr[1:])
+        return [nodes[a:b] for a, b in row_ranges(group_rowptr, max_edges, max_rows)]
 
     def edges_of(self, nodes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The edges of the rows ``nodes``: each one's index in ``nodes``, its column (int64) and
@@ -79,12 +71,6 @@ class WeightedGraph:
                   else self.edge_weight[entries])
         return local, self.col[entries].long(), weight
 
-    def edge_weights(self, start: int, end: int) -> Tensor:
-        """The weights of the edges of rows start:end, ones where the graph has none."""
-        first, last = int(self.rowptr[start]), int(self.rowptr[end])
-        if self.edge_weight is None:
-            return torch.ones(last - first, dtype=torch.long, device=self.device)
-        return self.edge_weight[first:last]
 
 
 def select(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -96,15 +82,15 @@ def select(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
 
 def coalesce(keys: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
     """Distinct ``keys`` (ascending) and the summed weight of each (ones where ``weights`` is None)."""
+    if weights is None:
+        # Counting needs no sort order: a sort of the keys alone, faster on a GPU than with indices.
+        return torch.unique(keys, return_counts=True)
     keys, order = torch.sort(keys)
     if keys.numel() == 0:
         return keys, torch.zeros(0, dtype=torch.long, device=keys.device)
     first = torch.ones(keys.numel(), dtype=torch.bool, device=keys.device)
     torch.ne(keys[1:], keys[:-1], out=first[1:])
     starts = first.nonzero().squeeze(1)
-    if weights is None:
-        ends = torch.cat([starts[1:], starts.new_tensor([keys.numel()])])
-        return keys.index_select(0, starts), ends - starts
     segment = torch.cumsum(first, 0).sub_(1)
     summed = torch.zeros(starts.numel(), dtype=torch.long, device=keys.device)
     summed.index_add_(0, segment, weights.index_select(0, order))
