@@ -4,7 +4,8 @@ On graphs of a few thousand rows the kernel runs for a few microseconds and a ca
 costs what Python and the launch cost. This times back-to-back calls (no synchronisation in
 between) of each layer, from the user's ``A @ X`` down to the engine's launch with prepared
 operands, so the difference between two rows is the cost of one layer, and the product with its
-backward for X against the forward alone (and torch.sparse's); then the
+backward for X against the forward alone (and torch.sparse's), beside this machine's floors
+(torch's cheapest op and a Python autograd.Function, each with its backward); then the
 first (uncached) selector choice at N against one SpMM (the matrix's features built, as
 ``benchmarks.selector`` times it; ``python -m benchmarks.selector --first-choice`` times it alone,
 on a machine without a GPU too); then one training step (forward, backward,
@@ -50,12 +51,19 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
     path = settle(a, torch.randn(a.shape[1], n, device="cuda", dtype=dtype))
     csr = a.to_torch_csr()
     grad_y = torch.randn(a.shape[0], n, device="cuda", dtype=dtype)
+    grad_x = torch.randn(a.shape[1], n, device="cuda", dtype=dtype)
 
     def forward_backward(x):
         (a @ x.requires_grad_()).backward(grad_y)
 
     def csr_forward_backward(x):
         torch.sparse.mm(csr, x.requires_grad_()).backward(grad_y)
+
+    def op_forward_backward(x):
+        (x.requires_grad_() * 2).backward(grad_x)
+
+    def function_forward_backward(x):
+        Twice.apply(x.requires_grad_()).backward(grad_x)
 
     return {
         f"A @ X (path {path})": lambda x: a @ x,
@@ -65,7 +73,24 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
         "torch.sparse.mm (cuSPARSE)": lambda x: torch.sparse.mm(csr, x),
         f"A @ X + backward for X ({path})": forward_backward,
         "torch.sparse.mm + backward for X": csr_forward_backward,
+        # Floors of this machine: torch's own cheapest op, and a Python autograd.Function, with
+        # their backward (autograd's engine and its device thread).
+        "x * 2 (one torch op)": lambda x: x * 2,
+        "x * 2 + backward": op_forward_backward,
+        "autograd.Function x * 2 + backward": function_forward_backward,
     }
+
+
+class Twice(torch.autograd.Function):
+    """x * 2 as a Python autograd.Function: the floor of a product with a Python backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
 
 
 def profile(fn, x, path: Path, calls: int = 2000) -> None:

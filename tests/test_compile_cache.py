@@ -38,6 +38,37 @@ def test_a_second_process_reuses_the_compiled_graph(tmp_path):
     assert first["misses"] >= 1 and second["hits"] >= 1 and second["misses"] == 0, (first, second)
 
 
+PATTERN_SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    from torch._dynamo.utils import counters
+    from torch_tcsparse import TCSparseTensor
+
+    # Two patterns of the same size and nonzero count: a ring, and the ring with row 1's entries
+    # moved to row 0 (a longer row, an empty one).
+    n = 64
+    row = torch.arange(n).repeat_interleave(2)
+    col = (row + torch.tensor([0, 1]).repeat(n)) % n
+    if sys.argv[1] == "moved":
+        row = torch.where(row == 1, 0, row)
+    a = TCSparseTensor.from_coo(row, col, torch.rand(2 * n), (n, n))
+    x = torch.randn(n, 4)
+    y = torch.compile(lambda a, x: a @ x, fullgraph=True)(a, x)
+    torch.testing.assert_close(y, a.to_dense() @ x)
+    print(json.dumps({"hits": counters["aot_autograd"]["autograd_cache_hit"] + counters["inductor"]["fxgraph_cache_hit"]}))
+""")
+
+
+@pytest.mark.slow
+def test_another_pattern_of_the_same_sizes_compiles_its_own_graph(tmp_path):
+    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+                   "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+    runs = [subprocess.run([sys.executable, "-c", PATTERN_SCRIPT, pattern], capture_output=True, text=True,
+                           env=environment, timeout=600) for pattern in ("ring", "moved")]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(runs[1].stdout.strip().splitlines()[-1])["hits"] == 0
+
+
 def test_the_cache_key_follows_the_matrix_not_its_address():
     from torch_tcsparse import TCSparseTensor
     from torch_tcsparse.testing import random_dense

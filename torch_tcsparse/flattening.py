@@ -46,6 +46,11 @@ class Recipe:
     def __init__(self, layout, rowptr, col, items, ints):
         self.layout, self.rowptr, self.col, self.items, self.ints = layout, rowptr, col, items, ints
 
+    def __repr__(self) -> str:
+        # Part of the cache key: which array each traced structure reads where, and the ints a
+        # graph bakes in (two patterns of equal sizes can differ in both).
+        return f"Recipe({self.layout}, {self.rowptr}, {self.col}, {self.items}, {sorted(self.ints.items())})"
+
 
 class StructureRef:
     """The flattening's context: the structure itself, the mode its arrays were built for
@@ -72,14 +77,16 @@ class StructureRef:
     def stable_hash(self) -> str:
         """A digest that two processes building the same matrix agree on (the compiled-graph
         caches' key): everything a traced product's graph depends on besides the flattened
-        arrays' shapes (which join it from the tensors) and X: the sizes and mode, the selector's
-        features of the matrix (its choice of path follows from them), and the library's code."""
+        arrays' shapes (which join it from the tensors) and X: the sizes and mode, the recipes
+        (which arrays travel, the ints the graph bakes in), the selector's features of the matrix
+        (its choice of path follows from them), and the library's code."""
         s = self.structure
         features = s.selection.features(s.layout)
         digest = hashlib.blake2b(digest_size=16)
         digest.update(repr((s.num_rows, s.num_cols, s.nnz, s.window, s.method, self.deterministic,
                             features.max_row_nnz, features.rows_share_ratio, features.grouped_blocks,
-                            features.grouped_rest_nnz, features.grouped_one_chunk, _code_digest())).encode())
+                            features.grouped_rest_nnz, features.grouped_one_chunk, self.recipes,
+                            _code_digest())).encode())
         for prefix in features.prefixes:
             digest.update(prefix.tobytes())
         return digest.hexdigest()
@@ -108,6 +115,11 @@ def flatten(structure: Structure) -> tuple[dict[str, torch.Tensor], StructureRef
         positions: dict[int, int] = {}
         transpose = structure.transposed()  # first: building it links both layouts
         recipes = (_recipe(structure, tensors, positions), _recipe(transpose, tensors, positions))
+        # The selector's features of both, from the real arrays now: a traced product reads them
+        # to choose its path, and building them while tracing would put host copies of the layout
+        # into the graph.
+        for s in (structure, transpose):
+            s.selection.features(s.layout)
         names = [f"_index_{i}" for i in range(len(tensors))]
         flat = per_mode[deterministic] = (dict(zip(names, tensors)), StructureRef(structure, deterministic, recipes,
                                                                                    names))

@@ -242,6 +242,11 @@ class TCSparseTensor(torch.Tensor):
     # Serialization: only canonical CSR, the permutation and options travel (serialization.py).
 
     def __reduce_ex__(self, protocol):
+        if is_traced(self._values, None):
+            # Only a compiled-graph cache pickles a matrix of stand-ins (torch versions that do not
+            # ask for _stable_hash_for_caching key it so): its key must tell patterns apart, which
+            # the stand-ins' shapes alone do not.
+            return (str, (self._stable_hash_for_caching(),))
         return (serialization.rebuild, (serialization.state_of(self._structure, self._values),))
 
     def __deepcopy__(self, memo):

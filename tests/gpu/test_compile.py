@@ -126,3 +126,22 @@ def test_deterministic_mode_recompiles_with_unsplit_rows(kernels, forced):
     finally:
         torch.use_deterministic_algorithms(False)
     torch.testing.assert_close(split, unsplit, **TOLERANCE)
+
+
+def test_compiled_graph_caches_tell_matrices_of_one_pattern_apart(kernels, tmp_path, monkeypatch):
+    """With torch's compiled-graph caches on (its default), a matrix whose layout was built
+    before its transpose and a fresh one of the same pattern flatten into different arrays: each
+    gets a graph of its own flattening, and both train as eager does."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    used = graph(hub=False)
+    x = torch.randn(used.shape[1], 16, device="cuda", requires_grad=True)
+    for path in ("rows", "base"):
+        used.matmul(x, path=path).sum().backward()
+    fresh = graph(hub=False)
+    with torch._inductor.config.patch(fx_graph_cache=True), torch._functorch.config.patch(enable_autograd_cache=True):
+        for adj in (fresh, used):
+            torch._dynamo.reset()
+            torch.testing.assert_close(gcn_losses(adj, compiled=True), gcn_losses(adj, compiled=False), **TOLERANCE)
