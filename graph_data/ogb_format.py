@@ -15,6 +15,7 @@ noisy copy of the class, generated once into the cache folder.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import inspect
 import json
@@ -25,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from ogb.nodeproppred import Evaluator, PygNodePropPredDataset
 from torch_geometric.data.data import Data, DataEdgeAttr, DataTensorAttr
 from torch_geometric.data.storage import GlobalStorage
 
@@ -245,20 +245,33 @@ def load_node_dataset(folder, transform=None):
 
 
 def _open(folder: Path, meta: dict, transform):
+    from ogb.nodeproppred import PygNodePropPredDataset
+
     meta = dict(meta, dir_path=str(folder))
     with ogb_file_globals():
         dataset = PygNodePropPredDataset(meta["name"], transform=transform, meta_dict=meta)
-    return dataset, MetaDictEvaluator(meta)
+    return dataset, meta_dict_evaluator(meta)
 
 
-class MetaDictEvaluator(Evaluator):
-    """ogb's node ``Evaluator`` for a dataset known by its meta_dict instead of master.csv
-    (the Evaluator reads only the task count and the metric from there)."""
+def meta_dict_evaluator(meta_dict: dict):
+    """ogb's node ``Evaluator`` for a dataset known by its meta_dict instead of master.csv (the
+    Evaluator reads only the task count and the metric from there). ogb is imported here, on
+    first use: the modules that import this one (the examples, the mini-batch benchmark on its
+    generated graph) run without ogb where they never read an OGB folder."""
+    return _meta_dict_evaluator()(meta_dict)
 
-    def __init__(self, meta_dict: dict):
-        self.name = meta_dict["name"]
-        self.num_tasks = int(meta_dict["num tasks"])
-        self.eval_metric = meta_dict["eval metric"]
+
+@functools.cache
+def _meta_dict_evaluator() -> type:
+    from ogb.nodeproppred import Evaluator
+
+    class MetaDictEvaluator(Evaluator):
+        def __init__(self, meta_dict: dict):
+            self.name = meta_dict["name"]
+            self.num_tasks = int(meta_dict["num tasks"])
+            self.eval_metric = meta_dict["eval metric"]
+
+    return MetaDictEvaluator
 
 
 DEFAULT_NAME = "ogbn-synthetic-sbm"

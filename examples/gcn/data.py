@@ -194,5 +194,5 @@ def load_planetoid(name: str, root=None) -> NodeTask:
     split = {"train": data.train_mask.nonzero().view(-1), "valid": data.val_mask.nonzero().view(-1),
              "test": data.test_mask.nonzero().view(-1)}
     # ogb's own accuracy code, told the task shape by a meta_dict as for any unregistered dataset.
-    evaluator = ogb_format.MetaDictEvaluator({"name": name, "num tasks": 1, "eval metric": "acc"})
+    evaluator = ogb_format.meta_dict_evaluator({"name": name, "num tasks": 1, "eval metric": "acc"})
     return NodeTask(data.x, data.y.view(-1, 1), data.edge_index, split, dataset.num_classes, "acc", evaluator)
