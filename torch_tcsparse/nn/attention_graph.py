@@ -23,6 +23,29 @@ from .self_loops import complete_diagonal
 PIECE_NNZ = 256
 
 
+# Edges per piece of a row in the softmax's reductions (``segment_softmax``): short rows are one
+# piece; a hub's pieces are reduced in parallel, and their results by one thread per row.
+SOFTMAX_PIECE_EDGES = 64
+
+
+class RowSegments(NamedTuple):
+    """The rows of a CSR cut into pieces: the edges of each piece (at most
+    ``SOFTMAX_PIECE_EDGES``; an empty row has one empty piece) and the pieces of each row."""
+
+    piece_lengths: Tensor
+    pieces_per_row: Tensor
+
+
+def row_segments(lengths: Tensor, piece_edges: int = SOFTMAX_PIECE_EDGES) -> RowSegments:
+    """The pieces of rows of ``lengths`` edges each (int64)."""
+    counts = torch.div(lengths + piece_edges - 1, piece_edges, rounding_mode="floor").clamp(min=1)
+    total = int(counts.sum())
+    row = torch.repeat_interleave(torch.arange(counts.numel(), device=lengths.device), counts, output_size=total)
+    within = torch.arange(total, device=lengths.device) - (torch.cumsum(counts, 0) - counts).index_select(0, row)
+    piece_lengths = (lengths.index_select(0, row) - within * piece_edges).clamp(max=piece_edges)
+    return RowSegments(piece_lengths, counts)
+
+
 class RowPieces(NamedTuple):
     """A CSR's rows cut into pieces of at most ``PIECE_NNZ`` nonzeros (int32 arrays, see
     ``csrc/attention.h``): piece p covers nonzeros [begin[p], begin[p + 1]) of row row[p]; the
@@ -84,6 +107,15 @@ class AttentionGraph:
         self.lengths = (csr.rowptr[1:] - csr.rowptr[:-1]).long()
         self._rowptr = csr.rowptr
         self._kernel_operands: KernelOperands | None = None
+        self._segments = None
+
+    @property
+    def segments(self):
+        """The rows cut into pieces for the softmax's reductions (``row_segments``), built on
+        first need."""
+        if self._segments is None:
+            self._segments = row_segments(self.lengths)
+        return self._segments
 
     @property
     def nnz(self) -> int:
