@@ -131,13 +131,23 @@ def gencode_flags(arch_list: str) -> list[str]:
     return flags
 
 
-def _compile(build_directory: str | None = None, arch_list: str | None = None, verbose: bool = False):
+# libstdc++'s headers, on a glibc of 2.32 or later, read glibc's __libc_single_threaded to skip
+# atomics in a process without threads: a module compiled there needs glibc 2.32 to load, where
+# torch's wheels need 2.28. The module carried to other machines holds its own copy, hidden, at 0
+# ("threads may run"), so its reference counts are always atomic, as they must be beside torch's
+# threads anyway.
+PORTABLE_GLIBC = 'extern "C" __attribute__((visibility("hidden"))) char __libc_single_threaded = 0;\n'
+
+
+def _compile(build_directory: str | None = None, arch_list: str | None = None, verbose: bool = False,
+             extra_sources: tuple = ()):
     from torch.utils.cpp_extension import load
 
     cflags = list(FLAGS) + (gencode_flags(arch_list) if arch_list else [])
     options = {"build_directory": build_directory} if build_directory else {}
-    return load(name=NAME, sources=[str(BINDING)], extra_include_paths=[str(CLONE / "RoDe_SpMM"), str(CLONE / "utils")],
-                extra_cuda_cflags=cflags, verbose=verbose, **options)
+    return load(name=NAME, sources=[str(BINDING), *map(str, extra_sources)],
+                extra_include_paths=[str(CLONE / "RoDe_SpMM"), str(CLONE / "utils")], extra_cuda_cflags=cflags,
+                verbose=verbose, **options)
 
 
 def build(folder: Path = BUILD, arch_list: str | None = None, verbose: bool = False) -> Path:
@@ -154,7 +164,9 @@ def build(folder: Path = BUILD, arch_list: str | None = None, verbose: bool = Fa
     if objects.exists():
         shutil.rmtree(objects)
     objects.mkdir()
-    _compile(str(objects), arch_list, verbose)
+    portable = objects / "portable_glibc.cpp"
+    portable.write_text(PORTABLE_GLIBC)
+    _compile(str(objects), arch_list, verbose, (portable,))
     library = folder / f"{NAME}.so"
     shutil.copyfile(objects / f"{NAME}.so", library)
     shutil.rmtree(objects)
