@@ -75,7 +75,7 @@ def bench_graph(name, split, csr, ns, dtypes, args, bandwidth, baseline, rode):
     degree = csr.rowptr[1:] - csr.rowptr[:-1]
     max_row = int(degree.max())
     matrix32 = torch.sparse_csr_tensor(csr.rowptr, csr.col, csr.values, (csr.num_rows, csr.num_cols))
-    rode_op = rode(csr.rowptr, csr.col, csr.values) if rode else None
+    rode_op = rode(csr.rowptr, csr.col, csr.values, csr.num_cols) if rode else None
     for dtype in dtypes:
         element = dtype.itemsize
         values = csr.values.to(dtype)
@@ -98,7 +98,9 @@ def bench_graph(name, split, csr, ns, dtypes, args, bandwidth, baseline, rode):
             for path, run in paths.items():
                 errors[path] = relative_error(run(xs[0][0]), expected)
                 times[path] = time_cuda(run, xs, reps=args.reps)
-            if rode_op is not None and dtype == torch.float32 and rode_op.supports(n):
+            if rode_op is not None and dtype == torch.float32 and not rode_op.supports(n):
+                print(f"  rode skipped on {name} N={n}: {rode_op.refusal(n)}", flush=True)
+            elif rode_op is not None and dtype == torch.float32:
                 errors["rode"] = relative_error(rode_op(xs[0][0]), torch.sparse.mm(matrix32, xs[0][0]))
                 times["rode"] = time_cuda(rode_op, xs, reps=args.reps)
             for path, error in errors.items():

@@ -18,9 +18,12 @@ writes spmm.csv and spmm_speedup.png into --out (default $OUT, else ./out).
 
 ``--corpus fit|unseen|all`` runs the corpus (``graph_data.corpus``) at ``--tier`` instead of the
 suite; every summary prints the "fit" and "unseen" graphs apart (the suite's graphs are "fit").
-``--peers rode`` times RoDe (``benchmarks/peers/rode.py``, built from a local clone of its
-repository) in float32 next to ours and cuSPARSE, its output zeroed in every timed call; without
-the clone or a CUDA compiler the benchmark says why in one line and runs without it.
+``--peers rode`` times RoDe (``benchmarks/peers/rode.py``: its prebuilt module, else built from a
+local clone of its repository) in float32 next to ours and cuSPARSE, its output zeroed in every
+timed call, where its 32-bit offsets reach (X up to 2 GiB); without a module, or a clone and a
+CUDA compiler to build one, the benchmark says why in one line and runs without it. Float32 runs
+here with TF32 allowed and RoDe unguarded, in this process; ``benchmarks/peers/compare.py``
+compares ours with RoDe with TF32 off, each case guarded against RoDe's faults.
 """
 from __future__ import annotations
 
@@ -128,7 +131,7 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg, split="fit", peers
     a = torch.sparse_csr_tensor(csr.rowptr, csr.col, csr.values, (num_rows, num_cols))
     edge_index = torch.stack([csr.col.long(), csr.row_indices()])
     nnz = csr.nnz
-    rode = peers["rode"](csr.rowptr, csr.col, csr.values) if peers and "rode" in peers else None
+    rode = peers["rode"](csr.rowptr, csr.col, csr.values, num_cols) if peers and "rode" in peers else None
     rows = []
     for n in ns:
         tf32_best_ms = None
@@ -161,7 +164,9 @@ def bench_graph(name, load, ns, dtypes, args, bandwidth, pyg, split="fit", peers
             # The grouped path counts only where the selector may take it (the layout may pay).
             best = min((p for p in ours if p != "grouped" or grouped_size is not None), key=times.get)
             rode_ms = rode_err = float("nan")
-            if rode is not None and dtype == torch.float32 and rode.supports(n):
+            if rode is not None and dtype == torch.float32 and not rode.supports(n):
+                print(f"rode skipped on {name} N={n}: {rode.refusal(n)}", flush=True)
+            elif rode is not None and dtype == torch.float32:
                 rode_err = float((rode(xs[0][0]) - expected).norm() / expected.norm().clamp_min(1e-30))
                 rode_ms = timed(rode)
             choice = typed.explain(n).choice
