@@ -283,4 +283,6 @@ int tcs_grouped_split(const void* matrix, const void* prices, int64_t n, int64_t
 
 int64_t tcs_default_column_slices(int64_t n, int64_t value_bytes) { return sel::default_column_slices(n, value_bytes); }
 
+int64_t tcs_rows_per_warp(int64_t n, int64_t value_bytes) { return sel::rows_per_warp(n, value_bytes); }
+
 }  // extern "C"

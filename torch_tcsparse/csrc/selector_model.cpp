@@ -27,11 +27,15 @@ double linear_time_us(const LinearPrices& p, int64_t nnz, int64_t rows, int64_t 
            p.max_row_us * static_cast<double>(longest) + p.miss_nnz_us * static_cast<double>(nnz) * miss;
 }
 
-// rows: the longest piece, a launch of its own when a row is split, scaled by the order.
-double rows_time_us(const LinearPrices& p, const Matrix& m, int64_t nnz, double miss, int64_t piece_nnz) {
+// rows: the warps that take the rows (the per-row price is one warp's, which a warp shares among
+// the rows it packs), the longest piece, a launch of its own when a row is split, scaled by the
+// order.
+double rows_time_us(const LinearPrices& p, const Matrix& m, int64_t nnz, double miss, int64_t piece_nnz, int64_t n,
+                    int64_t value_bytes) {
     const double split_launch = m.max_row_nnz > piece_nnz ? p.split_launch_us : 0.0;
     const double in_order = 1.0 - kRowsOrderGain * (1.0 - m.rows_share_ratio);
-    return linear_time_us(p, nnz, m.rows, std::min(m.max_row_nnz, piece_nnz), miss) * in_order + split_launch;
+    const int64_t warps = ceil_div(m.rows, rows_per_warp(n, value_bytes));
+    return linear_time_us(p, nnz, warps, std::min(m.max_row_nnz, piece_nnz), miss) * in_order + split_launch;
 }
 
 // List scheduling of the base kernel's warps, `copies` adjacent warps per window of cost
@@ -252,7 +256,7 @@ double grouped_us(const Matrix& m, const Prices& p, int64_t n, int64_t value_byt
     const double steps = static_cast<double>(blocks * ceil_div(n, kGroupedColumnsPerWarp));
     double us = (grouped_direct(value_bytes, one_chunk, rest_nnz) ? g.direct_fixed_us : g.fixed_us) +
                 g.step_ns * steps * g.reference_sms / static_cast<double>(p.sm_count) / 1e3;
-    if (rest_nnz != 0) us += rows_time_us(p.rows, m, rest_nnz, miss, p.rest_piece_nnz);
+    if (rest_nnz != 0) us += rows_time_us(p.rows, m, rest_nnz, miss, p.rest_piece_nnz, n, value_bytes);
     return us;
 }
 
@@ -398,7 +402,7 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
     Choice c;
     c.costs_us[kCsr] = std::max(p.csr.floor_us, linear_time_us(p.csr, m.nnz, m.rows, m.max_row_nnz, miss));
     c.costs_us[kRows] =
-        std::max(p.rows.floor_us, rows_time_us(p.rows, m, m.nnz, miss, q.piece_nnz));
+        std::max(p.rows.floor_us, rows_time_us(p.rows, m, m.nnz, miss, q.piece_nnz, q.n, q.value_bytes));
     c.priced[kCsr] = c.priced[kRows] = true;
     c.costs_us[kGrouped] = std::nan("");
     if (m.grouped_blocks >= 0) {
@@ -467,6 +471,13 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
 GroupedPrices grouped_prices(int64_t value_bytes) {
     if (value_bytes >= 4) return {0.498, 17.7, 4.4, 132};
     return {0.320, 21.1, 4.4, 132};
+}
+
+int64_t rows_per_warp(int64_t n, int64_t value_bytes) {
+    const int64_t lanes_needed = ceil_div(std::max<int64_t>(n, 1) * value_bytes, kRowsLaneBytes);
+    int64_t lanes = 1;
+    while (lanes < lanes_needed && lanes < 32) lanes *= 2;
+    return 32 / lanes;
 }
 
 int64_t default_column_slices(int64_t n, int64_t value_bytes) {
@@ -576,7 +587,7 @@ Explanation explain(const Matrix& m, const Summary& s, const Prices& p, const Qu
     e.device_us[kBalanced] = kernel_time_us(p.balanced, e.balanced.makespan, e.balanced.work, slots[1], e.miss) +
                              p.balanced.zero_us * zeroed_rows;
     e.device_us[kCsr] = linear_time_us(p.csr, m.nnz, m.rows, m.max_row_nnz, e.miss);
-    e.device_us[kRows] = rows_time_us(p.rows, m, m.nnz, e.miss, q.piece_nnz);
+    e.device_us[kRows] = rows_time_us(p.rows, m, m.nnz, e.miss, q.piece_nnz, q.n, q.value_bytes);
     e.device_us[kGrouped] = m.grouped_blocks >= 0 ? grouped_us(m, p, q.n, q.value_bytes, m.grouped_blocks,
                                                                m.grouped_rest_nnz, m.grouped_one_chunk, e.miss)
                                                   : std::nan("");

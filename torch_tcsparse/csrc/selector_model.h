@@ -123,6 +123,12 @@ Choice choose(const Matrix& m, const Summary& summary, const Prices& prices, con
 // slices are two steps wide when N >= 2 steps and the last slice is more than half full, else one.
 int64_t default_column_slices(int64_t n, int64_t value_bytes);
 
+// Rows the rows kernel packs into a warp at N columns (csrc/csr_rows_spmm.cu): slots of the fewest
+// lanes, a power of two up to 32, whose kRowsLaneBytes each cover a row of X; a warp per row from
+// 32 lanes' worth of columns on.
+constexpr int64_t kRowsLaneBytes = 16;
+int64_t rows_per_warp(int64_t n, int64_t value_bytes);
+
 // Per-window prefix sums of TC blocks per window (length windows each; outputs windows + 1):
 // balanced chunks, TC blocks and non-empty windows before each window.
 void prefixes(const int64_t* window_blocks, int64_t windows, int64_t chunk, int64_t* chunk_start,

@@ -28,8 +28,9 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
 - csr: ``launch_us + nnz_us * nnz + row_us * rows + max_row_us * longest row + miss_nnz_us * nnz
   * miss`` (the gather of X per nonzero, the write of Y per row, the row-split imbalance of the
   longest row);
-- rows (our CUDA-core CSR kernel): the same form with its own constants, the
-  longest row capped at the matrix's piece (``csr_rows.split_piece_nnz``: longer rows are split), plus
+- rows (our CUDA-core CSR kernel): the same form with its own constants, its row term counting
+  the warps that take the rows (``native.rows_per_warp``: at small N a warp packs several short
+  rows, one per slot of lanes), the longest row capped at the matrix's piece (``csr_rows.split_piece_nnz``: longer rows are split), plus
   ``split_launch_us`` when any row is split: the pieces of a split row add into float32 sums
   with atomics and the last to arrive (or, in large launches, a finishing kernel) rounds them
   into Y; it decides between rows and csr on small power-law graphs, where they are close;

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .. import csr_rows
+from . import native
 from .calibration import DEFAULT_L2_BYTES, KERNEL_RULES, Calibration
 from .choice import rank
 from .device import DeviceModel
@@ -253,8 +254,10 @@ def fit_bucket(records, shapes, n: int, info: dict, defaults: Calibration) -> di
             continue
         nnz = np.array([s.nnz for s in graph_shapes], dtype=float)
         longest = [min(s.max_row_nnz, piece) if capped else s.max_row_nnz for s, piece in zip(graph_shapes, pieces)]
-        features = np.stack([np.ones_like(nnz), nnz, [s.rows for s in graph_shapes], longest, nnz * misses,
-                             *extra.values()], 1)
+        # The rows kernel's per-row price is a warp's, shared by the rows it packs.
+        per_warp = native.rows_per_warp(n, dtype.itemsize) if path == "rows" else 1
+        rows = [-(-s.rows // per_warp) for s in graph_shapes]
+        features = np.stack([np.ones_like(nnz), nnz, rows, longest, nnz * misses, *extra.values()], 1)
         coefficients, _ = fit(path, features.astype(float))
         constants = dict(zip(csr_names + tuple(extra), coefficients.tolist()))
         if not any(constants.values()):

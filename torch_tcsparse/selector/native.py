@@ -80,6 +80,7 @@ _SIGNATURES = {
     "tcs_balanced_launch": (None, [_PTR, _I64, _I64, _F64, _F64, _F64P]),
     "tcs_grouped_split": (ctypes.c_int, [_PTR, _PTR, _I64, _I64, ctypes.c_int, _I64P, _I64P]),
     "tcs_default_column_slices": (_I64, [_I64, _I64]),
+    "tcs_rows_per_warp": (_I64, [_I64, _I64]),
 }
 
 _lock = threading.Lock()
@@ -275,3 +276,11 @@ def default_column_slices(n: int, value_bytes: int) -> int:
     if n < 1:
         raise ValueError(f"n must be positive, got {n}")
     return int(library().tcs_default_column_slices(n, value_bytes))
+
+
+def rows_per_warp(n: int, value_bytes: int) -> int:
+    """Rows the rows kernel packs into one warp at N columns of ``value_bytes`` elements: what its
+    per-row price is divided by (one warp's price)."""
+    if n < 1:
+        raise ValueError(f"n must be positive, got {n}")
+    return int(library().tcs_rows_per_warp(n, value_bytes))
