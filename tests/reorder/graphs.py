@@ -38,3 +38,20 @@ def random_rectangular(num_rows: int, num_cols: int, nnz: int, seed: int) -> CSR
     col = torch.randint(0, num_cols, (nnz,), generator=gen)
     values = torch.randn(nnz, generator=gen, dtype=torch.float64).float()
     return from_coo(row, col, values, num_rows, num_cols)
+
+
+def directed_powerlaw(num_nodes: int, out_degree: int, exponent: float, seed: int) -> CSR:
+    """A directed graph like a web or social graph: every node points at ``out_degree`` targets
+    drawn with power-law popularity (``exponent`` of the in-degrees), so a few nodes are pointed at
+    by a large share of all the others; ids shuffled. A large ``exponent`` draws targets nearly
+    uniformly: the same size without hubs."""
+    gen = torch.Generator().manual_seed(seed)
+    weight = torch.arange(1, num_nodes + 1, dtype=torch.float64).pow(-1 / (exponent - 1))
+    cumulative = torch.cumsum(weight / weight.sum(), 0)
+    row = torch.arange(num_nodes).repeat_interleave(out_degree)
+    draw = torch.rand(row.numel(), generator=gen, dtype=torch.float64)
+    col = torch.searchsorted(cumulative, draw).clamp_(max=num_nodes - 1)
+    relabel = torch.randperm(num_nodes, generator=gen)
+    row, col = relabel[row], relabel[col]
+    keep = row != col
+    return from_coo(row[keep], col[keep], None, num_nodes, num_nodes)
