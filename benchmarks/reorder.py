@@ -138,7 +138,7 @@ def main() -> None:
 
     rows = []
     table = corpus_table(args) if args.corpus else {n: (load, split_of_name(n)) for n, load in graph_table(args.graphs).items()}
-    l2_bytes = selector.device_model(device).l2_bytes
+    l2_bytes, sm_count = selector.device_model(device).l2_bytes, selector.device_model(device).sm_count
     for name, (load, split) in table.items():
         row, col, num_nodes = load(device)
         if row.numel() > max_nnz:
@@ -147,7 +147,7 @@ def main() -> None:
         csr = from_coo(row, col, None, num_nodes, num_nodes)
         del row, col
         base = build_metcf(csr, args.window)[0].stats()
-        given_traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, None)
+        given_traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, None, sm_count)
         orders = {"none": (None, base, 0.0)}  # label -> (row permutation, ME-TCF stats, reorder s)
         for method in methods:
             if method == "rcm" and csr.nnz > args.rcm_max_nnz:
@@ -169,7 +169,7 @@ def main() -> None:
         else:
             times, paths = dict.fromkeys(orders, float("nan")), dict.fromkeys(orders, "")
         for label, (perm, stats, seconds) in orders.items():
-            traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, perm)
+            traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, perm, sm_count)
             predicted = l2.rows_time_ratio(given_traffic, traffic, max(args.n, 32), 4, l2_bytes)
             rows.append(record(name, split, csr, label, stats, base, seconds, times["none"], times[label],
                                paths[label], predicted))

@@ -68,8 +68,8 @@ def _predictor(csr: CSR, window: int):
     row_nnz = csr.rowptr[1:] - csr.rowptr[:-1]
     max_row = int(row_nnz.max()) if row_nnz.numel() else 0
     given_share = distinct_share(csr.rowptr, csr.col, csr.num_cols, None)
-    given_traffic = XTraffic(csr.rowptr, csr.col, csr.num_cols, None)
     model = selector.device_model(csr.col.device)
+    given_traffic = XTraffic(csr.rowptr, csr.col, csr.num_cols, None, model.sm_count)
 
     def predict(perm) -> tuple[int, float, float, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
@@ -85,7 +85,7 @@ def _predictor(csr: CSR, window: int):
                                 grouped_format.SPLIT_THRESHOLDS)
             grouped_blocks, rest = sizes[selector.grouped_split(sizes, features, model)]
             features = features.replace(grouped_blocks=grouped_blocks, grouped_rest_nnz=rest)
-        traffic = given_traffic if perm is None else XTraffic(csr.rowptr, csr.col, csr.num_cols, perm)
+        traffic = given_traffic if perm is None else XTraffic(csr.rowptr, csr.col, csr.num_cols, perm, model.sm_count)
         costs = {}
         for n in GUARD_NS:
             costs[n] = selector.predict_costs(features, n, model)
