@@ -115,8 +115,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="reorder timings per method (median)")
     parser.add_argument("--max-nnz", type=float, default=None,
                         help="skip larger graphs (default: none on CUDA, 20M on the CPU)")
-    parser.add_argument("--rcm-max-nnz", type=float, default=10e6,
-                        help="skip rcm (scipy, on the CPU) above this many nonzeros")
+    parser.add_argument("--rcm-max-nnz", type=float, default=float("inf"),
+                        help="skip rcm (scipy, on the CPU) above this many nonzeros (default: never)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="output folder (default $OUT, else ./out)")
     add_corpus_arguments(parser)
@@ -177,6 +177,8 @@ def main() -> None:
         del csr
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        # After every graph: a run stopped part way keeps the graphs it finished.
+        write_csv(folder / "reorder.csv", rows)
 
     write_csv(folder / "reorder.csv", rows)
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"

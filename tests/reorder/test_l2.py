@@ -60,7 +60,7 @@ def test_stream_follows_the_kernel_order():
     for in_flight in (1, 3):
         traffic = l2.XTraffic(csr.rowptr, csr.col, 100, perm, SMS)
         assert traffic.piece_nnz == 32
-        stream = l2._timed_stream(csr.rowptr, csr.col, perm, 32, in_flight, [0], 10**6)
+        stream = l2._timed_stream(csr.col, traffic.items, in_flight, [0], 10**6)
         assert stream.flatten().tolist() == kernel_stream(csr, perm, 32, in_flight)
 
 

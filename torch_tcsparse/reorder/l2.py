@@ -104,12 +104,12 @@ def _work_items(rowptr: torch.Tensor, perm: torch.Tensor | None, piece_nnz: int)
     return torch.cat([piece_first, first[short]]), torch.cat([piece_length, length[short]])
 
 
-def _timed_stream(rowptr: torch.Tensor, col: torch.Tensor, perm: torch.Tensor | None, piece_nnz: int,
-                  in_flight: int, starts: list, length: int) -> torch.Tensor:
-    """The columns the kernel reads in the windows of time [start, start + length) (units: one
-    access of all the rows in flight together), in time order: [segments, accesses]."""
+def _timed_stream(col: torch.Tensor, items: tuple, in_flight: int, starts: list, length: int) -> torch.Tensor:
+    """The columns the kernel reads, of the work ``items`` (``_work_items``), in the windows of
+    time [start, start + length) (units: one access of all the rows in flight together), in time
+    order: [segments, accesses]."""
     device = col.device
-    first, size = _work_items(rowptr, perm, piece_nnz)
+    first, size = items
     begin = torch.cumsum(size, 0) - size
     longest = int(size.max()) if size.numel() else 0
     streams = []
@@ -176,8 +176,14 @@ class XTraffic:
         longest = int(degree.max()) if degree.numel() else 0
         # The kernel's piece size for float32 X: the orders are priced in float32 (auto.VALUE_BYTES).
         self.piece_nnz = csr_rows.split_piece_nnz(self.nnz, longest, torch.float32)
-        self._fp = {}
-        self._idle = {}
+        self._fp, self._idle, self._items = {}, {}, None
+
+    @property
+    def items(self) -> tuple:
+        """The kernel's work items in this order (``_work_items``), built once."""
+        if self._items is None:
+            self._items = _work_items(self.rowptr, self.perm, self.piece_nnz)
+        return self._items
 
     def fp(self, in_flight: int) -> torch.Tensor:
         """The sampled stream's average footprint with ``in_flight`` rows at once, built on first
@@ -190,7 +196,7 @@ class XTraffic:
             if segments == 1:
                 # Every access: the last item starts before time nnz and reads at most nnz columns.
                 length = (self.nnz + 1) * (in_flight + 1)
-            stream = _timed_stream(self.rowptr, self.col, self.perm, self.piece_nnz, in_flight, starts, length)
+            stream = _timed_stream(self.col, self.items, in_flight, starts, length)
             self._fp[in_flight] = _footprints(stream).cpu()
         return self._fp[in_flight]
 
@@ -217,7 +223,7 @@ class XTraffic:
         """Slot time held idle over busy: a block keeps its slots until its longest row or piece
         ends, so ``slots_per_block`` consecutive items cost the longest one's length each."""
         if slots_per_block not in self._idle:
-            _, size = _work_items(self.rowptr, self.perm, self.piece_nnz)
+            _, size = self.items
             busy = int(size.sum())
             if busy == 0:
                 self._idle[slots_per_block] = 0.0
