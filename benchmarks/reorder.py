@@ -115,8 +115,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="reorder timings per method (median)")
     parser.add_argument("--max-nnz", type=float, default=None,
                         help="skip larger graphs (default: none on CUDA, 20M on the CPU)")
-    parser.add_argument("--rcm-max-nnz", type=float, default=10e6,
-                        help="skip rcm (scipy, on the CPU) above this many nonzeros")
+    parser.add_argument("--rcm-max-nnz", type=float, default=float("inf"),
+                        help="skip rcm (scipy, on the CPU) above this many nonzeros (default: never)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="output folder (default $OUT, else ./out)")
     add_corpus_arguments(parser)
@@ -138,7 +138,7 @@ def main() -> None:
 
     rows = []
     table = corpus_table(args) if args.corpus else {n: (load, split_of_name(n)) for n, load in graph_table(args.graphs).items()}
-    l2_bytes = selector.device_model(device).l2_bytes
+    l2_bytes, sm_count = selector.device_model(device).l2_bytes, selector.device_model(device).sm_count
     for name, (load, split) in table.items():
         row, col, num_nodes = load(device)
         if row.numel() > max_nnz:
@@ -147,7 +147,7 @@ def main() -> None:
         csr = from_coo(row, col, None, num_nodes, num_nodes)
         del row, col
         base = build_metcf(csr, args.window)[0].stats()
-        given_traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, None)
+        given_traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, None, sm_count)
         orders = {"none": (None, base, 0.0)}  # label -> (row permutation, ME-TCF stats, reorder s)
         for method in methods:
             if method == "rcm" and csr.nnz > args.rcm_max_nnz:
@@ -169,7 +169,7 @@ def main() -> None:
         else:
             times, paths = dict.fromkeys(orders, float("nan")), dict.fromkeys(orders, "")
         for label, (perm, stats, seconds) in orders.items():
-            traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, perm)
+            traffic = l2.XTraffic(csr.rowptr, csr.col, csr.num_cols, perm, sm_count)
             predicted = l2.rows_time_ratio(given_traffic, traffic, max(args.n, 32), 4, l2_bytes)
             rows.append(record(name, split, csr, label, stats, base, seconds, times["none"], times[label],
                                paths[label], predicted))
@@ -177,6 +177,8 @@ def main() -> None:
         del csr
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        # After every graph: a run stopped part way keeps the graphs it finished.
+        write_csv(folder / "reorder.csv", rows)
 
     write_csv(folder / "reorder.csv", rows)
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"

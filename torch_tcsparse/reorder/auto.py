@@ -10,7 +10,8 @@ find their rows of X in L2. So each candidate is priced for every path:
 - the Tensor-Core kernels and the grouped path: its blocks per window through the selector's
   cost model (``selector.predict_costs``, the same C++ model that picks the path at run time);
 - the rows kernel: its time as given scaled by the bytes it moves in the new order over those as
-  given, the X part from a sampled cache model of its column stream (``l2.XTraffic``);
+  given, the X part from a sampled cache model of its column stream in the kernel's time order,
+  and by the warp slots its blocks hold idle (``l2.XTraffic``);
 - cuSPARSE: unchanged.
 
 A method is kept only when its fastest path is predicted at least ``min_gain`` faster than every
@@ -20,8 +21,9 @@ never adds blocks either (SMaT saw Jaccard clustering add blocks on band matrice
 given order is already near optimal).
 
 Cost: the candidates' own orders, then per candidate one count of blocks, one share of distinct
-columns per row group and one cache model of at most ``l2.SAMPLE_NNZ`` sampled nonzeros (a sort
-of the sample), and a few calls of the C++ model. The thresholds are fitted on the corpus's "fit"
+columns per row group and, per count of rows in flight among ``GUARD_NS`` (three: N = 32, 64 and
+128 on), one cache model of at most ``l2.SAMPLE_NNZ`` sampled nonzeros (two sorts of the sample),
+and a few calls of the C++ model. The thresholds are fitted on the corpus's "fit"
 families only (``graph_data.corpus.SPLIT``), so that its "unseen" families test them.
 """
 from __future__ import annotations
@@ -68,8 +70,8 @@ def _predictor(csr: CSR, window: int):
     row_nnz = csr.rowptr[1:] - csr.rowptr[:-1]
     max_row = int(row_nnz.max()) if row_nnz.numel() else 0
     given_share = distinct_share(csr.rowptr, csr.col, csr.num_cols, None)
-    given_traffic = XTraffic(csr.rowptr, csr.col, csr.num_cols, None)
     model = selector.device_model(csr.col.device)
+    given_traffic = XTraffic(csr.rowptr, csr.col, csr.num_cols, None, model.sm_count)
 
     def predict(perm) -> tuple[int, float, float, dict]:
         per_window = count_blocks(csr, window, perm).cpu().numpy()
@@ -85,7 +87,7 @@ def _predictor(csr: CSR, window: int):
                                 grouped_format.SPLIT_THRESHOLDS)
             grouped_blocks, rest = sizes[selector.grouped_split(sizes, features, model)]
             features = features.replace(grouped_blocks=grouped_blocks, grouped_rest_nnz=rest)
-        traffic = given_traffic if perm is None else XTraffic(csr.rowptr, csr.col, csr.num_cols, perm)
+        traffic = given_traffic if perm is None else XTraffic(csr.rowptr, csr.col, csr.num_cols, perm, model.sm_count)
         costs = {}
         for n in GUARD_NS:
             costs[n] = selector.predict_costs(features, n, model)
