@@ -4,6 +4,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..nn import GCNConv
+from ..nn._checks import check_features
 from ..tensor import TCSparseTensor
 from .part import GraphPart
 from .product import spmm
@@ -24,11 +25,7 @@ class DistributedGCNConv(GCNConv):
         super().__init__(in_channels, out_channels, normalize=False, bias=bias)
 
     def forward(self, x: Tensor, part: GraphPart | TCSparseTensor) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() != 2:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must be a 2-D tensor [own rows, in_channels], got {shape}")
-        if x.size(1) != self.in_channels:
-            raise ValueError(f"x has {x.size(1)} channels but the layer expects in_channels={self.in_channels}")
+        check_features(x, "own rows", self.in_channels)
         if self.in_channels < self.out_channels:
             out = self.lin(spmm(part, x))
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..nn._checks import check_flag
+from ..nn._checks import check_features, check_flag
 from ..tensor import TCSparseTensor
 from .part import GraphPart
 from .product import spmm
@@ -41,9 +41,7 @@ class DistributedGINConv(torch.nn.Module):
         self.eps.data.fill_(self.initial_eps)
 
     def forward(self, x: Tensor, part: GraphPart | TCSparseTensor) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() != 2:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must be a 2-D tensor [own rows, channels], got {shape}")
+        check_features(x, "own rows")
         return self.nn(spmm(part, x) + (1 + self.eps) * x)
 
     def extra_repr(self) -> str:

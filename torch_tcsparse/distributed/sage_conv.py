@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..nn._checks import check_channels, check_flag
+from ..nn._checks import check_channels, check_features, check_flag
 from ..paths import REDUCTION_ALIASES, REDUCTIONS
 from ..tensor import TCSparseTensor
 from .part import GraphPart
@@ -45,11 +45,7 @@ class DistributedSAGEConv(torch.nn.Module):
             self.lin_r.reset_parameters()
 
     def forward(self, x: Tensor, part: GraphPart | TCSparseTensor) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() != 2:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must be a 2-D tensor [own rows, in_channels], got {shape}")
-        if x.size(1) != self.in_channels:
-            raise ValueError(f"x has {x.size(1)} channels but the layer expects in_channels={self.in_channels}")
+        check_features(x, "own rows", self.in_channels)
         if self.aggr in ("sum", "mean") and self.out_channels < self.in_channels:
             out = spmm(part, F.linear(x, self.lin_l.weight), self.aggr)
             if self.lin_l.bias is not None:

@@ -14,7 +14,7 @@ from torch import Tensor
 from ..paths import VALUE_DTYPES
 from ..tensor import TCSparseTensor
 from . import linear_then_propagate
-from ._checks import check_channels, check_flag
+from ._checks import check_channels, check_features, check_flag
 from .graph_inputs import check_edge_index, check_edge_weight, check_matrix, is_matrix
 from .normalization import as_torch_matrix, normalized_edges, normalized_torch_matrix
 from .normalized_matrices import compute_dtype, gcn_normalized
@@ -80,13 +80,9 @@ class GCNConv(torch.nn.Module):
     def forward(self, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
         if isinstance(x, (tuple, list)):
             raise ValueError("GCNConv does not support bipartite message passing; got a tuple of node features")
-        if not isinstance(x, Tensor) or x.dim() != 2:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must be a 2-D tensor [num_nodes, in_channels], got {shape}")
+        check_features(x, "num_nodes", self.in_channels)
         if x.dtype not in VALUE_DTYPES:
             raise TypeError(f"x must be one of {VALUE_DTYPES}, got dtype {x.dtype}")
-        if x.size(1) != self.in_channels:
-            raise ValueError(f"x has {x.size(1)} channels but the layer expects in_channels={self.in_channels}")
         adj = self._adjacency(x, edge_index, edge_weight)
         if linear_then_propagate.applies(self.lin, x, adj):
             return linear_then_propagate.LinearThenPropagate.apply(x, self.lin.weight, adj, self.bias)
