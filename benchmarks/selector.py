@@ -17,6 +17,12 @@ The run is what the calibration is fitted on, offline::
 
     python -m torch_tcsparse.selector.calibrate RUN [RUN ...] -o torch_tcsparse/calibration/<family>.json
 
+The corpus's graphs instead of the suite's (``graph_data.corpus``; the calibration is fitted on
+the "fit" families only, and scored on the "unseen" ones)::
+
+    python -m benchmarks.selector --corpus fit --tier medium --dtypes float32,float16,bfloat16 --out runs/fit
+    python -m benchmarks.selector --corpus unseen --tier medium --dtypes float32,float16,bfloat16 --out runs/unseen
+
 Score the calibration in the package on runs already made (no GPU)::
 
     python -m benchmarks.selector --score RUN
@@ -46,7 +52,8 @@ import numpy as np
 import torch
 
 from benchmarks import spmm as spmm_suite
-from benchmarks.common import batch_for, rotation_count, settle, time_cuda
+from benchmarks.common import (add_corpus_arguments, batch_for, corpus_table, rotation_count, settle,
+                               split_of_name, time_cuda)
 from graph_data import synthetic
 from torch_tcsparse import TCSparseTensor, kernels, selector, trials
 from torch_tcsparse.selector import CHOICES, KERNEL_CHOICES, Calibration, MatrixFeatures, SelectionCache, calibrate
@@ -68,13 +75,17 @@ FIRST_CHOICE_DEFAULT = "sbm_2708_d4,uniform_19717_d5,rmat16,uniform_200k_d10,pla
 # Graphs: the SpMM suite (benchmarks/spmm.py).
 
 
-def graph_names() -> list[str]:
-    return sorted(spmm_suite.suite())
+def graph_loaders(args) -> dict:
+    """name -> (load(device) -> (row, col, size), split): the suite's graphs, or with ``--corpus``
+    the corpus's of that split and tier (its rectangular families included)."""
+    if args.corpus:
+        return corpus_table(args, rectangular=True)
+    return {name: (load, split_of_name(name)) for name, load in spmm_suite.suite().items()}
 
 
-def select_graphs(patterns: str | None) -> list[str]:
-    """Graphs of the suite whose name contains one of the comma-separated ``patterns``."""
-    names = graph_names()
+def select_graphs(patterns: str | None, loaders: dict) -> list[str]:
+    """Graphs of ``loaders`` whose name contains one of the comma-separated ``patterns``."""
+    names = sorted(loaders)
     if not patterns:
         return names
     wanted = [p for p in patterns.split(",") if p]
@@ -84,9 +95,8 @@ def select_graphs(patterns: str | None) -> list[str]:
     return chosen
 
 
-def load_graph(name: str) -> TCSparseTensor:
-    loaded = spmm_suite.suite()[name]()
-    row, col, size = loaded
+def load_graph(load) -> TCSparseTensor:
+    row, col, size = load("cuda")
     shape = size if isinstance(size, tuple) else (size, size)
     gen = torch.Generator(device="cuda").manual_seed(7)
     values = torch.rand(row.numel(), device="cuda", generator=gen) + 0.5
@@ -96,7 +106,7 @@ def load_graph(name: str) -> TCSparseTensor:
 # Measurements.
 
 
-def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
+def measure(loaders: dict, names, n_values, dtypes, repeat: int, out: Path, info: dict):
     """Times of every path, the selector's own cost, the kernels' launch shapes, and the matrix
     shapes, for each graph, N and dtype; saved after each graph, so a run cut short can still be
     refitted offline."""
@@ -104,7 +114,8 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
     model = selector.device_model(torch.device("cuda"))
     subjects = {}  # record index -> what first_choice_rounds times for it
     for name in names:
-        a32 = load_graph(name)
+        load, split = loaders[name]
+        a32 = load_graph(load)
         layout = a32._structure.layout
         blocks, rest, one_chunk = a32._structure.grouped_size() or (None, 0, False)
         shapes[name] = MatrixFeatures.of_layout(layout, grouped_blocks=blocks, grouped_rest_nnz=rest,
@@ -121,7 +132,8 @@ def measure(names, n_values, dtypes, repeat: int, out: Path, info: dict):
                 settled, measured, trial_calls = measured_choice(a, xs[0][0])
                 launch = {path: list(model.launch(path, n, dtype, windows)) for path in KERNEL_CHOICES}
                 subjects[len(records)] = subject
-                records.append({"graph": name, "n": n, "dtype": selector.dtype_name(dtype), "times_us": times,
+                records.append({"graph": name, "split": split, "n": n, "dtype": selector.dtype_name(dtype),
+                                "times_us": times,
                                 "cold_features_us": cold_features, "cold_choice_us": cold_choice,
                                 "first_choice": first_path,
                                 "settled": settled, "trial_us": measured, "trial_calls": trial_calls,
@@ -271,7 +283,12 @@ def report(records, shapes, info) -> str:
     first choices and trials; the scores of the shipped calibration, of products' first choices
     and of measured choices."""
     shipped = Calibration.load(info["family"])
-    calibrations = {f"shipped ({shipped.source})": (shipped, {"all": records})}
+    # "fit" and "unseen" apart: only the second says whether the calibration holds beyond its fit.
+    splits = sorted({r["split"] for r in records if "split" in r})
+    sets = {split: [r for r in records if r.get("split") == split] for split in splits}
+    if len(sets) != 1 or len(sets[splits[0]]) != len(records):
+        sets = {"all": records, **sets}
+    calibrations = {f"shipped ({shipped.source})": (shipped, sets)}
 
     lines = ["", f"per (graph, N): measured us of each path, oracle, choice ({' / '.join(calibrations)})"]
     choices = {label: calibrate.score(records, shapes, info, c)["rows"] for label, (c, _) in calibrations.items()}
@@ -334,7 +351,8 @@ def report(records, shapes, info) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graphs", help="comma-separated substrings of graph names (default: the whole SpMM suite)")
+    parser.add_argument("--graphs", help="comma-separated substrings of graph names (default: the whole SpMM suite, "
+                        "or with --corpus the corpus's graphs of that split and tier)")
     parser.add_argument("--n", default=",".join(map(str, N_VALUES)), help="comma-separated N values")
     parser.add_argument("--dtypes", default="float32", help="comma-separated dtypes of X (float32, float16, bfloat16)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per measurement (median)")
@@ -344,6 +362,7 @@ def main(argv=None) -> None:
     parser.add_argument("--first-choice", action="store_true",
                         help="time only the first choice at each N bucket (with or without a GPU); --graphs picks "
                         f"among the suite and {', '.join(FIRST_CHOICE_GRAPHS)} (default {FIRST_CHOICE_DEFAULT})")
+    add_corpus_arguments(parser)
     args = parser.parse_args(argv)
     out = Path(args.out)
 
@@ -359,13 +378,14 @@ def main(argv=None) -> None:
             raise SystemExit("benchmarks/selector.py measures on a CUDA device with the kernels built; "
                              "use --score to score saved runs offline")
         torch.set_float32_matmul_precision("high")  # TF32, as benchmarks/spmm.py measures the kernels
-        names = select_graphs(args.graphs)
+        loaders = graph_loaders(args)
+        names = select_graphs(args.graphs, loaders)
         n_values = [int(v) for v in args.n.split(",")]
         if any(n != selector.n_bucket(n) for n in n_values):
             raise SystemExit(f"N values must be N buckets (powers of two from 32), got {n_values}")
         info = device_info(n_values)
         dtypes = [getattr(torch, name) for name in args.dtypes.split(",")]
-        records, shapes = measure(names, n_values, dtypes, args.repeat, out, info)
+        records, shapes = measure(loaders, names, n_values, dtypes, args.repeat, out, info)
 
     text = report(records, shapes, info)
     out.mkdir(parents=True, exist_ok=True)

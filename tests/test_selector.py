@@ -893,6 +893,11 @@ def test_calibration_runs_load_back_merged_and_without_stale_times(tmp_path, cap
     original = next(r for r in records if r["n"] == 256 and r["graph"] == at_256["graph"])
     assert at_256["times_us"]["rows"] == pytest.approx(1.1 * original["times_us"]["rows"])
     assert at_256["times_us"]["csr"] == pytest.approx(1.1**0.5 * original["times_us"]["csr"])
+    # Runs of different graphs (the suite, the corpus's fit families) merge into their union.
+    other, other_records, _, _ = made_up_run(tmp_path, "other", graphs=8)
+    union, union_shapes, _ = calibrate.load_runs([first, other])
+    assert len(union) == len(other_records) and set(union_shapes) == {f"g{i}" for i in range(8)}
+    assert {r["graph"] for r in union} == {f"g{i}" for i in range(8)}
 
     calibrate.main([str(first), str(second), "--leave-one-run-out"])
     table = capsys.readouterr().out

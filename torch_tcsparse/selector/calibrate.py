@@ -116,30 +116,32 @@ def drop_stale(records, folder: Path):
 
 
 def load_runs(folders):
-    """``load_saved`` of one run, or of several runs of the same device merged: each (graph, N,
-    dtype) measured in every run, with the geometric mean of each path's times over the runs that
+    """``load_saved`` of one run, or of several runs of the same device merged: every (graph, N,
+    dtype) any run measured, with the geometric mean of each path's times over the runs that
     measured it (the timing noise of host-bound calls differs from run to run; the mean fits the
-    model, not one run's noise)."""
+    model, not one run's noise). Runs may measure different graphs (the suite in one, the corpus's
+    fit families in another)."""
     runs = [load_saved(folder) for folder in folders]
-    records, shapes, info = runs[0]
+    _, _, info = runs[0]
     for _, _, other in runs[1:]:
         if (other["family"], other["sm_count"]) != (info["family"], info["sm_count"]):
             raise SystemExit(f"runs of different devices: {info['name']} and {other['name']}")
     if len(runs) == 1:
-        return records, shapes, info
+        return runs[0]
 
     def key(record):
         return record["graph"], record["n"], record.get("dtype", "float32")
 
-    by_run = [{key(r): r for r in run_records} for run_records, _, _ in runs]
+    same: dict = {}
+    for run_records, _, _ in runs:
+        for record in run_records:
+            same.setdefault(key(record), []).append(record)
     merged = []
-    for record in records:
-        same = [run[key(record)] for run in by_run if key(record) in run]
-        if len(same) < len(runs):
-            continue
-        times = {path: float(np.exp(np.mean([np.log(r["times_us"][path]) for r in same if path in r["times_us"]])))
-                 for path in CHOICES if any(path in r["times_us"] for r in same)}
-        merged.append({**record, "times_us": times})
+    for records in same.values():
+        times = {path: float(np.exp(np.mean([np.log(r["times_us"][path]) for r in records if path in r["times_us"]])))
+                 for path in CHOICES if any(path in r["times_us"] for r in records)}
+        merged.append({**records[0], "times_us": times})
+    shapes = {name: shape for _, run_shapes, _ in runs for name, shape in run_shapes.items()}
     return merged, shapes, info
 
 
