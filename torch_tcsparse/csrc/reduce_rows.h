@@ -5,10 +5,10 @@
 // = that k (the first one on a tie; a NaN product beats every number, the first NaN wins). An
 // empty row gives Y = 0 and winner -1. The winners are what the backward sends the gradient to.
 //
-// Why not the Tensor-Core layout: an extreme is no sum, the MMA cannot form it. Why not split
-// long rows as the sum kernel does: pieces of one row would have to merge a value and an index
-// atomically; a group of lanes per row keeps the result exact and the winners deterministic, and
-// a hub row costs one group's walk over it.
+// Why not the Tensor-Core layout: an extreme is no sum, the MMA cannot form it. Rows longer than
+// 2 * kPieceNnz nonzeros are reduced in pieces by groups of their own, whose extremes and winners
+// a second launch merges in order, so that a hub row does not hold the launch's last warps; the
+// merge keeps the rule's first winner, so the result and the winners are the unsplit walk's.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +18,28 @@
 
 namespace tcsparse {
 
+// Nonzeros per chunk of the pieces of long rows: a piece is at most 2 B - 1 nonzeros, 2 B / U
+// gather rounds, and the merge of a row of len nonzeros walks len / B partials (len / (B U)
+// rounds), so B = 256 keeps both near 100 rounds for hub rows of 10^5 nonzeros; the partials,
+// 16 bytes per column per B nonzeros (written and read), add about 3% to the gathers of 16-bit X.
+constexpr int64_t kPieceNnz = 256;
+
+// Rows of the partial arrays (each of n columns) that reduce_rows needs for nnz nonzeros: one per
+// chunk of kPieceNnz, none where no row can be long.
+inline int64_t reduce_rows_partials(int64_t nnz) {
+    return nnz > 2 * kPieceNnz ? (nnz + kPieceNnz - 1) / kPieceNnz : 0;
+}
+
 // T = float, __half or __nv_bfloat16 (values, X and Y all T). rowptr [num_rows + 1] and col
 // [nnz]: a CSR with int32 indices (any order of columns within a row: ties go to the lower k).
-// X rows have stride ldx (columns contiguous); Y and winners are contiguous [num_rows, n].
-// Products are formed in fp32 (exact for 16-bit operands) and the extreme rounded once to T.
+// X rows have stride ldx (columns contiguous); Y and winners are contiguous [num_rows, n];
+// partial_best and partial_win are scratch of reduce_rows_partials(nnz) x n, first_of of
+// reduce_rows_partials(nnz) (null when that is 0).
+// Products are formed in fp32 (exact for 16-bit operands), compared in fp32 (the pieces' partials
+// too) and the extreme rounded once to T.
 template <typename T>
-cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, const T* values, const T* x,
-                        int64_t ldx, int64_t n, bool is_max, T* y, int32_t* winners, cudaStream_t stream);
+cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t nnz, const T* values,
+                        const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best, int32_t* partial_win,
+                        int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream);
 
 }  // namespace tcsparse

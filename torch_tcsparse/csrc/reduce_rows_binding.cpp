@@ -39,12 +39,19 @@ std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& x, const at::Te
     const c10::cuda::CUDAGuard guard(device);
     at::Tensor y = at::empty({num_rows, n}, xs.options().memory_format(at::MemoryFormat::Contiguous));
     at::Tensor winners = at::empty({num_rows, n}, xs.options().dtype(at::kInt).memory_format(at::MemoryFormat::Contiguous));
+    const int64_t partials = num_rows > 0 ? tcsparse::reduce_rows_partials(nnz) : 0;
+    at::Tensor partial_best = at::empty({partials, n}, xs.options().dtype(at::kFloat));
+    at::Tensor partial_win = at::empty({partials, n}, xs.options().dtype(at::kInt));
+    at::Tensor first_of = at::empty({partials}, xs.options().dtype(at::kInt));
     with_element_type(dtype, [&](auto element) {
         using T = decltype(element);
-        check_launch(tcsparse::reduce_rows<T>(rowptr.data_ptr<int32_t>(), col.data_ptr<int32_t>(), num_rows,
+        check_launch(tcsparse::reduce_rows<T>(rowptr.data_ptr<int32_t>(), col.data_ptr<int32_t>(), num_rows, nnz,
                                               reinterpret_cast<const T*>(vc.const_data_ptr()),
                                               reinterpret_cast<const T*>(xs.const_data_ptr()),
                                               std::max<int64_t>(xs.stride(0), 1), n, is_max,
+                                              partial_best.mutable_data_ptr<float>(),
+                                              partial_win.mutable_data_ptr<int32_t>(),
+                                              first_of.mutable_data_ptr<int32_t>(),
                                               reinterpret_cast<T*>(y.mutable_data_ptr()),
                                               winners.mutable_data_ptr<int32_t>(), c10::cuda::getCurrentCUDAStream()),
                      "reduce_rows");
