@@ -72,7 +72,7 @@ def test_shape_grid(m, n, reduce, dtype):
 @pytest.mark.parametrize("reduce", EXTREMES)
 @pytest.mark.parametrize("n", [7, 64] if SUBSET else [7, 16, 64, 130])
 def test_hub_row_and_empty_rows(n, reduce, dtype):
-    """One row of 10^5 nonzeros walked by one group of lanes; a quarter of the rows empty."""
+    """One row of 10^5 nonzeros (reduced in pieces); a quarter of the rows empty."""
     check(2000, HUB_NNZ + 1000, n, reduce, dtype, mean_degree=4, empty_fraction=0.25, hub_row=1234,
           hub_nnz=HUB_NNZ)
 

@@ -18,11 +18,9 @@
 
 namespace tcsparse {
 
-// Nonzeros per chunk of the pieces of long rows: a piece is at most 2 B - 1 nonzeros, 2 B / U
-// gather rounds, and the merge of a row of len nonzeros walks len / B partials (len / (B U)
-// rounds), so B = 256 keeps both near 100 rounds for hub rows of 10^5 nonzeros; the partials,
-// 16 bytes per column per B nonzeros (written and read), add about 3% to the gathers of 16-bit X.
-constexpr int64_t kPieceNnz = 256;
+// Nonzeros per chunk of the pieces of long rows (B; docs/DECISIONS.md gives the reason): a row
+// of more than 2 B nonzeros is split, every piece holds at most 2 B - 1.
+constexpr int64_t kPieceNnz = 128;
 
 // Rows of the partial arrays (each of n columns) that reduce_rows needs for nnz nonzeros: one per
 // chunk of kPieceNnz, none where no row can be long.
