@@ -38,7 +38,7 @@ def exact(csr, x, reduce):
 
 def kernel(csr, x, reduce):
     poison(csr.num_rows * max(x.shape[1], 1) * 2 + 1)
-    y, winners = _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values, reduce == "max")
+    y, winners = _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values, reduce == "max", -1)
     torch.cuda.synchronize()
     return y, winners
 
@@ -130,11 +130,13 @@ def test_binding_validation():
                    torch.ones(2, device="cuda"), 2, 2)
     x = torch.randn(2, 3, device="cuda")
     with pytest.raises(RuntimeError, match="values must be"):
-        _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values.half(), True)
+        _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values.half(), True, -1)
     with pytest.raises(RuntimeError, match="rowptr must be Int, got Long"):
-        _ext.load().reduce_rows(x, csr.rowptr.long(), csr.col, csr.values, True)
+        _ext.load().reduce_rows(x, csr.rowptr.long(), csr.col, csr.values, True, -1)
     with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16"):
-        _ext.load().reduce_rows(x.double(), csr.rowptr, csr.col, csr.values.double(), True)
+        _ext.load().reduce_rows(x.double(), csr.rowptr, csr.col, csr.values.double(), True, -1)
+    with pytest.raises(RuntimeError, match="longest must be"):
+        _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values, True, -2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

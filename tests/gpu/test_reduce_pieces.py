@@ -42,11 +42,11 @@ def short_rows(count, gen, longest=12, empty_fraction=0.25):
     return lengths.tolist()
 
 
-def check(rowptr, col, values, x, reduce):
+def check(rowptr, col, values, x, reduce, longest=-1):
     """The kernel's (Y, winners) equal the CPU reference path's, bit for bit."""
     m, n = rowptr.numel() - 1, x.shape[1]
     poison(m * max(n, 1) * 2 + 1)
-    y, winners = kernels.reduce_rows(x, rowptr, col, values, reduce == "max")
+    y, winners = kernels.reduce_rows(x, rowptr, col, values, reduce == "max", longest)
     torch.cuda.synchronize()
     y_cpu, winners_cpu = extreme.forward(x.cpu(), values.cpu(), rowptr.cpu(), col.cpu(), reduce, "reference")
     assert y.dtype == x.dtype and y.shape == winners.shape == (m, n)
@@ -127,6 +127,24 @@ def test_nan_and_infinities_in_long_rows(reduce, dtype):
     x[:, 0] = float("-inf")
     x[:, 1] = float("inf")
     check(rowptr, col, values.to(dtype), x.cuda().to(dtype), reduce)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reduce", EXTREMES)
+def test_longest_row_given(reduce, dtype):
+    """The longest row, where the caller knows it, only decides whether rows are split: the true
+    one, -1 (unknown) and a bound too small (every row walked whole) give the same result."""
+    gen = torch.Generator().manual_seed(5)
+    lengths = short_rows(1500, gen) + [HUB, 1000] + short_rows(1500, gen, longest=256)
+    k, n = 4000, 48
+    rowptr, col, values = csr(lengths, k, gen)
+    x = torch.randn(k, n, generator=gen).cuda().to(dtype)
+    for longest in [-1, HUB, 0]:
+        check(rowptr, col, values.to(dtype), x, reduce, longest)
+    short = short_rows(3000, gen, longest=256)
+    rowptr, col, values = csr(short, k, gen)
+    for longest in [-1, max(short)]:
+        check(rowptr, col, values.to(dtype), x, reduce, longest)
 
 
 @pytest.mark.parametrize("reduce", EXTREMES)

@@ -206,29 +206,28 @@ __global__ void __launch_bounds__(kThreadsPerBlock, 4)
     lane.store(row, n, y, winners);
 }
 
-// One group of lanes per row, for the rows no piece took.
+// One group of lanes per row, for the rows no piece took: those of at most `whole` nonzeros.
 template <typename T, int L, int CH, bool kMax>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     reduce_rows_kernel(const int32_t* __restrict__ rowptr, const int32_t* __restrict__ col, int64_t num_rows,
-                       const T* __restrict__ values, const T* __restrict__ x, int64_t ldx, int64_t n,
+                       int64_t whole, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx, int64_t n,
                        T* __restrict__ y, int32_t* __restrict__ winners) {
     const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int64_t row = thread / L;
     if (row >= num_rows) return;
     const int64_t begin = rowptr[row], end = rowptr[row + 1];
-    if (is_long(end - begin)) return;
+    if (end - begin > whole) return;
     Lane<L, CH, kMax> lane(static_cast<int>(thread % L), n);
     lane.walk(begin, end, col, values, x, ldx);
     lane.store(row, n, y, winners);
 }
 
 template <typename T, int L, int CH>
-cudaError_t launch(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t nnz, const T* values,
-                   const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best, int32_t* partial_win,
-                   int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream) {
+cudaError_t launch(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t num_chunks,
+                   const T* values, const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best,
+                   int32_t* partial_win, int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream) {
     constexpr int tile_cols = L * CH;
     const int64_t tiles = (n + tile_cols - 1) / tile_cols;
-    const int64_t num_chunks = reduce_rows_partials(nnz);
     const int64_t blocks = (num_rows * L + kThreadsPerBlock - 1) / kThreadsPerBlock;
     const int64_t chunk_blocks = (num_chunks * L + kThreadsPerBlock - 1) / kThreadsPerBlock;
     if (tiles > 65535 || blocks > INT32_MAX || chunk_blocks > INT32_MAX) return cudaErrorInvalidValue;
@@ -241,8 +240,10 @@ cudaError_t launch(const int32_t* rowptr, const int32_t* col, int64_t num_rows, 
                 rowptr, num_chunks, n, partial_best, partial_win, first_of, y, winners);
         }
         const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(tiles));
+        // Without pieces every row is whole.
+        const int64_t whole = num_chunks > 0 ? 2 * kPieceNnz : INT64_MAX;
         reduce_rows_kernel<T, L, CH, kMax>
-            <<<grid, kThreadsPerBlock, 0, stream>>>(rowptr, col, num_rows, values, x, ldx, n, y, winners);
+            <<<grid, kThreadsPerBlock, 0, stream>>>(rowptr, col, num_rows, whole, values, x, ldx, n, y, winners);
     });
     return cudaGetLastError();
 }
@@ -250,13 +251,13 @@ cudaError_t launch(const int32_t* rowptr, const int32_t* col, int64_t num_rows, 
 }  // namespace
 
 template <typename T>
-cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t nnz, const T* values,
-                        const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best, int32_t* partial_win,
-                        int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream) {
+cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t num_chunks,
+                        const T* values, const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best,
+                        int32_t* partial_win, int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream) {
     if (num_rows == 0 || n == 0) return cudaSuccess;
-#define TCS_REDUCE_ROWS_LAUNCH(L, CH) \
-    launch<T, L, CH>(rowptr, col, num_rows, nnz, values, x, ldx, n, is_max, partial_best, partial_win, first_of, y, \
-                     winners, stream)
+#define TCS_REDUCE_ROWS_LAUNCH(L, CH)                                                                      \
+    launch<T, L, CH>(rowptr, col, num_rows, num_chunks, values, x, ldx, n, is_max, partial_best, partial_win, \
+                     first_of, y, winners, stream)
     if (n <= 8) return TCS_REDUCE_ROWS_LAUNCH(8, 1);
     if (n <= 16) return TCS_REDUCE_ROWS_LAUNCH(16, 1);
     if (n <= 32) return TCS_REDUCE_ROWS_LAUNCH(32, 1);

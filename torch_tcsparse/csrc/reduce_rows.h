@@ -22,22 +22,22 @@ namespace tcsparse {
 // of more than 2 B nonzeros is split, every piece holds at most 2 B - 1.
 constexpr int64_t kPieceNnz = 128;
 
-// Rows of the partial arrays (each of n columns) that reduce_rows needs for nnz nonzeros: one per
-// chunk of kPieceNnz, none where no row can be long.
+// Chunks of kPieceNnz nonzeros of a matrix of nnz nonzeros, none where no row can be long.
 inline int64_t reduce_rows_partials(int64_t nnz) {
     return nnz > 2 * kPieceNnz ? (nnz + kPieceNnz - 1) / kPieceNnz : 0;
 }
 
 // T = float, __half or __nv_bfloat16 (values, X and Y all T). rowptr [num_rows + 1] and col
 // [nnz]: a CSR with int32 indices (any order of columns within a row: ties go to the lower k).
-// X rows have stride ldx (columns contiguous); Y and winners are contiguous [num_rows, n];
-// partial_best and partial_win are scratch of reduce_rows_partials(nnz) x n, first_of of
-// reduce_rows_partials(nnz) (null when that is 0).
+// X rows have stride ldx (columns contiguous); Y and winners are contiguous [num_rows, n].
+// num_chunks: reduce_rows_partials(nnz) to cut long rows into pieces, 0 to walk every row whole
+// (for a matrix known to have no long row); partial_best and partial_win are scratch of
+// num_chunks x n, first_of of num_chunks.
 // Products are formed in fp32 (exact for 16-bit operands), compared in fp32 (the pieces' partials
 // too) and the extreme rounded once to T.
 template <typename T>
-cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t nnz, const T* values,
-                        const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best, int32_t* partial_win,
-                        int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream);
+cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t num_chunks,
+                        const T* values, const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best,
+                        int32_t* partial_win, int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream);
 
 }  // namespace tcsparse
