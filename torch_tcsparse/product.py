@@ -183,7 +183,7 @@ def _traced_sum(structure, x, values, bias, engine, indices) -> torch.Tensor:
 def _extreme(matrix, x: torch.Tensor, path: str, reduce: str, traced: bool) -> torch.Tensor:
     """A @ X with ``reduce`` "max" or "min" for a checked 2-D X: ``engines/extreme.py``."""
     s, values = matrix._structure, matrix._values
-    # The kernel's split of long rows needs the longest row, which the structure keeps on the host.
+    # The longest row (kept on the host) spares a matrix without long rows the kernel's split.
     longest = s.max_row_nnz() if path == "rows" else -1
     if traced:
         return ops.spmm_extreme(x, values, s.rowptr, s.col, reduce, path, longest)[0]
