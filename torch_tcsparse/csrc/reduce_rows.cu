@@ -101,6 +101,7 @@ struct Lane {
         }
     }
 
+    // Y and the winners of the lane's columns of `row` (0 and -1 where nothing was offered).
     template <typename T>
     __device__ __forceinline__ void store(int64_t row, int64_t n, T* __restrict__ y, int32_t* __restrict__ winners) {
 #pragma unroll
