@@ -111,9 +111,11 @@ def attention_sddmm(a, b, row, col) -> torch.Tensor:
     return _ext.load().attention_sddmm(a, b, row, col)
 
 
-def reduce_rows(x, rowptr, col, values, is_max: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Y, the winning nonzero of every output) of the max/min product (``csrc/reduce_rows.h``)."""
-    return _ext.load().reduce_rows(x, rowptr, col, values, is_max)
+def reduce_rows(x, rowptr, col, values, is_max: bool, longest: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Y, the winning nonzero of every output) of the max/min product (``csrc/reduce_rows.h``);
+    ``longest``, the nonzeros of the longest row where known (-1: unknown), spares a matrix without
+    long rows the launches that cut them into pieces."""
+    return _ext.load().reduce_rows(x, rowptr, col, values, is_max, longest)
 
 
 def metcf_row_map(perm, num_rows: int, window: int):

@@ -120,29 +120,31 @@ spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup_context)
 
 
 @torch.library.custom_op("tcsparse::spmm_extreme", mutates_args=())
-def spmm_extreme(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str) -> tuple[Tensor, Tensor]:
+def spmm_extreme(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str,
+                 longest: int) -> tuple[Tensor, Tensor]:
     """(Y, winners) of the max/min product (``reduce``: "max" or "min") of the canonical CSR
     (rowptr, col, values) and a 2-D ``x`` on the ``engines.extreme`` path ``path``: Y[i, c] the
     extreme of A[i, j] * x[j, c] over row i (0 for an empty row), winners[i, c] the CSR index of
-    the nonzero it came from (int32, -1 for an empty row)."""
-    return extreme.forward(x, values, rowptr, col, reduce, path)
+    the nonzero it came from (int32, -1 for an empty row). ``longest``: the nonzeros of the
+    longest row, -1 where unknown."""
+    return extreme.forward(x, values, rowptr, col, reduce, path, longest)
 
 
 @spmm_extreme.register_fake
-def _(x, values, rowptr, col, reduce, path):
+def _(x, values, rowptr, col, reduce, path, longest):
     num_rows = rowptr.shape[0] - 1
     return x.new_empty(num_rows, x.shape[1]), x.new_empty(num_rows, x.shape[1], dtype=torch.int32)
 
 
 def _extreme_setup_context(ctx, inputs, output):
-    x, values, rowptr, col, reduce, path = inputs
+    x, values, rowptr, col, reduce, path, longest = inputs
     ctx.save_for_backward(x, values, col, output[1])
 
 
 def _extreme_backward(ctx, grad_y, grad_winners):
     x, values, col, winners = ctx.saved_tensors
     grad_x, grad_values = extreme.backward(grad_y, x, values, col, winners, *ctx.needs_input_grad[:2])
-    return grad_x, grad_values, None, None, None, None
+    return grad_x, grad_values, None, None, None, None, None
 
 
 spmm_extreme.register_autograd(_extreme_backward, setup_context=_extreme_setup_context)

@@ -183,11 +183,13 @@ def _traced_sum(structure, x, values, bias, engine, indices) -> torch.Tensor:
 def _extreme(matrix, x: torch.Tensor, path: str, reduce: str, traced: bool) -> torch.Tensor:
     """A @ X with ``reduce`` "max" or "min" for a checked 2-D X: ``engines/extreme.py``."""
     s, values = matrix._structure, matrix._values
+    # The longest row (kept on the host) spares a matrix without long rows the kernel's split.
+    longest = s.max_row_nnz() if path == "rows" else -1
     if traced:
-        return ops.spmm_extreme(x, values, s.rowptr, s.col, reduce, path)[0]
+        return ops.spmm_extreme(x, values, s.rowptr, s.col, reduce, path, longest)[0]
     if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
-        return extreme.ExtremeProduct.apply(x, values, s.rowptr, s.col, reduce, path)
-    return extreme.output(x, values, s.rowptr, s.col, reduce, path)
+        return extreme.ExtremeProduct.apply(x, values, s.rowptr, s.col, reduce, path, longest)
+    return extreme.output(x, values, s.rowptr, s.col, reduce, path, longest)
 
 
 def _mean_values(matrix, traced: bool) -> torch.Tensor:

@@ -38,7 +38,7 @@ def exact(csr, x, reduce):
 
 def kernel(csr, x, reduce):
     poison(csr.num_rows * max(x.shape[1], 1) * 2 + 1)
-    y, winners = _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values, reduce == "max")
+    y, winners = _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values, reduce == "max", -1)
     torch.cuda.synchronize()
     return y, winners
 
@@ -72,7 +72,7 @@ def test_shape_grid(m, n, reduce, dtype):
 @pytest.mark.parametrize("reduce", EXTREMES)
 @pytest.mark.parametrize("n", [7, 64] if SUBSET else [7, 16, 64, 130])
 def test_hub_row_and_empty_rows(n, reduce, dtype):
-    """One row of 10^5 nonzeros walked by one group of lanes; a quarter of the rows empty."""
+    """One row of 10^5 nonzeros (reduced in pieces); a quarter of the rows empty."""
     check(2000, HUB_NNZ + 1000, n, reduce, dtype, mean_degree=4, empty_fraction=0.25, hub_row=1234,
           hub_nnz=HUB_NNZ)
 
@@ -130,11 +130,13 @@ def test_binding_validation():
                    torch.ones(2, device="cuda"), 2, 2)
     x = torch.randn(2, 3, device="cuda")
     with pytest.raises(RuntimeError, match="values must be"):
-        _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values.half(), True)
+        _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values.half(), True, -1)
     with pytest.raises(RuntimeError, match="rowptr must be Int, got Long"):
-        _ext.load().reduce_rows(x, csr.rowptr.long(), csr.col, csr.values, True)
+        _ext.load().reduce_rows(x, csr.rowptr.long(), csr.col, csr.values, True, -1)
     with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16"):
-        _ext.load().reduce_rows(x.double(), csr.rowptr, csr.col, csr.values.double(), True)
+        _ext.load().reduce_rows(x.double(), csr.rowptr, csr.col, csr.values.double(), True, -1)
+    with pytest.raises(RuntimeError, match="longest must be"):
+        _ext.load().reduce_rows(x, csr.rowptr, csr.col, csr.values, True, -2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -55,6 +55,6 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
 
 // The max/min SpMM (reduce_rows_binding.cpp): (Y, the winning nonzero of every output).
 std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
-                                               const at::Tensor& values, bool is_max);
+                                               const at::Tensor& values, bool is_max, int64_t longest);
 
 }  // namespace tcsparse_binding

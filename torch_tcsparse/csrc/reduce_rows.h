@@ -5,10 +5,10 @@
 // = that k (the first one on a tie; a NaN product beats every number, the first NaN wins). An
 // empty row gives Y = 0 and winner -1. The winners are what the backward sends the gradient to.
 //
-// Why not the Tensor-Core layout: an extreme is no sum, the MMA cannot form it. Why not split
-// long rows as the sum kernel does: pieces of one row would have to merge a value and an index
-// atomically; a group of lanes per row keeps the result exact and the winners deterministic, and
-// a hub row costs one group's walk over it.
+// Why not the Tensor-Core layout: an extreme is no sum, the MMA cannot form it. Rows longer than
+// 2 * kPieceNnz nonzeros are reduced in pieces by groups of their own, whose extremes and winners
+// a second launch merges in order, so that a hub row does not hold the launch's last warps; the
+// merge keeps the rule's first winner, so the result and the winners are the unsplit walk's.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +18,26 @@
 
 namespace tcsparse {
 
+// Nonzeros per chunk of the pieces of long rows (B; docs/DECISIONS.md gives the reason): a row
+// of more than 2 B nonzeros is split, every piece holds at most 2 B - 1.
+constexpr int64_t kPieceNnz = 128;
+
+// Chunks of kPieceNnz nonzeros of a matrix of nnz nonzeros, none where no row can be long.
+inline int64_t reduce_rows_partials(int64_t nnz) {
+    return nnz > 2 * kPieceNnz ? (nnz + kPieceNnz - 1) / kPieceNnz : 0;
+}
+
 // T = float, __half or __nv_bfloat16 (values, X and Y all T). rowptr [num_rows + 1] and col
 // [nnz]: a CSR with int32 indices (any order of columns within a row: ties go to the lower k).
 // X rows have stride ldx (columns contiguous); Y and winners are contiguous [num_rows, n].
-// Products are formed in fp32 (exact for 16-bit operands) and the extreme rounded once to T.
+// num_chunks: reduce_rows_partials(nnz) to cut long rows into pieces, 0 to walk every row whole
+// (for a matrix known to have no long row); partial_best and partial_win are scratch of
+// num_chunks x n, first_of of num_chunks.
+// Products are formed in fp32 (exact for 16-bit operands), compared in fp32 (the pieces' partials
+// too) and the extreme rounded once to T.
 template <typename T>
-cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, const T* values, const T* x,
-                        int64_t ldx, int64_t n, bool is_max, T* y, int32_t* winners, cudaStream_t stream);
+cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t num_chunks,
+                        const T* values, const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best,
+                        int32_t* partial_win, int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream);
 
 }  // namespace tcsparse

@@ -10,7 +10,8 @@ wins among NaNs, so the result does not depend on the order of the work. Product
 the float64 extreme rounded to X's dtype.
 
 Two paths: "rows", the CUDA-core kernel of ``csrc/reduce_rows.h`` (a group of lanes per row over
-the canonical CSR), and "reference", torch ops on any device and dtype.
+the canonical CSR, long rows in pieces merged in order), and "reference", torch ops on any device
+and dtype.
 """
 from __future__ import annotations
 
@@ -25,21 +26,25 @@ from ..paths import CPU_CSR_DTYPES
 from .reference import CHUNK_ELEMENTS
 
 
-def forward(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str) -> tuple[Tensor, Tensor]:
+def forward(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str,
+            longest: int = -1) -> tuple[Tensor, Tensor]:
     """(Y, the winning nonzero of every output) for the canonical CSR (rowptr, col, values) and a
-    2-D ``x`` of the values' dtype, on a path ``product.choose_path`` gave."""
+    2-D ``x`` of the values' dtype, on a path ``product.choose_path`` gave; ``longest``, the
+    nonzeros of the longest row where known (-1: unknown), lets the kernel skip its split of long
+    rows where there are none."""
     if path == "rows":
-        return kernels.reduce_rows(x, rowptr, col, values, reduce == "max")
+        return kernels.reduce_rows(x, rowptr, col, values, reduce == "max", longest)
     return _torch_forward(x, values, rowptr, col, reduce == "max")
 
 
-def output(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str) -> Tensor:
+def output(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, reduce: str, path: str,
+           longest: int = -1) -> Tensor:
     """Y alone, for a product that needs no gradient. On the CPU torch's own CSR reduction gives
     it (the same products, extremes and empty rows, without the winners, which cost the torch
     ops most of their time); 16-bit operands go up to float32 for it, which keeps the products
     exact."""
     if path == "rows" or x.device.type != "cpu":
-        return forward(x, values, rowptr, col, reduce, path)[0]
+        return forward(x, values, rowptr, col, reduce, path, longest)[0]
     held = values.dtype if values.dtype in CPU_CSR_DTYPES else torch.float32
     matrix = torch_csr(rowptr, col, values.to(held), (rowptr.numel() - 1, x.shape[0]))
     with torch.autocast("cpu", enabled=False):
@@ -131,8 +136,8 @@ class ExtremeProduct(torch.autograd.Function):
     """The eager max/min product, differentiable for X and the values (canonical CSR order)."""
 
     @staticmethod
-    def forward(ctx, x, values, rowptr, col, reduce, path):
-        y, arg = forward(x, values, rowptr, col, reduce, path)
+    def forward(ctx, x, values, rowptr, col, reduce, path, longest):
+        y, arg = forward(x, values, rowptr, col, reduce, path, longest)
         ctx.save_for_backward(x, values, col, arg)
         return y
 
@@ -140,4 +145,4 @@ class ExtremeProduct(torch.autograd.Function):
     def backward(ctx, grad_y):
         x, values, col, arg = ctx.saved_tensors
         grad_x, grad_values = backward(grad_y, x, values, col, arg, *ctx.needs_input_grad[:2])
-        return grad_x, grad_values, None, None, None, None
+        return grad_x, grad_values, None, None, None, None, None
