@@ -120,12 +120,19 @@ def measure(args, device: torch.device) -> list[dict]:
     rank, world = dist.get_rank(), dist.get_world_size()
     rows, bandwidth = [], None
     args.reference = None
+    csv_path = out_dir(args.out) / "distributed.csv"
+
+    def report(row: dict) -> None:
+        # Written again after every row: a run stopped at a time limit keeps what it measured.
+        rows.append(row)
+        print(format_row(row), flush=True)
+        write_csv(csv_path, rows, FIELDS)
+
     for scale in args.scales:
         common = scale_fields(args, scale, device)
         box = [None]
         if rank == 0 and not args.no_single:
-            rows.append(common | {"gpus": 1, "partitioner": "none"} | single.single_gpu(args, device))
-            print(format_row(rows[-1]), flush=True)
+            report(common | {"gpus": 1, "partitioner": "none"} | single.single_gpu(args, device))
             box[0] = rows[-1]
         dist.broadcast_object_list(box, src=0)
         set_row_weight(args, box[0])
@@ -137,12 +144,14 @@ def measure(args, device: torch.device) -> list[dict]:
         if bandwidth is None:
             bandwidth = ranks.link_bandwidth(device, args.link_mb << 20)
         for config in args.configs:
-            rows.append(common | {"gpus": world, "link_gbps": bandwidth / 1e9} | ranks.train_config(args, device, built, config))
+            row = common | {"gpus": world, "link_gbps": bandwidth / 1e9} | ranks.train_config(args, device, built, config)
             if rank == 0:
-                print(format_row(rows[-1]), flush=True)
+                report(row)
+            else:
+                rows.append(row)
         del built
     if rank == 0:
-        print(f"wrote {write_csv(out_dir(args.out) / 'distributed.csv', rows, FIELDS)}")
+        print(f"wrote {csv_path}")
     # No rank leaves while another still talks to it (gloo aborts on a peer's closed socket).
     dist.barrier()
     return rows
