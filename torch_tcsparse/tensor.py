@@ -194,7 +194,10 @@ class TCSparseTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None) -> str:
         # Printing a CSR-only matrix must not build its layout: the blocks are "pending" until then.
-        blocks = "pending" if self._structure.layout_pending else self._structure.layout.num_blocks
+        # A matrix inside a compiled function counts them on the structure it stands for, whose
+        # layout is whole.
+        structure = flattening.source_of(self._structure)
+        blocks = "pending" if structure.layout_pending else structure.layout.num_blocks
         return (
             f"TCSparseTensor(shape={tuple(self.shape)}, nnz={self.nnz}, dtype={self.dtype}, device={self.device}, "
             f"window={self._structure.window}, tc_blocks={blocks}, reorder={self._structure.method!r})"
@@ -256,11 +259,12 @@ class TCSparseTensor(torch.Tensor):
         return copied
 
     # Traceable wrapper subclass: torch.compile takes the matrix as an input of the compiled
-    # function through its values and every index array a traced product reads (flattening.py);
-    # the structure rides in the context, which the compiled code guards on.
+    # function through its values and the index arrays its traced products can read
+    # (flattening.py); the structure rides in the context, which the compiled code guards on.
 
     def __tensor_flatten__(self):
-        tensors, context = flattening.flatten(self._structure)
+        values = self._values
+        tensors, context = flattening.flatten(self._structure, values.dtype, values.requires_grad)
         # The protocol reads the inner tensors as attributes, by name.
         if self.__dict__.get("_flattened") is not tensors:
             self.__dict__.update(tensors)
