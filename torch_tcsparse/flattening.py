@@ -12,14 +12,18 @@ more (a ``Plan``, from the modes of the call that takes it in):
 - always, the canonical CSR (the "csr" engine, max/min, the mean's row scale, ``A.values()``);
 - the indices of the engines the path decision can pick for the matrix (``choose_path``: "csr"
   where the kernels do not run, else the selector's choices and trial candidates for the
-  values' dtype, and autocast's, at every N bucket), for those dtypes;
-- where gradients are enabled: the same of the transpose (dX), and both layouts' gathers that
-  put values in the transpose's order;
+  values' dtype at every N bucket);
+- the same of the transpose (dX), and both layouts' gathers that put values in the transpose's
+  order;
 - where the matrix's own values require grad: the layout's kernel arrays for their SDDMM (a
   matrix built inside the compiled function gets its values' gradient on the CSR instead).
 
-A traced product whose path does not travel runs "csr" (``product.choose_path``). The arrays are
-built on the host from real arrays when the compiler first takes the matrix in a given plan.
+The plan follows from the matrix and deterministic mode alone: torch's runtime wrappers unwrap
+the inputs under grad and autocast modes of their own (an inference graph runs without grad),
+so a plan that read those modes would flatten differently at run time than when traced. A traced
+product whose path does not travel (another N bucket, autocast's dtype) runs "csr"
+(``product.choose_path``). The arrays are built on the host from real arrays when the compiler
+first takes the matrix in a given plan.
 ``unflatten`` rebuilds a structure whose kept indices are the stand-ins, so ``engine.indices``
 finds them.
 
@@ -57,12 +61,11 @@ GATHER_FIELDS = ("csr_gather", "transpose_gather")
 
 class Plan(NamedTuple):
     """What a matrix carries into a compiled function: the engines of its products (``paths``),
-    the dtypes of X whose engine indices travel, whether the transpose and the gathers travel
-    (gradients enabled), and whether the SDDMM's layout arrays do (its values require grad)."""
+    the dtype of X whose engine indices travel, and whether the SDDMM's layout arrays do (its
+    values require grad)."""
 
     paths: tuple[str, ...]
-    dtypes: tuple[torch.dtype, ...]
-    gradients: bool
+    dtype: torch.dtype
     values_gradient: bool
 
 
@@ -86,7 +89,7 @@ class Recipe:
 class StructureRef:
     """The flattening's context: the structure itself, the mode its arrays were built for
     (deterministic algorithms split no rows), the plan, and the recipes of it and of its
-    transpose (None where it does not travel). The compiler keeps a deep copy of the context and
+    transpose. The compiler keeps a deep copy of the context and
     guards on its equality; the same structure is the same matrix pattern, so the reference
     copies as itself and compares the structure by identity (a copy of the arrays would cost
     their size and never compare equal). A compiled-graph cache pickles it by its stable hash."""
@@ -99,7 +102,7 @@ class StructureRef:
         self._hash = None
 
     def transposed(self) -> "StructureRef":
-        """The context of the transpose over the same arrays (which travel with gradients)."""
+        """The context of the transpose over the same arrays."""
         return StructureRef(self.structure.transposed(), self.deterministic, self.plan, self.recipes[::-1],
                             self.names)
 
@@ -154,83 +157,70 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def flatten(structure: Structure, dtype: torch.dtype, requires_grad: bool) -> tuple[dict[str, torch.Tensor], StructureRef]:
-    """The index arrays a matrix of ``structure`` with values of ``dtype`` (``requires_grad``:
-    whether they do) carries into a compiled function under the current modes, by name, and the
-    context that rebuilds the structure from them (``unflatten``)."""
+def flatten(structure: Structure, dtype: torch.dtype, learnable: bool) -> tuple[dict[str, torch.Tensor], StructureRef]:
+    """The index arrays a matrix of ``structure`` with values of ``dtype`` (``learnable``: whether
+    they require grad) carries into a compiled function in the current deterministic mode, by
+    name, and the context that rebuilds the structure from them (``unflatten``)."""
     traced = getattr(structure, "traced_flat", None)
     if traced is not None:  # a rebuilt copy flattens into the stand-ins it was built from
         return traced
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    gradients = torch.is_grad_enabled()
-    device_type = structure.col.device.type
-    autocast = (torch.get_autocast_dtype(device_type)
-                if dtype == torch.float32 and torch.is_autocast_enabled(device_type) else None)
-    key = (deterministic, gradients, requires_grad and gradients, dtype, autocast)
+    key = (torch.are_deterministic_algorithms_enabled(), dtype, learnable)
     per_mode = _flattened.get(structure)
     if per_mode is None:
         per_mode = _flattened[structure] = {}
     flat = per_mode.get(key)
     if flat is None:
-        flat = per_mode[key] = _flatten(structure, deterministic, gradients, key[2],
-                                        (dtype,) if autocast is None else (dtype, autocast))
+        flat = per_mode[key] = _flatten(structure, *key)
     return flat
 
 
-def _flatten(structure: Structure, deterministic: bool, gradients: bool, values_gradient: bool, dtypes: tuple):
-    plan = Plan(_paths(structure, dtypes), dtypes, gradients, values_gradient)
+def _flatten(structure: Structure, deterministic: bool, dtype: torch.dtype, learnable: bool):
+    plan = Plan(_paths(structure, dtype), dtype, learnable)
     tensors: list[torch.Tensor] = []
     positions: dict[int, int] = {}
-    transpose = structure.transposed() if gradients else None  # first: building it links both layouts
-    ours = _layout_fields(plan, values_gradient)
-    recipes = (_recipe(structure, plan, ours, tensors, positions),
-               None if transpose is None else _recipe(transpose, plan, _layout_fields(plan, False), tensors,
-                                                       positions))
+    transpose = structure.transposed()  # first: building it links both layouts
+    recipes = (_recipe(structure, plan, _layout_fields(plan, learnable), tensors, positions),
+               _recipe(transpose, plan, _layout_fields(plan, False), tensors, positions))
     # The selector's features, from the real arrays now: a traced product reads them to choose
     # its path, and building them while tracing would put host copies of the layout into the graph.
     for s in (structure, transpose):
-        if s is not None:
-            s.selection.features(s.layout)
+        s.selection.features(s.layout)
     names = [f"_index_{i}" for i in range(len(tensors))]
     return dict(zip(names, tensors)), StructureRef(structure, deterministic, plan, recipes, names)
 
 
-def _paths(structure: Structure, dtypes: tuple) -> tuple[str, ...]:
-    """The engines the path decision can pick for products of these dtypes (``choose_path``):
-    "csr" always (its indices are the canonical CSR, which travels anyway), and where the
-    kernels run, every path the selector may settle on; "grouped" runs "base" when traced."""
+def _paths(structure: Structure, dtype: torch.dtype) -> tuple[str, ...]:
+    """The engines the path decision can pick for products of ``dtype`` (``choose_path``): "csr"
+    always (its indices are the canonical CSR, which travels anyway), and where the kernels run,
+    every path the selector may settle on; "grouped" runs "base" when traced."""
     paths = {"csr"}
-    for dtype in dtypes:
-        if kernels.usable_for(dtype, structure.device):
-            paths.update(structure.selection.possible(structure.layout, dtype, structure.device))
+    if kernels.usable_for(dtype, structure.device):
+        paths.update(structure.selection.possible(structure.layout, dtype, structure.device))
     paths = {"base" if path == "grouped" else path for path in paths}
     return tuple(name for name in ENGINES if name in paths)
 
 
 def _layout_fields(plan: Plan, values_gradient: bool) -> tuple[str, ...]:
     """The layout's arrays a structure carries in ``plan``: the kernels' where a product runs on
-    the layout or its values' SDDMM needs them, the gathers where gradients are enabled."""
-    fields = set()
+    the layout or its values' SDDMM needs them, and the gathers."""
+    fields = set(GATHER_FIELDS)
     if values_gradient or any(ENGINES[path].operand_key in ("tensor_core", "reference") for path in plan.paths):
         fields.update(MetcfLayout.KERNEL_FIELDS)
-    if plan.gradients:
-        fields.update(GATHER_FIELDS)
     return tuple(name for name in MetcfLayout.TENSOR_FIELDS if name in fields)
 
 
 def unflatten(context: StructureRef, tensors: dict[str, torch.Tensor]) -> Structure:
-    """A copy of the context's structure (and of its transpose, linked, where it travels) reading
-    the given index arrays; ``traced_from`` on each copy names the structure it stands for."""
+    """A copy of the context's structure (and of its transpose, linked) reading the given index
+    arrays; ``traced_from`` on each copy names the structure it stands for."""
     arrays = [tensors[name] for name in context.names]
     source = context.structure
-    ours = _replaced(source, context.recipes[0], arrays, context.plan)
+    ours = _replaced(source, context.recipes[0], arrays)
+    theirs = _replaced(source.transposed(), context.recipes[1], arrays)
+    ours._derived["transpose"], theirs._derived["transpose"] = theirs, ours
     inner = {name: tensors[name] for name in context.names}
     ours.traced_flat = (inner, context)
-    if context.recipes[1] is not None:
-        theirs = _replaced(source.transposed(), context.recipes[1], arrays, context.plan)
-        ours._derived["transpose"], theirs._derived["transpose"] = theirs, ours
-        # ``A.t()`` inside the compiled function: a matrix of the same arrays, read the other way.
-        theirs.traced_flat = (inner, context.transposed())
+    # ``A.t()`` inside the compiled function: a matrix of the same arrays, read the other way.
+    theirs.traced_flat = (inner, context.transposed())
     return ours
 
 
@@ -259,17 +249,16 @@ def _recipe(structure: Structure, plan: Plan, fields: tuple, tensors: list, posi
     items = []
     for name in plan.paths:
         engine = ENGINES[name]
-        for key in dict.fromkeys(engine.index_key(structure, dtype) for dtype in plan.dtypes):
-            dtype = next(d for d in plan.dtypes if engine.index_key(structure, d) == key)
-            group, ints = engine.flat(engine.kept_indices(structure, key, dtype))
-            items.append((key, name, place(group), ints))
+        key = engine.index_key(structure, plan.dtype)
+        group, ints = engine.flat(engine.kept_indices(structure, key, plan.dtype))
+        items.append((key, name, place(group), ints))
     layout = structure.layout
     placed = dict(zip(fields, place([getattr(layout, name) for name in fields])))
     return Recipe(placed, place([structure.rowptr])[0], place([structure.col])[0], items,
                   {"max_row_nnz": structure.max_row_nnz()})
 
 
-def _replaced(structure: Structure, recipe: Recipe, arrays: list, plan: Plan) -> Structure:
+def _replaced(structure: Structure, recipe: Recipe, arrays: list) -> Structure:
     copy = object.__new__(Structure)
     copy.__dict__.update(structure.__dict__)
     copy.rowptr, copy.col = arrays[recipe.rowptr], arrays[recipe.col]

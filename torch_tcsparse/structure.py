@@ -144,11 +144,6 @@ class Structure:
         values of a new transpose with it, in one pass)."""
         if "transpose" in self._derived:
             return self._derived["transpose"], None
-        if hasattr(self, "traced_from"):
-            # A copy reading a compiled function's inputs (``flattening``): its arrays are stand-ins.
-            raise RuntimeError("the transpose of a TCSparseTensor taken by a compiled function travels with it only "
-                               "where gradients are enabled; call the function with gradients enabled, or pass "
-                               "A.t() in as an input")
         rowptr_t, col_t, order, ours_in_blocks = _transpose_in_blocks(self.csr(None), self.layout.csr_gather)
         # A structure reads only the indices: the values are never written, so never paged in.
         csr_t = CSR(rowptr_t, col_t, torch.empty(self.nnz, device=self.device), self.num_cols, self.num_rows)

@@ -263,8 +263,7 @@ class TCSparseTensor(torch.Tensor):
     # (flattening.py); the structure rides in the context, which the compiled code guards on.
 
     def __tensor_flatten__(self):
-        values = self._values
-        tensors, context = flattening.flatten(self._structure, values.dtype, values.requires_grad)
+        tensors, context = flattening.flatten(self._structure, self._values.dtype, learnable(self))
         # The protocol reads the inner tensors as attributes, by name.
         if self.__dict__.get("_flattened") is not tensors:
             self.__dict__.update(tensors)
@@ -296,9 +295,13 @@ class TCSparseTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if func is torch.ops.aten.detach.default:
-            # The compiler detaches a matrix input that requires grad to take it in.
+            # The compiler detaches a matrix input that requires grad to take it in (and torch's
+            # runtime wrappers one whose gradient the graph does not need): the detached matrix
+            # flattens as the matrix did (``learnable``), or the graph's inputs would not match.
             matrix = args[0]
-            return _wrapper(matrix._structure, matrix._values.detach())
+            detached = _wrapper(matrix._structure, matrix._values.detach())
+            detached._learnable = learnable(matrix)
+            return detached
         raise TypeError(
             f"TCSparseTensor does not support {func}: it supports A @ X, torch.matmul, torch.mm, "
             "torch.sparse.mm, .t(), .to(), .with_values(), .crow_indices(), .col_indices(), .values(); "
@@ -321,6 +324,12 @@ def _wrapper(structure: Structure, values: torch.Tensor) -> TCSparseTensor:
     # the same matrix (its values may change in place) or builds it inside the compiled function.
     out._dynamo_static_input_type = "unguarded"
     return out
+
+
+def learnable(matrix: TCSparseTensor) -> bool:
+    """Whether the matrix's values require grad, or did before the compiler detached it: what its
+    flattening plans for (``flattening.flatten``)."""
+    return matrix.__dict__.get("_learnable", matrix._values.requires_grad)
 
 
 def live_values(matrix: TCSparseTensor) -> torch.Tensor:
