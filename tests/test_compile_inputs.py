@@ -102,3 +102,12 @@ def test_the_context_pickles_as_its_stable_hash():
     data = pickle.dumps(context)
     assert len(data) < 300
     assert pickle.loads(data) is context
+
+
+def test_a_named_path_that_does_not_travel_is_refused():
+    """On the CPU only the CSR travels: a compiled product naming the reference is refused at
+    tracing, with the paths that do."""
+    adj = directed_graph()
+    compiled = torch.compile(lambda a, x: a.matmul(x, path="reference"), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="does not travel"):
+        compiled(adj, torch.ones(24, 2))
