@@ -205,25 +205,34 @@ def test_whole_training_step_compiles_around_backward():
     torch.testing.assert_close(losses(True), losses(False))
 
 
+def forced_rows(monkeypatch):
+    """Products of float32 choose the "rows" path, as the selector may on a GPU."""
+    from torch_tcsparse.selector.cache import SelectionCache
+
+    monkeypatch.setattr(flattening.kernels, "usable_for", lambda dtype, device: dtype == torch.float32)
+    monkeypatch.setattr(SelectionCache, "choose", lambda self, layout, n, dtype, device=None: ("rows", None))
+
+
 def rows_split_of(structure) -> list[int]:
     """The split rows a traced copy of ``structure`` hands the rows engine (float32 X)."""
-    tensors, context = flattening.flatten(structure)
+    tensors, context = flattening.flatten(structure, torch.float32, False)
     copy = flattening.unflatten(context, tensors)
     return ENGINES["rows"].indices(copy, torch.float32).pieces.split_rows.tolist()
 
 
-def test_flattening_carries_the_rows_split_for_the_current_mode(case):
-    split_rows = TCSparseTensor.from_dense(torch.ones(4, 600, dtype=torch.float64))
-    context = flattening.flatten(split_rows._structure)[1]
+def test_flattening_carries_the_rows_split_for_the_current_mode(monkeypatch):
+    forced_rows(monkeypatch)
+    split_rows = TCSparseTensor.from_dense(torch.ones(4, 600))
+    context = flattening.flatten(split_rows._structure, torch.float32, False)[1]
     assert rows_split_of(split_rows._structure) == [0, 1, 2, 3]
     torch.use_deterministic_algorithms(True)
     try:
         assert rows_split_of(split_rows._structure) == []
-        unsplit_context = flattening.flatten(split_rows._structure)[1]
+        unsplit_context = flattening.flatten(split_rows._structure, torch.float32, False)[1]
     finally:
         torch.use_deterministic_algorithms(False)
     assert unsplit_context != context
-    assert flattening.flatten(split_rows._structure)[1] == context
+    assert flattening.flatten(split_rows._structure, torch.float32, False)[1] == context
 
 
 def test_matrix_with_learnable_values_links_them_and_detaches(case):

@@ -8,6 +8,7 @@ import torch
 from torch_tcsparse import TCSparseTensor, ops
 from torch_tcsparse.engines import ENGINES
 from torch_tcsparse.engines import reference as reference_engine
+from torch_tcsparse.engines.tensor_core import kernel_arrays
 from torch_tcsparse.testing import coo_to_dense, random_dense, random_permutation
 
 GRAD_PATHS = ["reference", "csr"]
@@ -180,24 +181,37 @@ def test_gradcheck_edge_weight(path):
     torch.testing.assert_close(product(weight), reference)
 
 
-def op_arguments(path, with_transpose=True):
+def op_arguments(path, with_transpose=True, sddmm_on="layout"):
     """``tcsparse::spmm``'s arguments for a 23 x 14 matrix on engine ``path``: what a traced
-    product passes (the transpose's indices only ``with_transpose``)."""
+    product passes (the transpose's indices and the gathers only ``with_transpose``; the values'
+    gradient from the layout's kernel arrays or, ``sddmm_on="csr"``, from the canonical CSR)."""
     a, _ = matrix()
     s, s_t = a._structure, a.t()._structure
     engine = ENGINES[path]
     indices, ints = engine.flat(engine.indices(s, torch.float64))
     indices_t, ints_t = engine.flat(engine.indices(s_t, torch.float64)) if with_transpose else ([], [])
+    gathers = [s.layout.csr_gather, s_t.layout.transpose_gather, s_t.layout.csr_gather] if with_transpose else []
+    layout, csr = (kernel_arrays(s.layout), []) if sddmm_on == "layout" else ([], [s.rowptr, s.col])
     x = torch.randn(14, 3, dtype=torch.float64, requires_grad=True)
     values = a.csr.values.clone().requires_grad_()
-    return a, (x, values, None, indices, ints, indices_t, ints_t, s.layout.tensors(), s_t.layout.tensors(),
-               [s.window, 23, 14], path)
+    return a, (x, values, None, indices, ints, indices_t, ints_t, gathers, layout, csr, [s.window, 23, 14], path)
 
 
+@pytest.mark.parametrize("sddmm_on", ["layout", "csr"])
 @pytest.mark.parametrize("path", ["reference", "csr"])
-def test_opcheck_spmm(path):
-    _, args = op_arguments(path)
+def test_opcheck_spmm(path, sddmm_on):
+    _, args = op_arguments(path, sddmm_on=sddmm_on)
     torch.library.opcheck(torch.ops.tcsparse.spmm, args)
+
+
+@pytest.mark.parametrize("sddmm_on", ["layout", "csr"])
+def test_op_gradients_match_eager(sddmm_on):
+    a, (x, values, *rest) = op_arguments("csr", sddmm_on=sddmm_on)
+    torch.ops.tcsparse.spmm(x, values, *rest).square().sum().backward()
+    eager_x, eager_values = x.detach().clone().requires_grad_(), values.detach().clone().requires_grad_()
+    (a.with_values(eager_values) @ eager_x).square().sum().backward()
+    torch.testing.assert_close(x.grad, eager_x.grad)
+    torch.testing.assert_close(values.grad, eager_values.grad)
 
 
 def test_opcheck_spmm_without_transpose_indices():
@@ -212,8 +226,8 @@ def test_opcheck_sddmm_and_its_values():
     grad_y = torch.randn(23, 3, dtype=torch.float64)
     x = torch.randn(14, 3, dtype=torch.float64)
     sizes = [s.window, 23, 14]
-    torch.library.opcheck(torch.ops.tcsparse.sddmm, (grad_y, x, s.layout.tensors(), sizes))
-    out = torch.ops.tcsparse.sddmm(grad_y, x, s.layout.tensors(), sizes)
+    torch.library.opcheck(torch.ops.tcsparse.sddmm, (grad_y, x, kernel_arrays(s.layout), sizes))
+    out = torch.ops.tcsparse.sddmm(grad_y, x, kernel_arrays(s.layout), sizes)
     row, col = a.csr.row_indices(), a.csr.col.long()
     torch.testing.assert_close(out, (grad_y[row] * x[col]).sum(1))
 

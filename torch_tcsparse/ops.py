@@ -5,9 +5,9 @@
 index arrays given as the op's inputs (``Engine.flat``), so that a compiled function reads them
 from the matrix it takes as an input (``flattening``). Values are in canonical CSR order. Its
 backward is the engines' one formula (``engines.autograd.backward``): dX runs the same op on the
-transpose's indices, with the values put in the transpose's order through the two ME-TCF layouts
-(``layout``/``layout_t``, given where a gradient is needed), and the values' gradient is the
-``tcsparse::sddmm`` op.
+transpose's indices, with the values put in the transpose's order through the layouts' gathers
+(given where dX is needed), and the values' gradient is the ``tcsparse::sddmm`` op on the layout's
+kernel arrays, or where they do not travel, the same sums on the canonical CSR in torch ops.
 Eager products do not go through the dispatcher (its boxing of a dozen arguments costs more than
 a whole product on a small graph): ``product.py`` calls the same engine functions directly.
 
@@ -23,7 +23,8 @@ from torch import Tensor
 
 from .engines import ENGINES, extreme
 from .engines.autograd import backward, values_gradient
-from .engines.tensor_core import block_order
+from .engines.reference import csr_sddmm
+from .engines.tensor_core import placed
 from .formats.metcf import MetcfLayout
 
 
@@ -36,50 +37,51 @@ def spmm(
     index_ints: list[int],
     indices_t: list[Tensor],
     index_ints_t: list[int],
+    gathers: list[Tensor],
     layout: list[Tensor],
-    layout_t: list[Tensor],
+    csr: list[Tensor],
     sizes: list[int],
     path: str,
 ) -> Tensor:
     """Y[num_rows, N] = A @ x (+ bias on every row) on engine ``path``, for the matrix given by the
     engine's ``indices`` / ``index_ints`` (``Engine.flat``) and CSR-order ``values``.
 
-    ``indices_t`` / ``index_ints_t``: the engine's indices of the transpose, for dX (empty when no
-    gradient of x is needed). ``layout`` / ``layout_t``: the ME-TCF arrays (``MetcfLayout.tensors``)
-    of the matrix and of its transpose, for any gradient (empty otherwise). ``sizes``: (window,
-    num_rows, num_cols)."""
+    For dX (empty when no gradient of x is needed): ``indices_t`` / ``index_ints_t``, the engine's
+    indices of the transpose, and ``gathers``, the matrix's ``csr_gather`` and the transpose's
+    ``transpose_gather`` and ``csr_gather`` (which put the values in the transpose's order). For
+    the values' gradient (empty when none is needed): ``layout``, the ME-TCF arrays of
+    ``MetcfLayout.KERNEL_FIELDS``, or else ``csr``, the canonical (rowptr, col). ``sizes``:
+    (window, num_rows, num_cols)."""
     engine = ENGINES[path]
     return engine.run(x, engine.operands(engine.unflat(indices, index_ints), values), bias)
 
 
 @spmm.register_fake
-def _(x, values, bias, indices, index_ints, indices_t, index_ints_t, layout, layout_t, sizes, path):
+def _(x, values, bias, indices, index_ints, indices_t, index_ints_t, gathers, layout, csr, sizes, path):
     return x.new_empty(sizes[1], x.shape[1])
 
 
 @torch.library.custom_op("tcsparse::sddmm", mutates_args=())
 def sddmm(grad_y: Tensor, x: Tensor, layout: list[Tensor], sizes: list[int]) -> Tensor:
-    """For every nonzero (row, col) of the matrix given by its ME-TCF arrays ``layout`` and
-    ``sizes`` (window, num_rows, num_cols), in canonical CSR order: <grad_y[row], x[col]>, the
-    gradient of the values (``engines.autograd.values_gradient``)."""
-    return values_gradient(grad_y, x, MetcfLayout.from_tensors(layout, *sizes))
+    """For every nonzero (row, col) of the matrix given by its ME-TCF arrays ``layout``
+    (``MetcfLayout.KERNEL_FIELDS``) and ``sizes`` (window, num_rows, num_cols), in canonical CSR
+    order: <grad_y[row], x[col]>, the gradient of the values (``engines.autograd.values_gradient``)."""
+    return values_gradient(grad_y, x, MetcfLayout.from_fields(dict(zip(MetcfLayout.KERNEL_FIELDS, layout)), *sizes))
 
 
 @sddmm.register_fake
 def _(grad_y, x, layout, sizes):
-    return x.new_empty(layout[MetcfLayout.TENSOR_FIELDS.index("csr_gather")].shape[0])
+    return x.new_empty(layout[MetcfLayout.KERNEL_FIELDS.index("csr_gather")].shape[0])
 
 
-def _layouts(layout: list[Tensor], layout_t: list[Tensor], sizes: list[int]) -> tuple[MetcfLayout, MetcfLayout]:
-    window, num_rows, num_cols = sizes
-    return (MetcfLayout.from_tensors(layout, window, num_rows, num_cols),
-            MetcfLayout.from_tensors(layout_t, window, num_cols, num_rows))
+_LISTS = ("indices", "indices_t", "gathers", "layout", "csr")
 
 
 def _spmm_setup_context(ctx, inputs, output):
-    x, values, bias, indices, index_ints, indices_t, index_ints_t, layout, layout_t, sizes, path = inputs
-    ctx.save_for_backward(x, values, *indices, *indices_t, *layout, *layout_t)
-    ctx.counts = (len(indices), len(indices_t), len(layout))
+    x, values, bias, indices, index_ints, indices_t, index_ints_t, gathers, layout, csr, sizes, path = inputs
+    lists = (indices, indices_t, gathers, layout, csr)
+    ctx.save_for_backward(x, values, *(t for group in lists for t in group))
+    ctx.counts = tuple(len(group) for group in lists)
     ctx.options = (index_ints, index_ints_t, sizes, path)
     ctx.no_gradients = tuple(_no_gradient(a) for a in inputs[3:])
 
@@ -94,25 +96,31 @@ def _no_gradient(argument):
 
 
 def _spmm_backward(ctx, grad_y):
-    count, count_t, count_layout = ctx.counts
     index_ints, index_ints_t, sizes, path = ctx.options
     x, values, *arrays = ctx.saved_tensors
-    indices, arrays = arrays[:count], arrays[count:]
-    indices_t, arrays = arrays[:count_t], arrays[count_t:]
-    layout, layout_t = arrays[:count_layout], arrays[count_layout:]
-    if (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]) and not layout:
-        raise RuntimeError("tcsparse::spmm was called without the layouts its gradient needs")
-    ours, theirs = _layouts(layout, layout_t, sizes) if layout else (None, None)
+    groups = {}
+    for name, count in zip(_LISTS, ctx.counts):
+        groups[name], arrays = arrays[:count], arrays[count:]
+    indices, indices_t = groups["indices"], groups["indices_t"]
 
     def transposed_product(g: Tensor) -> Tensor:
         if not indices_t:
             raise RuntimeError("tcsparse::spmm was called without the transpose's indices; it cannot compute dX")
-        values_t = block_order(values, ours).index_select(0, theirs.transpose_gather).index_select(0, theirs.csr_gather)
+        csr_gather, transpose_gather_t, csr_gather_t = groups["gathers"]
+        values_t = placed(values, csr_gather).index_select(0, transpose_gather_t).index_select(0, csr_gather_t)
         sizes_t = [sizes[0], sizes[2], sizes[1]]
-        return spmm(g, values_t, None, indices_t, index_ints_t, indices, index_ints, layout_t, layout, sizes_t, path)
+        return spmm(g, values_t, None, indices_t, index_ints_t, indices, index_ints, [], [], [], sizes_t, path)
 
-    grad_x, grad_values, grad_bias = backward(
-        grad_y, tuple(ctx.needs_input_grad[:3]), transposed_product, lambda g: sddmm(g, x, layout, sizes))
+    def values_gradient_of(g: Tensor) -> Tensor:
+        if groups["layout"]:
+            return sddmm(g, x, groups["layout"], sizes)
+        if not groups["csr"]:
+            raise RuntimeError("tcsparse::spmm was called without the arrays its values' gradient needs")
+        with torch.autocast(x.device.type, enabled=False):
+            return csr_sddmm(g, x, *groups["csr"])
+
+    grad_x, grad_values, grad_bias = backward(grad_y, tuple(ctx.needs_input_grad[:3]), transposed_product,
+                                              values_gradient_of)
     return (grad_x, grad_values, grad_bias, *ctx.no_gradients)
 
 

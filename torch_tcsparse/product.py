@@ -15,6 +15,7 @@ import torch
 from . import flattening, kernels, ops
 from .engines import ENGINES, extreme
 from .engines.autograd import Product
+from .engines.tensor_core import kernel_arrays
 from .paths import CUDA_ONLY_PATHS, EXTREME_PATHS, KERNEL_DTYPES, PATHS, REDUCTION_ALIASES, REDUCTIONS
 from .structure import BUILD_AFTER_USES
 
@@ -66,7 +67,8 @@ def choose_path(structure, x: torch.Tensor, path: str, reduce: str, traced: bool
     where the kernels run, else torch.sparse), checked against X; a matrix whose Tensor-Core
     layout is pending runs the rows kernel (or torch.sparse) until it has paid for the layout;
     the grouped kernel adds with atomics, so deterministic mode runs "base" instead, as do
-    traced products (its layout does not travel with a compiled function's input)."""
+    traced products (its layout does not travel with a compiled function's input); a traced
+    product runs "csr" where its path's indices did not travel (``flattening``)."""
     if reduce in ("max", "min"):
         return _extreme_path(path, x, structure), None
     if path not in PATHS:
@@ -75,6 +77,7 @@ def choose_path(structure, x: torch.Tensor, path: str, reduce: str, traced: bool
     if path in CUDA_ONLY_PATHS and not usable:
         raise ValueError(f"path {path!r} needs a CUDA tensor of dtype {KERNEL_DTYPES}, got {x.dtype} on {x.device}")
     trial = None
+    requested = path
     if path == "auto":
         if not usable:
             return "csr", None
@@ -86,8 +89,21 @@ def choose_path(structure, x: torch.Tensor, path: str, reduce: str, traced: bool
         if traced:
             trial = None
     if path == "grouped" and (traced or torch.are_deterministic_algorithms_enabled()):
-        return "base", None
+        path, trial = "base", None
+    if traced and not flattening.carries(structure, path, ENGINES[path].index_key(structure, x.dtype)):
+        return _carried_path(structure, path, requested), None
     return path, trial
+
+
+def _carried_path(structure, path: str, requested: str) -> str:
+    """The path of a traced product whose chosen engine's indices did not travel with its matrix
+    (``flattening``: another N bucket or dtype than planned): "csr", whose indices always do; a
+    path the caller named is refused."""
+    if requested == "auto":
+        return "csr"
+    carried = sorted({name for name, _ in structure.traced_keys})
+    raise ValueError(f"path {requested!r} does not travel with a TCSparseTensor taken in by a compiled function here "
+                     f"(its indices for this dtype and device: {carried}); use path='auto' or one of those")
 
 
 def _extreme_path(path: str, x: torch.Tensor, structure) -> str:
@@ -165,19 +181,22 @@ def _transposed_operands(matrix, engine, key, values: torch.Tensor, dtype: torch
 
 def _traced_sum(structure, x, values, bias, engine, indices) -> torch.Tensor:
     """The product as ``torch.compile`` sees it: the ``tcsparse::spmm`` op on the engine's indices
-    of the matrix it takes as an input (``flattening``), with its transpose's indices and both
-    layouts where a gradient will need them."""
+    of the matrix it takes as an input (``flattening``), with what a gradient will need: for dX
+    the transpose's indices and the gathers to the transpose's order, for the values the layout's
+    kernel arrays where they travel, else the canonical CSR."""
     grad = torch.is_grad_enabled()
-    needs_x = grad and x.requires_grad
-    needs_any = grad and (needs_x or values.requires_grad)
     tensors, ints = engine.flat(indices)
-    tensors_t, ints_t, layout, layout_t = [], [], [], []
-    if needs_x:
-        tensors_t, ints_t = engine.flat(engine.indices(structure.transposed(), x.dtype))
-    if needs_any:
-        layout, layout_t = structure.layout.tensors(), structure.transposed().layout.tensors()
+    tensors_t, ints_t, gathers, layout, csr = [], [], [], [], []
+    if grad and x.requires_grad:
+        transpose = structure.transposed()
+        tensors_t, ints_t = engine.flat(engine.indices(transpose, x.dtype))
+        gathers = [structure.layout.csr_gather, transpose.layout.transpose_gather, transpose.layout.csr_gather]
+    if grad and values.requires_grad:
+        layout = kernel_arrays(structure.layout)
+        if any(t is None for t in layout):
+            layout, csr = [], [structure.rowptr, structure.col]
     sizes = [structure.window, structure.num_rows, structure.num_cols]
-    return ops.spmm(x, values, bias, tensors, ints, tensors_t, ints_t, layout, layout_t, sizes, engine.name)
+    return ops.spmm(x, values, bias, tensors, ints, tensors_t, ints_t, gathers, layout, csr, sizes, engine.name)
 
 
 def _extreme(matrix, x: torch.Tensor, path: str, reduce: str, traced: bool) -> torch.Tensor:

@@ -194,7 +194,10 @@ class TCSparseTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None) -> str:
         # Printing a CSR-only matrix must not build its layout: the blocks are "pending" until then.
-        blocks = "pending" if self._structure.layout_pending else self._structure.layout.num_blocks
+        # A matrix inside a compiled function counts them on the structure it stands for, whose
+        # layout is whole.
+        structure = flattening.source_of(self._structure)
+        blocks = "pending" if structure.layout_pending else structure.layout.num_blocks
         return (
             f"TCSparseTensor(shape={tuple(self.shape)}, nnz={self.nnz}, dtype={self.dtype}, device={self.device}, "
             f"window={self._structure.window}, tc_blocks={blocks}, reorder={self._structure.method!r})"
@@ -256,11 +259,11 @@ class TCSparseTensor(torch.Tensor):
         return copied
 
     # Traceable wrapper subclass: torch.compile takes the matrix as an input of the compiled
-    # function through its values and every index array a traced product reads (flattening.py);
-    # the structure rides in the context, which the compiled code guards on.
+    # function through its values and the index arrays its traced products can read
+    # (flattening.py); the structure rides in the context, which the compiled code guards on.
 
     def __tensor_flatten__(self):
-        tensors, context = flattening.flatten(self._structure)
+        tensors, context = flattening.flatten(self._structure, self._values.dtype, learnable(self))
         # The protocol reads the inner tensors as attributes, by name.
         if self.__dict__.get("_flattened") is not tensors:
             self.__dict__.update(tensors)
@@ -292,9 +295,13 @@ class TCSparseTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if func is torch.ops.aten.detach.default:
-            # The compiler detaches a matrix input that requires grad to take it in.
+            # The compiler detaches a matrix input that requires grad to take it in (and torch's
+            # runtime wrappers one whose gradient the graph does not need): the detached matrix
+            # flattens as the matrix did (``learnable``), or the graph's inputs would not match.
             matrix = args[0]
-            return _wrapper(matrix._structure, matrix._values.detach())
+            detached = _wrapper(matrix._structure, matrix._values.detach())
+            detached._learnable = learnable(matrix)
+            return detached
         raise TypeError(
             f"TCSparseTensor does not support {func}: it supports A @ X, torch.matmul, torch.mm, "
             "torch.sparse.mm, .t(), .to(), .with_values(), .crow_indices(), .col_indices(), .values(); "
@@ -317,6 +324,12 @@ def _wrapper(structure: Structure, values: torch.Tensor) -> TCSparseTensor:
     # the same matrix (its values may change in place) or builds it inside the compiled function.
     out._dynamo_static_input_type = "unguarded"
     return out
+
+
+def learnable(matrix: TCSparseTensor) -> bool:
+    """Whether the matrix's values require grad, or did before the compiler detached it: what its
+    flattening plans for (``flattening.flatten``)."""
+    return matrix.__dict__.get("_learnable", matrix._values.requires_grad)
 
 
 def live_values(matrix: TCSparseTensor) -> torch.Tensor:

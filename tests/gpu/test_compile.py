@@ -2,11 +2,17 @@
 break, eager-equal products and gradients (X and values) on every path the selector can choose,
 and a GCN training step under CUDA graphs (``mode="reduce-overhead"``) whose losses equal the
 eager ones step for step. Each path is forced by answering the selector's choice with it."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from benchmarks.compiled import epoch_function
 from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.engines import ENGINES
 from torch_tcsparse.paths import SELECTOR_PATHS
 from torch_tcsparse.selector.cache import SelectionCache
 
@@ -145,3 +151,52 @@ def test_compiled_graph_caches_tell_matrices_of_one_pattern_apart(kernels, tmp_p
         for adj in (fresh, used):
             torch._dynamo.reset()
             torch.testing.assert_close(gcn_losses(adj, compiled=True), gcn_losses(adj, compiled=False), **TOLERANCE)
+
+
+CACHED_STEP = """
+import json, torch
+from torch._dynamo.utils import counters
+from benchmarks.compiled import epoch_function
+from torch_tcsparse import TCSparseTensor
+
+generator = torch.Generator().manual_seed(0)
+edge_index = torch.randint(0, 300, (2, 2400), generator=generator)
+adj = TCSparseTensor.from_edge_index(edge_index, torch.rand(2400, generator=generator) + 0.5, num_nodes=300).cuda()
+x = torch.randn(300, 16, device="cuda")
+labels = torch.randint(0, 4, (300,), device="cuda")
+epoch = epoch_function(adj, x, labels, hidden=32, classes=4, options={"mode": "reduce-overhead"})
+for _ in range(3):
+    epoch()
+torch.cuda.synchronize()
+print(json.dumps({"saved": counters["aot_autograd"]["autograd_cache_saved"],
+                  "hits": counters["aot_autograd"]["autograd_cache_hit"]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_compiled_training_step_is_saved_to_and_loaded_from_the_caches(kernels, tmp_path):
+    """The AOTAutograd cache entry names the matrix by its stable hash (``flattening``): none of its
+    index arrays is pickled (copied to the host), the entry saves without a warning under CUDA
+    graphs, and a second process loads it."""
+    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+                   "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+    runs = [subprocess.run([sys.executable, "-c", CACHED_STEP], capture_output=True, text=True, env=environment,
+                           timeout=900) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "unable to serialize" not in run.stderr, run.stderr[-3000:]
+    first, second = (json.loads(run.stdout.strip().splitlines()[-1]) for run in runs)
+    assert first["saved"] >= 1 and second["hits"] >= 1, (first, second)
+
+
+@pytest.mark.parametrize("path", SELECTOR_PATHS)
+def test_a_matrix_carries_the_indices_of_the_selectors_path_alone(kernels, forced, path):
+    """With the selector answering ``path``, a compiled product takes in that engine's indices
+    (``grouped`` runs ``base``) and the CSR's, and none of the other engines'."""
+    forced(path)
+    a = graph()
+    _, context = a.__tensor_flatten__()
+    assert context.plan.paths == tuple(sorted({"base" if path == "grouped" else path, "csr"},
+                                              key=list(ENGINES).index))
+    x = torch.randn(a.shape[1], 16, device="cuda")
+    torch.testing.assert_close(torch.compile(lambda a, x: a @ x, fullgraph=True)(a, x), a @ x, **TOLERANCE)

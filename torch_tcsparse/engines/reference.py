@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..formats.metcf import BLOCK_WIDTH, MetcfLayout, segment_ids
 from .base import Engine
-from .tensor_core import block_order
+from .tensor_core import block_order, kernel_arrays
 
 # Upper bound on the elements of one chunk of dense temporaries: 16M floats (64 MB) keeps the
 # reference usable on graphs of millions of nonzeros without running out of memory, while each
@@ -64,6 +64,20 @@ def sddmm(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
     return out
 
 
+def csr_sddmm(grad_y: Tensor, x: Tensor, rowptr: Tensor, col: Tensor) -> Tensor:
+    """<grad_y[row], x[col]> for every nonzero of the CSR (rowptr, col), in its order, summed in
+    float32 (float64): the values' gradient from the CSR alone, which a compiled function forms
+    where the matrix's layout does not travel (``flattening``); inductor fuses the gathers into
+    the sums."""
+    counts = (rowptr[1:] - rowptr[:-1]).long()
+    nnz = col.numel()
+    row = torch.repeat_interleave(torch.arange(counts.numel(), device=col.device), counts, output_size=nnz)
+    acc_dtype = accumulate_dtype(x.dtype)
+    parts = [(grad_y[row[start:end]].to(acc_dtype) * x[col[start:end].long()].to(acc_dtype)).sum(1).to(x.dtype)
+             for start, end in _chunks(nnz, x.shape[1])]
+    return torch.cat(parts) if parts else x.new_empty(0)
+
+
 class ReferenceEngine(Engine):
     name = operand_key = "reference"
 
@@ -81,10 +95,10 @@ class ReferenceEngine(Engine):
         return y if bias is None else y + bias
 
     def flat(self, layout):
-        return layout.tensors(), [layout.window, layout.num_rows, layout.num_cols]
+        return kernel_arrays(layout), [layout.window, layout.num_rows, layout.num_cols]
 
     def unflat(self, tensors, ints):
-        return MetcfLayout.from_tensors(tensors, *ints)
+        return MetcfLayout.from_fields(dict(zip(MetcfLayout.KERNEL_FIELDS, tensors)), *ints)
 
 
 REFERENCE = ReferenceEngine()

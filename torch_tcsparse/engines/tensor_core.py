@@ -23,13 +23,23 @@ class TensorCoreOperands(NamedTuple):
 def block_order(values: torch.Tensor, layout: MetcfLayout) -> torch.Tensor:
     """CSR-order ``values`` in the layout's block order (``csr_gather`` names each one's place):
     differentiable, and no inverse permutation kept (it would be an index per nonzero)."""
-    gather = layout.csr_gather
+    return placed(values, layout.csr_gather)
+
+
+def placed(values: torch.Tensor, gather: torch.Tensor) -> torch.Tensor:
+    """``values`` with entry i moved to place ``gather[i]`` (a permutation), differentiable."""
     if values.device.type == "cpu":
         # index_put copies the int32 index to int64 (8 bytes per nonzero) on the CPU; adding
         # into -0.0 reads it as it is and is exact (-0.0 + v is v, signed zeros included).
         # On a GPU index_add is an atomic add, where index_put is a plain store.
         return values.new_full(values.shape, -0.0).index_add(0, gather, values)
     return values.new_empty(values.shape).index_put((gather,), values)
+
+
+def kernel_arrays(layout: MetcfLayout) -> list[torch.Tensor]:
+    """The layout's arrays a product or SDDMM on it reads (``MetcfLayout.KERNEL_FIELDS``): what a
+    compiled function takes in of a layout it multiplies."""
+    return [getattr(layout, name) for name in MetcfLayout.KERNEL_FIELDS]
 
 
 class TensorCoreEngine(Engine):
@@ -53,10 +63,10 @@ class TensorCoreEngine(Engine):
         return y if bias is None else y + bias
 
     def flat(self, layout):
-        return layout.tensors(), [layout.window, layout.num_rows, layout.num_cols]
+        return kernel_arrays(layout), [layout.window, layout.num_rows, layout.num_cols]
 
     def unflat(self, tensors, ints):
-        return MetcfLayout.from_tensors(tensors, *ints)
+        return MetcfLayout.from_fields(dict(zip(MetcfLayout.KERNEL_FIELDS, tensors)), *ints)
 
 
 BASE = TensorCoreEngine("base", balanced=False)

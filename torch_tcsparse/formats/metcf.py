@@ -106,6 +106,18 @@ class MetcfLayout:
         "csr_col",
         "csr_gather",
     )
+    # What the Tensor-Core kernels, their SDDMM and the reference read: the layout's arrays less the
+    # transpose's link and the CSR copies.
+    KERNEL_FIELDS = (
+        "window_offsets",
+        "block_offsets",
+        "local_ids",
+        "block_cols",
+        "block_bitmap",
+        "row_map",
+        "chunk_offsets",
+        "csr_gather",
+    )
 
     @property
     def num_windows(self) -> int:
@@ -132,6 +144,16 @@ class MetcfLayout:
         if len(tensors) != len(cls.TENSOR_FIELDS):
             raise ValueError(f"an ME-TCF layout has {len(cls.TENSOR_FIELDS)} arrays, got {len(tensors)}")
         return cls(window, num_rows, num_cols, *tensors)
+
+    @classmethod
+    def from_fields(cls, arrays: dict, window: int, num_rows: int, num_cols: int) -> "MetcfLayout":
+        """A layout holding only the arrays given by field name (the others None, so that a read
+        of one fails at once): what a compiled function takes in of a layout
+        (``flattening``)."""
+        unknown = set(arrays) - set(cls.TENSOR_FIELDS)
+        if unknown:
+            raise ValueError(f"not ME-TCF arrays: {sorted(unknown)}")
+        return cls(window, num_rows, num_cols, *(arrays.get(name) for name in cls.TENSOR_FIELDS))
 
     def to(self, device) -> "MetcfLayout":
         moved = {name: getattr(self, name).to(device) for name in self.TENSOR_FIELDS}

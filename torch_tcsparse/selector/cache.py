@@ -14,7 +14,7 @@ from .choice import explain_features
 from .device import device_query
 from .explanation import Explanation
 from .native import MatrixFeatures
-from .paths import CHOICES, n_bucket
+from .paths import BUCKETS, CHOICES, n_bucket
 
 
 class SelectionCache:
@@ -94,6 +94,18 @@ class SelectionCache:
             return state.paths[0], state if trials.allowed(normalized) else None
         self._choices[key] = state
         return state, None
+
+    def possible(self, layout: MetcfLayout, dtype: torch.dtype, device) -> set[str]:
+        """The paths products of ``dtype`` on ``device`` may run, at every calibrated N bucket and at
+        those products have met: the settled choice, or every path a trial is to measure."""
+        device = torch.device(device)
+        buckets = set(BUCKETS) | {key[0] for key in self._by_bucket if key[1:] == (dtype, device)}
+        paths = set()
+        for n in sorted(buckets):
+            path, _ = self.choose(layout, n, dtype, device)
+            state = self._by_bucket.get((n, dtype, device))
+            paths.update(state.paths if isinstance(state, trials.Trial) else (path,))
+        return paths
 
     def measure(self, trial: trials.Trial, product):
         """Run ``trial`` on ``product(path)`` (the caller's product on each path), settle its
