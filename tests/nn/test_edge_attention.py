@@ -14,8 +14,8 @@ from torch_tcsparse.nn.attention_graph import SOFTMAX_PIECE_EDGES, AttentionGrap
 from torch_tcsparse.nn.edge_attention import DotAttention, GatAttention, TorchRoute, gat_attention
 
 
-def graph(num_rows=30, num_cols=25, seed=0):
-    """Empty rows, a row of exactly 64 edges, one of 65 and a hub of 300 (repeated columns)."""
+def graph(num_rows=30, num_cols=400, seed=0):
+    """Empty rows, a row of exactly 64 edges, one of 65 and a hub of 300."""
     g = torch.Generator().manual_seed(seed)
     rows = [torch.randint(0, num_rows - 4, (150,), generator=g)]
     cols = [torch.randint(0, num_cols, (150,), generator=g)]
@@ -28,7 +28,7 @@ def graph(num_rows=30, num_cols=25, seed=0):
 
 
 def test_gradients_of_the_torch_route():
-    g = graph(12, 9)
+    g = graph(12, 9)  # duplicates summed: rows of at most 9 edges
     route = TorchRoute(g)
     src = torch.randn(9, 3, dtype=torch.float64, requires_grad=True)
     dst = torch.randn(12, 3, dtype=torch.float64, requires_grad=True)
@@ -41,7 +41,7 @@ def test_gradients_of_the_torch_route():
 
 def test_gat_route_equals_the_formula():
     g = graph()
-    src, dst = torch.randn(25, 2, dtype=torch.float64), torch.randn(30, 2, dtype=torch.float64)
+    src, dst = torch.randn(400, 2, dtype=torch.float64), torch.randn(30, 2, dtype=torch.float64)
     scores = torch.nn.functional.leaky_relu(src[g.col.long()] + dst[g.row.long()], 0.2)
     row = g.row.long()
     exp = (scores - torch.full((30, 2), -math.inf, dtype=torch.float64).index_reduce(0, row, scores, "amax")[row]).exp()
@@ -99,7 +99,7 @@ def test_the_kernel_plan_equals_the_torch_route(heads):
     pieces = row_pieces(g.matrix.csr.rowptr, SOFTMAX_PIECE_EDGES)
     assert pieces.num_slots > 0 and int((pieces.begin[1:] - pieces.begin[:-1]).max()) <= SOFTMAX_PIECE_EDGES
     route = TorchRoute(g)
-    src, dst = 3 * torch.randn(25, heads, dtype=torch.float64), 3 * torch.randn(30, heads, dtype=torch.float64)
+    src, dst = 3 * torch.randn(400, heads, dtype=torch.float64), 3 * torch.randn(30, heads, dtype=torch.float64)
     alpha = route.gat(src, dst, 0.2)
     scores = torch.nn.functional.leaky_relu(src[g.col.long()] + dst[g.row.long()], 0.2)
     torch.testing.assert_close(piece_softmax(scores, pieces), alpha)
