@@ -95,6 +95,26 @@ __device__ __forceinline__ bool piece_thread(const RowPieces& pieces, int64_t he
     return true;
 }
 
+// Calls f(k, v) for the edges k of [begin, end) in order, v = load(k), the loads of kBatch edges
+// issued before any of them is used: a walk of dependent loads (column, then the node's array)
+// keeps kBatch of them in flight.
+constexpr int kBatch = 4;
+
+template <typename Load, typename F>
+__device__ __forceinline__ void walk(int64_t begin, int64_t end, const Load& load, const F& f) {
+    for (int64_t k = begin; k < end; k += kBatch) {
+        decltype(load(k)) v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            if (k + u < end) v[u] = load(k + u);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            if (k + u < end) f(k + u, v[u]);
+        }
+    }
+}
+
 // Online softmax: (m, s) with s = sum exp(e - m) over what was seen, m its maximum.
 __device__ __forceinline__ void add_score(float e, float& m, float& s) {
     if (e > m) {
@@ -121,22 +141,23 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     PieceThread t;
     if (!piece_thread(pieces, rule.heads, split_only, t)) return;
     const typename Rule::Row r = rule.row(t.row, t.head);
+    const auto score = [&](int64_t k) { return rule.score(r, col[k], t.head); };
     float m = -INFINITY, s = 0.f;
     if (split_only) {
         const float2 total = slots[t.slot * rule.heads + t.head];
         m = total.x;
         s = total.y;
     } else {
-        for (int64_t k = t.begin; k < t.end; ++k) add_score(rule.score(r, col[k], t.head), m, s);
+        walk(t.begin, t.end, score, [&](int64_t, float e) { add_score(e, m, s); });
         if (t.slot >= 0) {
             slots[t.slot * rule.heads + t.head] = make_float2(m, s);
             return;
         }
     }
     const float denominator = s + kSumEpsilon;
-    for (int64_t k = t.begin; k < t.end; ++k) {
-        alpha[k * rule.heads + t.head] = Element<T>::from_float(expf(rule.score(r, col[k], t.head) - m) / denominator);
-    }
+    walk(t.begin, t.end, score, [&](int64_t k, float e) {
+        alpha[k * rule.heads + t.head] = Element<T>::from_float(expf(e - m) / denominator);
+    });
 }
 
 // One thread per (split row, head): its slots' (max, sum) merged in order, the total written back
@@ -180,13 +201,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
         }
     }
     const typename Rule::Row r = rule.row(t.row, t.head);
-    float row_sum = 0.f;
-    for (int64_t k = t.begin; k < t.end; ++k) {
+    // (alpha * (g - weighted), the slope) of an edge: both loaded before the batch's stores.
+    const auto load = [&](int64_t k) {
         const int64_t e = k * heads + t.head;
-        const float g = as_float(alpha[e]) * (as_float(grad_alpha[e]) - weighted) * rule.slope(r, col[k], t.head);
-        grad_score[e] = Element<T>::from_float(g);
+        return make_float2(as_float(alpha[e]) * (as_float(grad_alpha[e]) - weighted), rule.slope(r, col[k], t.head));
+    };
+    float row_sum = 0.f;
+    walk(t.begin, t.end, load, [&](int64_t k, float2 v) {
+        const float g = v.x * v.y;
+        grad_score[k * heads + t.head] = Element<T>::from_float(g);
         row_sum += g;
-    }
+    });
     if (grad_dst == nullptr) return;
     if (t.slot < 0) {
         grad_dst[t.row * heads + t.head] = Element<T>::from_float(row_sum);
