@@ -24,7 +24,7 @@ from torch import Tensor
 from .. import kernels
 from .attention_graph import AttentionGraph, KernelOperands
 from .multihead import edge_dots, weighted_sums
-from .segment_softmax import softmax, softmax_backward
+from .segment_softmax import row_reduce, softmax, softmax_backward
 
 
 def gat_attention(graph: AttentionGraph, src: Tensor, dst: Tensor | None, negative_slope: float) -> Tensor:
@@ -69,7 +69,7 @@ class TorchRoute:
         grad = softmax_backward(alpha, grad_alpha, self.graph)
         # torch's leaky_relu backward: slope 1 where the input is positive.
         grad = torch.where(self._gat_input(src, dst) > 0, grad, grad * negative_slope)
-        grad_dst = torch.zeros_like(dst).index_add_(0, self.graph.row, grad) if need_dst else None
+        grad_dst = row_reduce(grad, "sum", self.graph.segments) if need_dst else None
         return grad, grad_dst
 
     def column_sums(self, values):
