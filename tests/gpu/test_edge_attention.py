@@ -42,7 +42,7 @@ def rounding_error(exact, dtype):
     return float((exact.to(dtype).double() - exact).norm() / exact.norm().clamp_min(1e-30))
 
 
-def run(function, g, arrays, route, grad):
+def run(function, arrays, route, grad):
     """(alpha, gradient of each array) of ``function`` on ``route``."""
     leaves = [None if a is None else a.detach().clone().requires_grad_() for a in arrays]
     alpha = function.apply(*leaves, route, *PARAMETER[function])
@@ -59,12 +59,12 @@ def check(function, arrays, dtype, g):
     assert o is not None
     heads = arrays[0].shape[1]
     grad = torch.randn(g.nnz, heads, device="cuda")
-    exact = run(function, g, [None if a is None else a.double() for a in arrays], edge_attention.TorchRoute(g),
+    exact = run(function, [None if a is None else a.double() for a in arrays], edge_attention.TorchRoute(g),
                 grad.double())
-    rounded = run(function, g, arrays, edge_attention.TorchRoute(g), grad.to(dtype))
+    rounded = run(function, arrays, edge_attention.TorchRoute(g), grad.to(dtype))
     poison(g.nnz * heads * dtype.itemsize // 4 + 1)
-    got = run(function, g, arrays, edge_attention.KernelRoute(g, o), grad.to(dtype))
-    again = run(function, g, arrays, edge_attention.KernelRoute(g, o), grad.to(dtype))
+    got = run(function, arrays, edge_attention.KernelRoute(g, o), grad.to(dtype))
+    again = run(function, arrays, edge_attention.KernelRoute(g, o), grad.to(dtype))
     assert len(got) == len(exact)
     # Dot attention's one-head gradients run our SpMM, whose sums may use atomics.
     reproducible = function is edge_attention.GatAttention or heads > 1
