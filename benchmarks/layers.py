@@ -23,9 +23,9 @@ forward+backward pass (a sum loss), where a layer derives what it keeps from its
 on a GPU; on CUDA ``kept_mib``, what the layer keeps allocated from its first pass, and
 ``peak_mib``, ``torch.cuda.max_memory_allocated`` during one pass above what was allocated before
 it. Rows of ``ours`` also hold the sum of the layer's parts timed alone:
-``products_ms``, every sparse product of one forward (our SpMM, the multi-head products of
-attention) timed forward+backward by itself, ``dense_ms``, the pass with those products replaced
-by stand-ins that cost nothing (the layer's dense work and everything around the products), and
+``products_ms``, every sparse product of one forward (our SpMM, attention's softmax over the
+edges and its weighted sum) timed forward+backward by itself, ``dense_ms``, the pass with those
+products replaced by stand-ins that cost nothing (the layer's dense work and everything around the products), and
 ``overhead``, epoch_ms over their sum (target: at most 1.1). Writes ``layers.csv`` into ``--out``
 (default ``$OUT``, else ``out``) and prints, per split and layer, the geomean speedups over PyG's
 routes, the worst overhead and the memory (peak plus kept) against PyG's.
@@ -188,7 +188,8 @@ def peak_mib(step, device: torch.device) -> float | None:
 _SPARSE_CALLS = (
     (product, "matmul"),
     (attention_layers, "multihead_spmm"),
-    (attention_layers, "multihead_sddmm"),
+    (attention_layers, "gat_attention"),
+    (attention_layers, "dot_attention"),
 )
 
 
@@ -210,7 +211,7 @@ def _output_shape(name: str, args) -> tuple:
     if name == "matmul":
         matrix, other = args[0], args[1]
         return (matrix.shape[0],) + tuple(other.shape[1:])
-    graph, first, second = args
+    graph, first, second = args[:3]
     if name == "multihead_spmm":
         return (graph.num_rows, *second.shape[1:])
     return (graph.nnz, first.shape[1])
@@ -220,7 +221,7 @@ def _free_call(name: str):
     def call(*args):
         shape = _output_shape(name, args)
         if name != "matmul":
-            return _Free.apply(shape, *args[1:])
+            return _Free.apply(shape, *(a for a in args[1:] if isinstance(a, torch.Tensor)))
         matrix, other, bias = args[0], args[1], args[3]
         values = matrix.values()
         out = _Free.apply(shape, other, *([values] if values.requires_grad else []))

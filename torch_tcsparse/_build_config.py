@@ -29,6 +29,7 @@ SOURCES = (
     "grouped_spmm.cu",
     "reduce_rows.cu",
     "attention.cu",
+    "edge_softmax.cu",
 )
 # The module built on first use (in torch's extension cache) and the one built into the package.
 NAME = "tcsparse_kernels"

@@ -111,6 +111,30 @@ def attention_sddmm(a, b, row, col) -> torch.Tensor:
     return _ext.load().attention_sddmm(a, b, row, col)
 
 
+def attention_row_sums(values, edge_ids, pieces, num_rows: int) -> torch.Tensor:
+    """Per-head row sums (``csrc/attention.h``): out[i, h] = sum over the edges of row i of
+    values[e, h], read through ``edge_ids`` (the transpose's sums), None in order."""
+    return _ext.load().attention_row_sums(values, edge_ids, pieces.begin, pieces.row, pieces.slot, pieces.split_rows,
+                                          pieces.split_begin, pieces.num_slots, num_rows)
+
+
+def attention_softmax(dot: bool, first, second, col, pieces, parameter: float) -> torch.Tensor:
+    """Attention weights [E, heads] (``csrc/edge_softmax.h``): the softmax over each row of the
+    edges' scores formed in the kernel, GAT's ``leaky_relu(first[j] + second[i], parameter)``
+    (``second`` may be None) or, with ``dot``, ``parameter * <first[i], second[j]>``."""
+    return _ext.load().attention_softmax(dot, first, second, col, pieces.begin, pieces.row, pieces.slot,
+                                         pieces.split_rows, pieces.split_begin, pieces.num_slots, float(parameter))
+
+
+def attention_softmax_backward(dot: bool, alpha, grad_alpha, first, second, col, pieces, parameter: float,
+                               num_rows: int, grad_dst: bool) -> list[torch.Tensor]:
+    """[the scores' gradient before their last step] of ``attention_softmax``, and with
+    ``grad_dst`` (GAT's second array given) its row sums."""
+    return _ext.load().attention_softmax_backward(dot, alpha, grad_alpha, first, second, col, pieces.begin, pieces.row,
+                                                  pieces.slot, pieces.split_rows, pieces.split_begin, pieces.num_slots,
+                                                  float(parameter), num_rows, grad_dst)
+
+
 def reduce_rows(x, rowptr, col, values, is_max: bool, longest: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """(Y, the winning nonzero of every output) of the max/min product (``csrc/reduce_rows.h``);
     ``longest``, the nonzeros of the longest row where known (-1: unknown), spares a matrix without

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.nn.attention_graph import attention_graph, build_kernel_operands, row_pieces
-from torch_tcsparse.nn.multihead import KernelSpmm, TorchSddmm, edge_dots, per_head_products
+from torch_tcsparse.nn.multihead import KernelSpmm, edge_dots, per_head_products, weighted_sums
 
 
 class PieceKernels:
@@ -107,15 +107,18 @@ def test_kernel_route_gradients():
     assert torch.autograd.gradcheck(lambda w, f: KernelSpmm.apply(w, f, o, PieceKernels), (weights, x))
 
 
-def test_torch_dots_and_their_gradients():
+def test_torch_dots_and_the_weighted_sums_without_autograd():
     adj = graph(12, 9, seed=2)
     attention = attention_graph(adj, self_loops=False)
-    a = torch.randn(12, 3, 4, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(9, 3, 4, dtype=torch.float64, requires_grad=True)
+    a = torch.randn(12, 3, 4, dtype=torch.float64)
+    b = torch.randn(9, 3, 4, dtype=torch.float64)
     csr = adj.csr
     expected = (a[csr.row_indices()] * b[csr.col.long()]).sum(-1)
     torch.testing.assert_close(edge_dots(a, b, attention.row, attention.col), expected)
-    assert torch.autograd.gradcheck(lambda p, q: TorchSddmm.apply(p, q, attention), (a, b))
+    weights = torch.randn(adj.nnz, 3, dtype=torch.float64)
+    torch.testing.assert_close(weighted_sums(attention, weights, b), per_head_products(adj, weights, b))
+    torch.testing.assert_close(weighted_sums(attention, weights, a, transposed=True),
+                               per_head_products(adj, weights, a, transposed=True))
 
 
 def pattern(matrix):

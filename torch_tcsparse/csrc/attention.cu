@@ -10,6 +10,9 @@
 // multihead_sddmm: one thread per (nonzero, head), a dot product over the head's channels, element
 // by element (16-byte copies are not yet checked on a GPU); consecutive threads take consecutive
 // heads of a nonzero, so a warp reads whole rows of A and B and writes S contiguously.
+//
+// multihead_row_sums: one thread per (piece, head), the heads of a piece on consecutive threads,
+// split rows merged by multihead_spmm's merge (features = heads).
 #include "attention.h"
 
 #include "elements.cuh"
@@ -137,7 +140,44 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     out[thread] = Element<T>::from_float(sum);
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    multihead_row_sums_kernel(RowPieces pieces, const int32_t* __restrict__ edge_ids, const T* __restrict__ values,
+                              int64_t heads, T* __restrict__ out, float* __restrict__ partial) {
+    const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t piece = thread / heads;
+    if (piece >= pieces.count) return;
+    const int64_t h = thread % heads;
+    float sum = 0.f;
+    for (int64_t k = pieces.begin[piece]; k < pieces.begin[piece + 1]; ++k) {
+        const int64_t id = edge_ids != nullptr ? edge_ids[k] : k;
+        sum += as_float(values[id * heads + h]);
+    }
+    const int64_t slot = pieces.slot[piece];
+    if (slot < 0) {
+        out[static_cast<int64_t>(pieces.row[piece]) * heads + h] = Element<T>::from_float(sum);
+    } else {
+        partial[slot * heads + h] = sum;
+    }
+}
+
 }  // namespace
+
+template <typename T>
+cudaError_t multihead_row_sums(const RowPieces& pieces, const int32_t* edge_ids, const T* values, int64_t heads,
+                               T* out, float* partial, cudaStream_t stream) {
+    if (pieces.count == 0 || heads == 0) return cudaSuccess;
+    const int64_t blocks = (pieces.count * heads + kThreadsPerBlock - 1) / kThreadsPerBlock;
+    const int64_t merge_blocks = (pieces.num_split * heads + kThreadsPerBlock - 1) / kThreadsPerBlock;
+    if (blocks > INT32_MAX || merge_blocks > INT32_MAX) return cudaErrorInvalidValue;
+    multihead_row_sums_kernel<T><<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(
+        pieces, edge_ids, values, heads, out, partial);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess || pieces.num_split == 0) return err;
+    merge_slots_kernel<T><<<static_cast<unsigned>(merge_blocks), kThreadsPerBlock, 0, stream>>>(pieces, partial,
+                                                                                               heads, out);
+    return cudaGetLastError();
+}
 
 template <typename T>
 cudaError_t multihead_spmm(const RowPieces& pieces, const int32_t* col, const int32_t* edge_ids, const T* weights,
@@ -166,7 +206,9 @@ cudaError_t multihead_sddmm(const int32_t* row, const int32_t* col, int64_t nnz,
     template cudaError_t multihead_spmm<T>(const RowPieces&, const int32_t*, const int32_t*, const T*, const T*, \
                                            int64_t, int64_t, T*, float*, cudaStream_t);                          \
     template cudaError_t multihead_sddmm<T>(const int32_t*, const int32_t*, int64_t, const T*, const T*, int64_t, \
-                                            int64_t, T*, cudaStream_t);
+                                            int64_t, T*, cudaStream_t);                          \
+    template cudaError_t multihead_row_sums<T>(const RowPieces&, const int32_t*, const T*, int64_t, T*, float*,  \
+                                               cudaStream_t);
 TCSPARSE_INSTANTIATE_ATTENTION(float)
 TCSPARSE_INSTANTIATE_ATTENTION(__half)
 TCSPARSE_INSTANTIATE_ATTENTION(__nv_bfloat16)

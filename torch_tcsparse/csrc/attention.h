@@ -8,6 +8,8 @@
 //   elements only.
 // - multihead_sddmm: S[k, h] = <A[row[k], h, :], B[col[k], h, :]>, the gradient of those weights
 //   and TransformerConv's scores.
+// - multihead_row_sums: O[i, h] = sum over the nonzeros k of row i of V[k, h], GAT's gradient of
+//   the per-node source scores when run on the transpose (V read through the edge ids).
 //
 // Why not the Tensor-Core layout: its blocks hold one value per nonzero, and a value per head
 // would multiply the MMAs by the heads for tiles of `channels` columns each. Why not E x heads x
@@ -50,5 +52,11 @@ cudaError_t multihead_spmm(const RowPieces& pieces, const int32_t* col, const in
 template <typename T>
 cudaError_t multihead_sddmm(const int32_t* row, const int32_t* col, int64_t nnz, const T* a, const T* b,
                             int64_t heads, int64_t channels, T* out, cudaStream_t stream);
+
+// O [num_rows, heads] (every row written) from V [nnz, heads], nonzero k reading V[edge_ids[k]]
+// (else V[k]); partial: fp32 slots x heads. Sums in fp32, rounded once to T.
+template <typename T>
+cudaError_t multihead_row_sums(const RowPieces& pieces, const int32_t* edge_ids, const T* values, int64_t heads,
+                               T* out, float* partial, cudaStream_t stream);
 
 }  // namespace tcsparse

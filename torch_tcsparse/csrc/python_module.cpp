@@ -18,4 +18,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("reduce_rows", &tcsparse_binding::reduce_rows);
     m.def("attention_spmm", &tcsparse_binding::attention_spmm);
     m.def("attention_sddmm", &tcsparse_binding::attention_sddmm);
+    m.def("attention_row_sums", &tcsparse_binding::attention_row_sums);
+    m.def("attention_softmax", &tcsparse_binding::attention_softmax);
+    m.def("attention_softmax_backward", &tcsparse_binding::attention_softmax_backward);
 }

@@ -1,7 +1,8 @@
 """The pattern attention runs over, derived once per ``TCSparseTensor`` ``adj_t`` and kept by the
 layer (:mod:`.derived_graph`): its canonical CSR (``A.csr``: rows are targets, the softmax runs
-over each row), the row of each edge, and for the CUDA kernels of ``csrc/attention.cu`` the rows
-cut into pieces and the transpose's CSR with each of its edges' place in the forward's order.
+over each row), the row of each edge, and for the CUDA kernels of ``csrc/attention.cu`` and
+``csrc/edge_softmax.cu`` the rows cut into pieces and the transpose's CSR with each of its edges'
+place in the forward's order.
 
 The edges' order is ``A.csr``'s: attention weights, scores and dropout masks are [E, heads]
 tensors in that order, the order PyG's own layers use for a torch.sparse CSR ``adj_t``.
@@ -23,8 +24,9 @@ from .self_loops import complete_diagonal
 PIECE_NNZ = 256
 
 
-# Edges per piece of a row in the softmax's reductions (``segment_softmax``): short rows are one
-# piece; a hub's pieces are reduced in parallel, and their results by one thread per row.
+# Edges per piece of a row in the softmax's reductions (``segment_softmax`` and the softmax
+# kernel, one thread per piece and head): short rows are one piece; a hub's pieces are reduced in
+# parallel, and their results by one thread per row.
 SOFTMAX_PIECE_EDGES = 64
 
 
@@ -82,12 +84,14 @@ def row_pieces(rowptr: Tensor, piece_nnz: int = PIECE_NNZ) -> RowPieces:
 
 class KernelOperands(NamedTuple):
     """What the kernels read besides the features: int32 rows and columns of the edges, the
-    rows' pieces, and the transpose's CSR (its columns, the forward's place of each of its edges,
-    its pieces) for the products of the backward."""
+    rows' pieces (of ``PIECE_NNZ`` for the products, of ``SOFTMAX_PIECE_EDGES`` for the
+    softmax), and the transpose's CSR (its columns, the forward's place of each of its edges, its
+    pieces) for the products of the backward."""
 
     row: Tensor
     col: Tensor
     pieces: RowPieces
+    softmax_pieces: RowPieces
     col_t: Tensor
     edge_ids_t: Tensor
     pieces_t: RowPieces
@@ -140,7 +144,7 @@ def build_kernel_operands(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: in
     rowptr_t = torch.cat([counts_t.new_zeros(1), torch.cumsum(counts_t, 0)])
     return KernelOperands(
         row.to(torch.int32), col.to(torch.int32), row_pieces(rowptr, piece_nnz),
-        row[order].to(torch.int32), order.to(torch.int32), row_pieces(rowptr_t, piece_nnz),
+        row_pieces(rowptr, SOFTMAX_PIECE_EDGES), row[order].to(torch.int32), order.to(torch.int32), row_pieces(rowptr_t, piece_nnz),
         rowptr.numel() - 1, num_cols,
     )
 

@@ -1,11 +1,11 @@
 """PyG's GATConv and TransformerConv on a ``TCSparseTensor`` ``adj_t``: the layer's forward as PyG
-writes it, same parameters and order of operations, with the attention over its edges as three
-steps on our side, none of which forms E x heads x channels messages:
+writes it, same parameters and order of operations, with the attention over its edges as two
+steps on our side, neither of which forms E x heads x channels messages:
 
-1. edge scores: GAT's ``leaky_relu(a_src[j] + a_dst[i])`` (gathers of [nodes, heads]),
-   TransformerConv's ``<q_i, k_j> / sqrt(channels)`` (``multihead_sddmm``);
-2. softmax over each row of the canonical CSR, per head (``segment_softmax``), then dropout;
-3. the weighted sum of the neighbours' features (``multihead_spmm``).
+1. the softmax over each row of the canonical CSR, per head, of the edges' scores formed from
+   per-node arrays: GAT's ``leaky_relu(a_src[j] + a_dst[i])`` (``gat_attention``),
+   TransformerConv's ``<q_i, k_j> / sqrt(channels)`` (``dot_attention``); then dropout;
+2. the weighted sum of the neighbours' features (``multihead_spmm``).
 
 The graph attended over (with GAT's self-loops: one per node, as PyG removes and adds them) is
 derived once per matrix and kept by the layer (:mod:`.derived_graph`). Attention weights and
@@ -25,8 +25,8 @@ from torch import Tensor
 from ..tensor import TCSparseTensor
 from .attention_graph import AttentionGraph, attention_graph
 from .derived_graph import derived_graph
-from .multihead import multihead_sddmm, multihead_spmm
-from .segment_softmax import segment_softmax
+from .edge_attention import dot_attention, gat_attention
+from .multihead import multihead_spmm
 
 
 def _graph(layer, adj: TCSparseTensor, self_loops: bool) -> AttentionGraph:
@@ -69,10 +69,8 @@ def gat_conv(layer, x, edge_index: TCSparseTensor, edge_attr: Tensor | None = No
 
     graph = _graph(layer, edge_index, layer.add_self_loops)
     _check_rows(graph, x_src, x_dst)
-    scores = (x_src * layer.att_src).sum(dim=-1).index_select(0, graph.col)
-    if x_dst is not None:
-        scores = scores + (x_dst * layer.att_dst).sum(-1).index_select(0, graph.row)
-    alpha = segment_softmax(F.leaky_relu(scores, layer.negative_slope), graph)
+    score_dst = None if x_dst is None else (x_dst * layer.att_dst).sum(-1)
+    alpha = gat_attention(graph, (x_src * layer.att_src).sum(-1), score_dst, layer.negative_slope)
     alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
     out = multihead_spmm(graph, alpha, x_src)
 
@@ -103,7 +101,7 @@ def transformer_conv(layer, x, edge_index: TCSparseTensor, edge_attr: Tensor | N
 
     graph = _graph(layer, edge_index, False)
     _check_rows(graph, key, query)
-    attention = segment_softmax(multihead_sddmm(graph, query, key) / math.sqrt(channels), graph)
+    attention = dot_attention(graph, query, key, 1 / math.sqrt(channels))
     alpha = F.dropout(attention, p=layer.dropout, training=layer.training)
     out = multihead_spmm(graph, alpha, value)
 

@@ -1,17 +1,15 @@
-"""Multi-head attention's two sparse products over an :class:`.attention_graph.AttentionGraph`
-(edges (i, j) in ``A.csr`` order, features [nodes, heads, channels]), differentiable:
-
-- ``multihead_spmm(graph, weights, x)``: out[i, h] = sum over the edges (i, j) of
-  weights[e, h] * x[j, h], the weighted sum of attention;
-- ``multihead_sddmm(graph, a, b)``: out[e, h] = <a[i, h], b[j, h]> for each edge (i, j), the
-  weights' gradient and TransformerConv's scores.
+"""Multi-head attention's weighted sum over an :class:`.attention_graph.AttentionGraph` (edges
+(i, j) in ``A.csr`` order, features [nodes, heads, channels]), differentiable:
+``multihead_spmm(graph, weights, x)``: out[i, h] = sum over the edges (i, j) of
+weights[e, h] * x[j, h]; and ``weighted_sums``, the same product or its transpose's without
+autograd (the gradients of dot-product attention's query and key).
 
 Neither forms the E x heads x channels messages PyG gathers. On CUDA (a kernel dtype, int32
 indices, the extension built, several heads) the weighted sum runs ``csrc/attention.cu``
 forward and backward: d(weights) = the dots kernel of d(out) and x, d(x) = the transpose's spmm
 of the weights and d(out). Elsewhere, and for a single head on CUDA, it is our SpMM, one product
-per head (``A.with_values(weights[:, h]) @ x[:, h]``, the library's backward). The dots are torch
-ops over chunks of edges whose backward is those products.
+per head (``A.with_values(weights[:, h]) @ x[:, h]``, the library's backward). ``edge_dots``
+gives the dot products of node pairs in torch ops, for the attention scores off the kernels.
 """
 from __future__ import annotations
 
@@ -37,13 +35,14 @@ def multihead_spmm(graph: AttentionGraph, weights: Tensor, x: Tensor) -> Tensor:
     return per_head_products(graph.matrix, weights, x)
 
 
-def multihead_sddmm(graph: AttentionGraph, a: Tensor, b: Tensor) -> Tensor:
-    """[E, heads] from a [num_rows, heads, channels] and b [num_cols, heads, channels], summed in
-    float32 (float64 for float64) and rounded once to their dtype. Torch ops on every device:
-    the dots kernel's autograd route gave TransformerConv wrong results on a GPU, not yet found
-    why, while the kernel itself matches float64 (it serves the weighted sum's backward)."""
-    dtype = torch.promote_types(a.dtype, b.dtype)
-    return TorchSddmm.apply(a.to(dtype), b.to(dtype), graph)
+def weighted_sums(graph: AttentionGraph, weights: Tensor, x: Tensor, transposed: bool = False) -> Tensor:
+    """``multihead_spmm``'s product without autograd, or with ``transposed`` its transpose's:
+    out[j, h] = sum over the edges (i, j) of weights[e, h] * x[i, h]."""
+    weights = weights.to(x.dtype)
+    operands = graph.kernel_operands(x) if weights.shape[1] > 1 else None
+    if operands is None:
+        return per_head_products(graph.matrix, weights, x, transposed)
+    return (_spmm_transposed if transposed else _spmm)(CUDA_KERNELS, operands, weights, x)
 
 
 def per_head_products(matrix: TCSparseTensor, weights: Tensor, x: Tensor, transposed: bool = False) -> Tensor:
@@ -94,22 +93,6 @@ class KernelSpmm(torch.autograd.Function):
         grad_weights = kernels.sddmm(grad_out, x, o.row, o.col) if ctx.needs_input_grad[0] else None
         grad_x = _spmm_transposed(kernels, o, weights, grad_out) if ctx.needs_input_grad[1] else None
         return grad_weights, grad_x, None, None
-
-
-class TorchSddmm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b, graph):
-        ctx.save_for_backward(a, b)
-        ctx.graph = graph
-        return edge_dots(a, b, graph.row, graph.col)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        a, b = ctx.saved_tensors
-        matrix = ctx.graph.matrix
-        grad_a = per_head_products(matrix, grad_out, b) if ctx.needs_input_grad[0] else None
-        grad_b = per_head_products(matrix, grad_out, a, transposed=True) if ctx.needs_input_grad[1] else None
-        return grad_a, grad_b, None
 
 
 def edge_dots(a: Tensor, b: Tensor, row: Tensor, col: Tensor) -> Tensor:

@@ -1,10 +1,8 @@
-"""Softmax of edge scores over each row of an attention graph, per head: PyG's
+"""Softmax of edge scores over each row of an attention graph, per head, in torch ops: PyG's
 ``torch_geometric.utils.softmax`` (the row's maximum subtracted, ``exp``, divided by the row's
-sum plus 1e-16), over the canonical CSR rows (``A.csr.rowptr``) with segment reductions.
-
-An autograd function keeps only the result for its backward, ``alpha * (g - sum_row(alpha * g))``
-(the exact gradient of PyG's formula, the 1e-16 included): autograd through the torch ops would
-keep three more [E, heads] tensors.
+sum plus 1e-16), over the canonical CSR rows (``A.csr.rowptr``) with segment reductions, and its
+exact gradient ``alpha * (g - sum_row(alpha * g))`` (the 1e-16 included), which needs only the
+result. The attention functions of :mod:`.edge_attention` call them where the kernels do not run.
 
 Each row's reduction runs in two levels, over pieces of at most ``SOFTMAX_PIECE_EDGES`` edges
 and then over the pieces of each row (``row_reduce``, on ``AttentionGraph.segments``): torch's segment reduction gives each output one
@@ -18,6 +16,7 @@ from torch import Tensor
 
 from .attention_graph import AttentionGraph, RowSegments
 
+
 def row_reduce(x: Tensor, reduce: str, segments: RowSegments) -> Tensor:
     """``reduce`` ("max" or "sum") of x [E, ...] over each row's edges, by pieces then rows: an
     empty row's max is -inf, its sum 0."""
@@ -25,28 +24,18 @@ def row_reduce(x: Tensor, reduce: str, segments: RowSegments) -> Tensor:
     return torch.segment_reduce(pieces, reduce, lengths=segments.pieces_per_row, axis=0)
 
 
-def segment_softmax(scores: Tensor, graph: AttentionGraph) -> Tensor:
+def softmax(scores: Tensor, graph: AttentionGraph) -> Tensor:
     """Softmax of scores [E, heads] over the edges of each row of ``graph``."""
-    return SegmentSoftmax.apply(scores, graph.segments, graph.row)
+    # An empty row's maximum is -inf; no edge reads it. In place on the fresh tensor: one
+    # [E, heads] tensor alive at a time beside the scores, the gathers aside.
+    segments, row = graph.segments, graph.row
+    alpha = (scores - row_reduce(scores, "max", segments).index_select(0, row)).exp_()
+    row_sum = row_reduce(alpha, "sum", segments) + 1e-16
+    return alpha.div_(row_sum.index_select(0, row))
 
 
-class SegmentSoftmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, scores, segments, row):
-        # An empty row's maximum is -inf; no edge reads it.
-        # In place where a fresh tensor allows: one [E, heads] tensor alive at a time beside the
-        # scores, the gathers aside.
-        row_max = row_reduce(scores, "max", segments)
-        alpha = (scores - row_max.index_select(0, row)).exp_()
-        row_sum = row_reduce(alpha, "sum", segments) + 1e-16
-        alpha.div_(row_sum.index_select(0, row))
-        ctx.save_for_backward(alpha, row)
-        ctx.segments = segments
-        return alpha
-
-    @staticmethod
-    def backward(ctx, grad_alpha):
-        alpha, row = ctx.saved_tensors
-        weighted = grad_alpha * alpha
-        row_sum = row_reduce(weighted, "sum", ctx.segments)
-        return weighted.sub_(alpha * row_sum.index_select(0, row)), None, None
+def softmax_backward(alpha: Tensor, grad_alpha: Tensor, graph: AttentionGraph) -> Tensor:
+    """The scores' gradient from the softmax's result ``alpha`` and its gradient."""
+    weighted = grad_alpha * alpha
+    row_sum = row_reduce(weighted, "sum", graph.segments)
+    return weighted.sub_(alpha * row_sum.index_select(0, graph.row))
