@@ -81,8 +81,10 @@ class DistributedGNN(torch.nn.Module):
             x = conv(x, part)
             if self.norms:
                 x = self.norms[i](x)
-            x = F.relu(x)
-            x = node_dropout(x, nodes, self.dropout, (dropout_seed * _LAYER_SLOTS + i) % _SEED_SPACE, self.training)
+            # ReLU and dropout in one step: it keeps a byte per entry for the backward pass, not
+            # the ReLU's output and the mask beside the dropout's output.
+            x = node_dropout(x, nodes, self.dropout, (dropout_seed * _LAYER_SLOTS + i) % _SEED_SPACE, self.training,
+                             relu=True)
         return self.convs[-1](x, part)
 
 
