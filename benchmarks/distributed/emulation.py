@@ -18,7 +18,7 @@ from torch_tcsparse.distributed import EmulatedPeers, NodePartition, gcn_part, p
 from torch_tcsparse.distributed.model import Measured, part_shape, predict_ranks, product_widths
 
 from .graph import node_features, node_labels, rmat_block
-from .training import WARMUP, allocated_gb, epochs, make_model, peak_gb, reset_peak, synchronize
+from .training import WARMUP, allocated_gb, epochs, make_model, network, peak_gb, reset_peak, synchronize
 
 # The target's allowance over an even split of the one-GPU peak.
 TARGET_FACTOR = 1.2
@@ -68,7 +68,7 @@ def emulate(args, device, single: dict) -> list[dict]:
     for parts in args.emulate:
         partition, partition_s, partition_peak = partition_on_device(args, rowptr, col, parts, device)
         shape = part_shape(partition, rowptr, col)
-        predicted = predict_ranks(shape, measured, widths) if measured else None
+        predicted = predict_ranks(shape, measured, network(args), emulated=True) if measured else None
         rows, requested = rank_rows(partition, rowptr, col)
         for rank in range(parts):
             results.append(_emulated_rank(args, device, partition, rows[rank], requested[rank], rank, widest)
@@ -117,7 +117,7 @@ def measured_from(single: dict, args) -> Measured | None:
     graph_bytes = float(single["graph_gb"]) * 2**30
     sparse_s, epoch_s = float(single["sparse_ms"]) / 1e3, float(single["epoch_ms"]) / 1e3
     return Measured(args.num_nodes, int(single["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes,
-                    float(single["peak_gb"]) * 2**30 - graph_bytes, float("inf"))
+                    float("inf"))
 
 
 def format_emulated(row: dict) -> str:

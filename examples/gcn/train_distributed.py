@@ -209,6 +209,8 @@ def train_placed(block, placed: dict, part: GraphPart, config: dict, device: tor
         (local * (world / block.train_count)).backward()
         optimizer.step()
         total = local.detach().reshape(1).double()
+        # The output is not kept through the next epoch's forward pass.
+        del out, local
         dist.all_reduce(total)
         losses.append(float(total) / block.train_count)
         if device.type == "cuda":
