@@ -173,3 +173,19 @@ def test_parts_need_torch_distributed_or_emulated_peers():
     rowptr, col = sbm_csr()
     with pytest.raises(RuntimeError, match=r"needs torch.distributed initialized"):
         GraphPart.from_rows(rowptr, col, None, (0, NUM_NODES))
+
+
+def test_node_dropout_with_relu_is_relu_then_dropout():
+    """One step, the same outputs and gradients as F.relu then node_dropout (up to signs of zeros)."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(60, 12, generator=gen, requires_grad=True)
+    grad = torch.randn(60, 12, generator=gen)
+    nodes = torch.arange(100, 160)
+    apart = node_dropout(torch.nn.functional.relu(x), nodes, 0.3, 7)
+    (expected,) = torch.autograd.grad(apart, x, grad)
+    together = node_dropout(x, nodes, 0.3, 7, relu=True)
+    (got,) = torch.autograd.grad(together, x, grad)
+    assert torch.equal(together, apart) and torch.equal(got, expected)
+    assert torch.equal(node_dropout(x, nodes, 0.3, 7, training=False, relu=True), torch.relu(x))
+    with pytest.raises(TypeError, match="relu must be a bool"):
+        node_dropout(x, nodes, 0.3, 7, relu=1)
