@@ -72,11 +72,11 @@ def _parameter_sizes(sizes: list[int]) -> list[tuple[int, int]]:
 
 
 def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int, classes: int, layers: int,
-              dropout: bool = True, element_size: int = 4, emulated: bool = False) -> EpochMemory:
+              element_size: int = 4, emulated: bool = False) -> EpochMemory:
     """The peak of one training epoch (after the first) of a rank with ``rows`` own rows,
     ``halo_in`` halo rows received and ``halo_out`` rows sent, for the GCN of
-    ``features -> hidden x (layers - 1) -> classes`` without batch normalization; ``dropout``:
-    whether dropout is on (p > 0); ``emulated``: the exchange of ``EmulatedPeers``, which gathers
+    ``features -> hidden x (layers - 1) -> classes`` with dropout (p > 0) and without batch
+    normalization; ``emulated``: the exchange of ``EmulatedPeers``, which gathers
     the rows it receives from those it sends through one int64 position per row."""
     for name, value in (("rows", rows), ("halo_in", halo_in), ("halo_out", halo_out)):
         check_int(name, value, 0, None)
@@ -125,14 +125,13 @@ def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int
             break
         # ReLU and dropout in one step (node_dropout(relu=True)).
         tape.alloc(f"activation {layer}", rows, b, e)
-        if dropout:
-            chunk_rows = min(rows, max(1, _CHUNK_ELEMENTS // b))
-            tape.alloc(f"dropout mask {layer}", rows, b, _BOOL)
-            # The mask's hash: the int64 keys, the words and a shifted copy, one chunk of rows at a time.
-            tape.alloc(f"mask channels {layer}", 1, b, _INDEX)
-            tape.alloc(f"mask hash {layer}", chunk_rows, b, 3 * _INDEX)
-            tape.free(f"mask hash {layer}", f"mask channels {layer}", f"dropout mask {layer}")
-            tape.alloc(f"kept {layer}", rows, b, _BOOL)
+        chunk_rows = min(rows, max(1, _CHUNK_ELEMENTS // b))
+        tape.alloc(f"dropout mask {layer}", rows, b, _BOOL)
+        # The mask's hash: the int64 keys, the words and a shifted copy, one chunk of rows at a time.
+        tape.alloc(f"mask channels {layer}", 1, b, _INDEX)
+        tape.alloc(f"mask hash {layer}", chunk_rows, b, 3 * _INDEX)
+        tape.free(f"mask hash {layer}", f"mask channels {layer}", f"dropout mask {layer}")
+        tape.alloc(f"kept {layer}", rows, b, _BOOL)
         tape.free(f"output {layer}")
         current = f"activation {layer}"
     last = len(sizes) - 2
@@ -171,8 +170,7 @@ def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int
             grad = f"input gradient {layer}"
         # The ReLU-dropout step's backward, into the previous layer's output.
         tape.alloc(f"activation gradient {layer - 1}", rows, a, e)
-        # Without dropout, torch.relu keeps its output (the next layer's input, freed above).
-        tape.free(grad, *([f"kept {layer - 1}"] if dropout else []))
+        tape.free(grad, f"kept {layer - 1}")
         grad = f"activation gradient {layer - 1}"
     return EpochMemory(tape.peak, tape.at_peak)
 
