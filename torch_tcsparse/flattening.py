@@ -216,7 +216,7 @@ def unflatten(context: StructureRef, tensors: dict[str, torch.Tensor]) -> Struct
     source = context.structure
     ours = _replaced(source, context.recipes[0], arrays)
     theirs = _replaced(source.transposed(), context.recipes[1], arrays)
-    ours._derived["transpose"], theirs._derived["transpose"] = theirs, ours
+    ours.link_transpose(theirs)
     inner = {name: tensors[name] for name in context.names}
     ours.traced_flat = (inner, context)
     # ``A.t()`` inside the compiled function: a matrix of the same arrays, read the other way.

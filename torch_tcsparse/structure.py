@@ -52,6 +52,26 @@ def _linked_gathers(ours: torch.Tensor, theirs: torch.Tensor, both: bool):
     return gather, gather_t
 
 
+class _GroupedSize:
+    """``grouped_size`` of the structures that share one selection cache, read through weak
+    references: a structure holds its cache, and a bound method held there would hold the
+    structure back (a reference cycle, which keeps the index arrays until the cycle collector
+    runs). Any structure of the group that is still alive answers (they share the layout)."""
+
+    def __init__(self, structure: "Structure"):
+        self.structures = [weakref.ref(structure)]
+
+    def add(self, structure: "Structure") -> None:
+        self.structures.append(weakref.ref(structure))
+
+    def __call__(self):
+        for ref in self.structures:
+            structure = ref()
+            if structure is not None:
+                return structure.grouped_size()
+        return None
+
+
 class Structure:
     """Indices of a sparse matrix in canonical CSR and ME-TCF. ``layout.csr_gather`` links the
     two orders of the values: CSR-order values are ``block_values[csr_gather]``."""
@@ -71,7 +91,7 @@ class Structure:
         self._derived: dict = {}
         if rows_share_ratio is None:  # not given by the caller ("auto" predicts with it)
             rows_share_ratio = 1.0 if row_perm is None else share_ratio(csr.rowptr, csr.col, csr.num_cols, row_perm)
-        self.selection = SelectionCache(rows_share_ratio, self.grouped_size)
+        self.selection = SelectionCache(rows_share_ratio, _GroupedSize(self))
 
     def prepare_selection(self) -> None:
         """On a GPU, the selector's features now, with the user's conversion or move (milliseconds):
@@ -108,6 +128,18 @@ class Structure:
         block_values_t = self.to_block_order(csr_values).index_select(0, layout_t.transpose_gather)
         return block_values_t.index_select(0, layout_t.csr_gather)
 
+    def linked_transpose(self) -> "Structure | None":
+        """The transpose linked to this structure, or None (never built, or dropped by its users)."""
+        link = self._derived.get("transpose")
+        return link() if isinstance(link, weakref.ref) else link
+
+    def link_transpose(self, t: "Structure") -> None:
+        """Links ``t`` as our transpose: we hold it and it refers back to us weakly. A matrix and its
+        transpose then form no reference cycle, so their index arrays (gigabytes on a large graph)
+        are freed when their last user drops them, not at the cycle collector's next pass."""
+        self._derived["transpose"] = t
+        t._derived["transpose"] = weakref.ref(self)
+
     def max_row_nnz(self) -> int:
         """Nonzeros of the longest row, from the conversion's host copies (read back once for a
         layout without them)."""
@@ -142,8 +174,9 @@ class Structure:
         of the transpose's CSR is our CSR entry ``order[p]``; None where it was built before). No
         one keeps the order: it is its caller's to use once (``TCSparseTensor.t`` gathers the
         values of a new transpose with it, in one pass)."""
-        if "transpose" in self._derived:
-            return self._derived["transpose"], None
+        linked = self.linked_transpose()
+        if linked is not None:
+            return linked, None
         rowptr_t, col_t, order, ours_in_blocks = _transpose_in_blocks(self.csr(None), self.layout.csr_gather)
         # A structure reads only the indices: the values are never written, so never paged in.
         csr_t = CSR(rowptr_t, col_t, torch.empty(self.nnz, device=self.device), self.num_cols, self.num_rows)
@@ -162,7 +195,7 @@ class Structure:
             gather_t = gather
         t.layout = t.layout.with_transpose_gather(gather_t)
         self.layout = self.layout.with_transpose_gather(gather)
-        t._derived["transpose"], self._derived["transpose"] = self, t
+        self.link_transpose(t)
         return t, order
 
     def _pattern_is_symmetric(self, csr_t: CSR) -> bool:
@@ -184,16 +217,18 @@ class Structure:
         shared.__dict__.update(self.__dict__)  # the selection cache too: same blocks, same choices
         shared.layout = self.layout
         shared._derived = {key: item for key, item in self._derived.items() if key != "transpose"}
+        if isinstance(self.selection._grouped_size, _GroupedSize):
+            self.selection._grouped_size.add(shared)
         return shared
 
     def to(self, device) -> "Structure":
         """A copy on ``device``; a transpose already built moves along, still linked."""
         moved = self._moved(device)
-        t = self._derived.get("transpose")
+        t = self.linked_transpose()
         if t is not None:
             # Shared index arrays stay shared (the moved layout carries the moved gather).
             moved_t = moved._sharing_indices() if t.layout.block_cols is self.layout.block_cols else t._moved(device)
-            moved._derived["transpose"], moved_t._derived["transpose"] = moved_t, moved
+            moved.link_transpose(moved_t)
         moved.prepare_selection()
         return moved
 
@@ -207,7 +242,7 @@ class Structure:
         moved._derived = {}
         # Its own choices: its features come from the moved layout, and its grouped layout is
         # built on its device.
-        moved.selection = SelectionCache(self.selection.rows_share_ratio, moved.grouped_size)
+        moved.selection = SelectionCache(self.selection.rows_share_ratio, _GroupedSize(moved))
         return moved
 
     def stats(self, value_bytes: int = 4) -> dict:
@@ -240,7 +275,7 @@ class CsrStructure(Structure):
         # While linked to a CSR-only transpose: entry p of its CSR is our CSR entry order[p].
         self._transpose_order: torch.Tensor | None = None
         self.uses = 0
-        self.selection = SelectionCache(1.0, self.grouped_size)
+        self.selection = SelectionCache(1.0, _GroupedSize(self))
 
     @property
     def layout_pending(self) -> bool:
@@ -260,7 +295,8 @@ class CsrStructure(Structure):
         self._layout = layout
 
     def _unlink(self) -> None:
-        transpose = self._derived.pop("transpose", None)
+        transpose = self.linked_transpose()
+        self._derived.pop("transpose", None)
         if isinstance(transpose, CsrStructure) and transpose.layout_pending:
             transpose._derived.pop("transpose", None)
             transpose._transpose_order = None
@@ -292,7 +328,7 @@ class CsrStructure(Structure):
     def transposed(self) -> "Structure":
         if self._layout is not None:
             return super().transposed()
-        t = self._derived.get("transpose")
+        t = self.linked_transpose()
         if t is None:
             rowptr_t, col_t, order = transpose_pattern(self.csr(None))
             t = CsrStructure(CSR(rowptr_t, col_t, col_t.new_empty(0), self.num_cols, self.num_rows), self.window)
@@ -301,7 +337,7 @@ class CsrStructure(Structure):
             positions = torch.arange(order.numel(), dtype=order.dtype, device=order.device)
             t._transpose_order = torch.zeros_like(order).index_add_(0, order, positions)
             self._transpose_order = order
-            t._derived["transpose"], self._derived["transpose"] = self, t
+            self.link_transpose(t)
         return t
 
     def to(self, device) -> "CsrStructure":

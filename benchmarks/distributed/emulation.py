@@ -15,10 +15,10 @@ import time
 import torch
 
 from torch_tcsparse.distributed import EmulatedPeers, NodePartition, gcn_part, partition_rows
-from torch_tcsparse.distributed.model import Measured, part_shape, predict_ranks, product_widths
+from torch_tcsparse.distributed.model import Measured, graph_bytes, part_shape, predict_ranks, product_widths
 
 from .graph import node_features, node_labels, rmat_block
-from .training import WARMUP, allocated_gb, epochs, make_model, peak_gb, reset_peak, synchronize
+from .training import WARMUP, allocated_gb, epochs, make_model, network, peak_gb, reset_peak, synchronize
 
 # The target's allowance over an even split of the one-GPU peak.
 TARGET_FACTOR = 1.2
@@ -68,7 +68,8 @@ def emulate(args, device, single: dict) -> list[dict]:
     for parts in args.emulate:
         partition, partition_s, partition_peak = partition_on_device(args, rowptr, col, parts, device)
         shape = part_shape(partition, rowptr, col)
-        predicted = predict_ranks(shape, measured, widths) if measured else None
+        predicted = predict_ranks(shape, measured, network(args), emulated=True) if measured else None
+        graphs = graph_bytes(shape, measured) if measured else None
         rows, requested = rank_rows(partition, rowptr, col)
         for rank in range(parts):
             results.append(_emulated_rank(args, device, partition, rows[rank], requested[rank], rank, widest)
@@ -76,6 +77,7 @@ def emulate(args, device, single: dict) -> list[dict]:
             row = results[-1]
             if predicted is not None:
                 row["predicted_peak_gb"] = float(predicted.memory_bytes[rank]) / 2**30
+                row["predicted_graph_gb"] = float(graphs[rank]) / 2**30
                 row["predicted_compute_ms"] = 1000 * float(predicted.compute_s[rank])
             if single.get("status") == "ok" and device.type == "cuda":
                 row["target_gb"] = TARGET_FACTOR * single["peak_gb"] / parts + row["halo_gb"]
@@ -117,7 +119,7 @@ def measured_from(single: dict, args) -> Measured | None:
     graph_bytes = float(single["graph_gb"]) * 2**30
     sparse_s, epoch_s = float(single["sparse_ms"]) / 1e3, float(single["epoch_ms"]) / 1e3
     return Measured(args.num_nodes, int(single["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes,
-                    float(single["peak_gb"]) * 2**30 - graph_bytes, float("inf"))
+                    float("inf"))
 
 
 def format_emulated(row: dict) -> str:
@@ -126,7 +128,8 @@ def format_emulated(row: dict) -> str:
             f"{row['halo_out']} out; build {row['build_s']:.1f} s, peak {row['build_peak_gb']:.2f} GB; "
             f"compute {row['compute_ms']:.1f} ms/epoch, peak {row['peak_gb']:.2f} GB")
     if "predicted_peak_gb" in row:
-        line += f" (model {row['predicted_peak_gb']:.2f} GB, {row['predicted_compute_ms']:.1f} ms)"
+        line += (f" (model {row['predicted_peak_gb']:.2f} GB, graph {row['predicted_graph_gb']:.2f} GB against "
+                 f"{row['graph_gb']:.2f}, {row['predicted_compute_ms']:.1f} ms)")
     if "target_gb" in row:
         line += f", target {row['target_gb']:.2f} GB: {'met' if row['within_target'] else 'MISSED'}"
     return line

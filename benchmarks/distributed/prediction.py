@@ -11,11 +11,11 @@ import torch
 
 from benchmarks.common import out_dir, write_csv
 from torch_tcsparse.distributed import partition_rows
-from torch_tcsparse.distributed.model import Measured, part_shape, predict, product_widths
+from torch_tcsparse.distributed.model import Measured, part_shape, predict
 
 from .errors import fail
 from .graph import rmat_block
-from .training import parameter_bytes, partition_weights
+from .training import network, parameter_bytes, partition_weights
 
 EMULATED_CSV = "distributed_emulated.csv"
 MEASURE_FIRST = ("measure first on one GPU: python -m benchmarks.distributed --emulate 2,4 --scales 24 "
@@ -50,8 +50,7 @@ def link_bytes_per_s(args, rows: list[dict]) -> float:
 def measured_of(one: dict, link: float) -> Measured:
     sparse_s, epoch_s = float(one["sparse_ms"]) / 1e3, float(one["epoch_ms"]) / 1e3
     graph_bytes = float(one["graph_gb"]) * 2**30
-    return Measured(int(one["nodes"]), int(one["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes,
-                    float(one["peak_gb"]) * 2**30 - graph_bytes, link)
+    return Measured(int(one["nodes"]), int(one["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes, link)
 
 
 def measured_runs(rows: list[dict], graph: str) -> dict[int, dict]:
@@ -97,7 +96,6 @@ def predict_main(args) -> None:
         one = calibration(rows, graph)
         for name in ("features", "hidden", "classes", "layers"):
             setattr(args, name, int(one[name]))
-        widths = product_widths(args.features, args.hidden, args.classes, args.layers)
         measured = measured_of(one, link)
         runs = measured_runs(rows, graph)
         emulated = emulated_peaks(path.parent / EMULATED_CSV, graph)
@@ -109,7 +107,7 @@ def predict_main(args) -> None:
             start = time.perf_counter()
             partition = partition_rows(rowptr, col, count, args.partitioner, row_weight=row_weight)
             partition_s = time.perf_counter() - start
-            guess = predict(part_shape(partition, rowptr, col), measured, widths, parameter_bytes(args))
+            guess = predict(part_shape(partition, rowptr, col), measured, network(args), parameter_bytes(args))
             run = runs.get(count, {})
             peak, compute = emulated.get(count, ("", ""))
             results.append({

@@ -1,6 +1,7 @@
 """What every run of the benchmark shares: the model, its epochs, clocks and memory peaks."""
 from __future__ import annotations
 
+import gc
 import time
 
 import torch
@@ -75,6 +76,8 @@ def synchronize(device):
 
 
 def reset_peak(device):
+    # A phase's tensors caught in a reference cycle would otherwise count against the next one.
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
@@ -107,6 +110,8 @@ def epochs(step_model, x, y, part, nodes, args, device, world: int) -> list[floa
         loss = F.cross_entropy(out, y, reduction="sum") * (world / args.num_nodes)
         loss.backward()
         optimizer.step()
+        # Not alive through the next epoch's forward pass.
+        del out, loss
         synchronize(device)
         times.append(time.perf_counter() - start)
     return times
@@ -133,6 +138,11 @@ def products_time(matrix, args, device) -> float:
 def partition_weights(method: str, weights: tuple[int, ...]) -> tuple[int, ...]:
     """The row weights a partitioner balances: METIS and contiguous ranges take the first (time)."""
     return weights if method in ("auto", "multilevel") else weights[:1]
+
+
+def network(args) -> tuple[int, int, int, int]:
+    """The GCN's (features, hidden, classes, layers), as the memory model takes them."""
+    return args.features, args.hidden, args.classes, args.layers
 
 
 def parameter_bytes(args, element_size: int = 4) -> int:

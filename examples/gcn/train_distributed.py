@@ -81,8 +81,10 @@ class DistributedGNN(torch.nn.Module):
             x = conv(x, part)
             if self.norms:
                 x = self.norms[i](x)
-            x = F.relu(x)
-            x = node_dropout(x, nodes, self.dropout, (dropout_seed * _LAYER_SLOTS + i) % _SEED_SPACE, self.training)
+            # ReLU and dropout in one step: it keeps a byte per entry for the backward pass, not
+            # the ReLU's output and the mask beside the dropout's output.
+            x = node_dropout(x, nodes, self.dropout, (dropout_seed * _LAYER_SLOTS + i) % _SEED_SPACE, self.training,
+                             relu=True)
         return self.convs[-1](x, part)
 
 
@@ -207,6 +209,8 @@ def train_placed(block, placed: dict, part: GraphPart, config: dict, device: tor
         (local * (world / block.train_count)).backward()
         optimizer.step()
         total = local.detach().reshape(1).double()
+        # The output is not kept through the next epoch's forward pass.
+        del out, local
         dist.all_reduce(total)
         losses.append(float(total) / block.train_count)
         if device.type == "cuda":

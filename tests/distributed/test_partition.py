@@ -6,6 +6,7 @@ import torch
 
 import graphs
 from torch_tcsparse.distributed import NodePartition, node_dropout, partition_rows
+from torch_tcsparse.distributed.memory import gcn_epoch
 from torch_tcsparse.distributed.model import Measured, part_shape, predict, product_widths
 
 NUM_NODES = 400
@@ -101,11 +102,13 @@ def test_model_of_one_part_is_the_measured_epoch():
     rowptr, col = sbm_csr()
     widths = product_widths(16, 32, 4, 2)
     assert widths == [(16, False), (4, True)]
-    measured = Measured(NUM_NODES, col.numel() + NUM_NODES, 0.3, 0.2, 1000.0, 5000.0, 1e9)
-    one = predict(part_shape(partition_rows(rowptr, col, 1, "contiguous"), rowptr, col), measured, widths, 0)
-    assert one.epoch_s == pytest.approx(0.5) and one.exchange_s == 0 and one.memory_bytes == pytest.approx(6000.0)
+    measured = Measured(NUM_NODES, col.numel() + NUM_NODES, 0.3, 0.2, 1000.0, 1e9)
+    network = (16, 32, 4, 2)
+    one = predict(part_shape(partition_rows(rowptr, col, 1, "contiguous"), rowptr, col), measured, network, 0)
+    epoch = gcn_epoch(NUM_NODES, 0, 0, *network).peak
+    assert one.epoch_s == pytest.approx(0.5) and one.exchange_s == 0 and one.memory_bytes == pytest.approx(1000.0 + epoch)
     assert one.overlapped_epoch_s == pytest.approx(0.5)
-    two = predict(part_shape(partition_rows(rowptr, col, 2, "contiguous"), rowptr, col), measured, widths, 4096)
+    two = predict(part_shape(partition_rows(rowptr, col, 2, "contiguous"), rowptr, col), measured, network, 4096)
     assert 0.25 < two.compute_s < 0.3 and two.exchange_s > 0 and two.reduce_s > 0
     assert two.epoch_s - two.exchange_s <= two.overlapped_epoch_s < two.epoch_s
 
@@ -170,3 +173,19 @@ def test_parts_need_torch_distributed_or_emulated_peers():
     rowptr, col = sbm_csr()
     with pytest.raises(RuntimeError, match=r"needs torch.distributed initialized"):
         GraphPart.from_rows(rowptr, col, None, (0, NUM_NODES))
+
+
+def test_node_dropout_with_relu_is_relu_then_dropout():
+    """One step, the same outputs and gradients as F.relu then node_dropout (up to signs of zeros)."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(60, 12, generator=gen, requires_grad=True)
+    grad = torch.randn(60, 12, generator=gen)
+    nodes = torch.arange(100, 160)
+    apart = node_dropout(torch.nn.functional.relu(x), nodes, 0.3, 7)
+    (expected,) = torch.autograd.grad(apart, x, grad)
+    together = node_dropout(x, nodes, 0.3, 7, relu=True)
+    (got,) = torch.autograd.grad(together, x, grad)
+    assert torch.equal(together, apart) and torch.equal(got, expected)
+    assert torch.equal(node_dropout(x, nodes, 0.3, 7, training=False, relu=True), torch.relu(x))
+    with pytest.raises(TypeError, match="relu must be a bool"):
+        node_dropout(x, nodes, 0.3, 7, relu=1)

@@ -14,10 +14,12 @@ from .hashing import mix_ as _mix
 _CHUNK_ELEMENTS = 1 << 24
 
 
-def node_dropout(x: Tensor, nodes: Tensor, p: float, seed: int, training: bool = True) -> Tensor:
+def node_dropout(x: Tensor, nodes: Tensor, p: float, seed: int, training: bool = True, relu: bool = False) -> Tensor:
     """Dropout whose mask is a hash of (seed, node id, channel): a node's entries are dropped
     alike whichever rank holds it. ``nodes``: the global id of each row of ``x``; ``seed``
-    (below 2**32) must differ between calls that should draw different masks (a step's and a layer's)."""
+    (below 2**32) must differ between calls that should draw different masks (a step's and a layer's).
+    ``relu``: dropout of ``relu(x)``, the same numbers as ``F.relu`` then this dropout, keeping one
+    byte per entry for the backward pass instead of the ReLU's output (4 bytes) and the mask (1)."""
     if not isinstance(x, Tensor) or x.dim() != 2:
         raise ValueError(f"x must be a 2-D tensor, got {tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
     check_index("nodes", nodes)
@@ -26,8 +28,17 @@ def node_dropout(x: Tensor, nodes: Tensor, p: float, seed: int, training: bool =
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
         raise ValueError(f"p must be a float in [0, 1), got {p!r}")
     check_int("seed", seed, 0, _MASK)
+    if not isinstance(relu, bool):
+        raise TypeError(f"relu must be a bool, got {type(relu).__name__}")
     if not training or p == 0:
-        return x
+        return torch.relu(x) if relu else x
+    if relu:
+        return _ReluDropout.apply(x, nodes, p, seed)
+    return x * _mask(x, nodes, p, seed) / (1.0 - p)
+
+
+def _mask(x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
+    """The entries of ``x`` that dropout keeps (bool, x's shape)."""
     channels = x.size(1)
     threshold = int(p * (1 << 32))
     salt = int(_mix(torch.tensor(seed)))
@@ -42,7 +53,29 @@ def node_dropout(x: Tensor, nodes: Tensor, p: float, seed: int, training: bool =
         if wide:
             words = _mix(words.bitwise_xor_(key >> 32))
         mask[start: start + step] = words >= threshold
-    return x * mask / (1.0 - p)
+    return mask
+
+
+class _ReluDropout(torch.autograd.Function):
+    """``relu(x) * mask / (1 - p)``, the operations of ``F.relu`` and ``node_dropout`` in their
+    order. The gradient is ``grad / (1 - p)`` where the output is nonzero, else zero: only that
+    bool is saved, where the three operations apart keep the ReLU's output, the mask and (in the
+    next layer) the output. The rounding is theirs; only the sign of some zero gradients may differ."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
+        out = torch.relu(x)
+        mask = _mask(x, nodes, p, seed)
+        out.mul_(mask).div_(1.0 - p)
+        del mask
+        ctx.p = p
+        ctx.save_for_backward(out != 0)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (kept,) = ctx.saved_tensors
+        return (grad / (1.0 - ctx.p)).mul_(kept), None, None, None
 
 
 class _AllReduceSum(torch.autograd.Function):

@@ -6,10 +6,13 @@ Epoch time of P ranks = the slowest rank's compute + its halo exchanges + the gr
 all-reduce. A rank's compute is the one-GPU sparse time (its products, measured) scaled by its
 share of the nonzeros, plus the one-GPU dense time (the rest of the epoch) scaled by its share
 of the rows. An exchange moves the rank's larger side of the halo (rows sent or received) at the
-link bandwidth, plus a latency per exchange. Memory per GPU = graph bytes per nonzero times its
-nonzeros, plus training bytes per row times its rows, plus the buffers of the widest exchange
-(the rows received and the rows sent). The exchange is not overlapped in the model: it predicts
-the ``overlap=False`` epoch, which bounds the overlapped one from above.
+link bandwidth, plus a latency per exchange. Memory per GPU = its graph plus the peak of its
+epoch. The graph: the one-GPU graph's bytes per nonzero for the interior block's nonzeros (a
+symmetric block, whose transpose shares its index arrays, as the whole graph's does) and twice
+that for the boundary block's (its transpose is a second structure). The epoch: the tensors
+the training allocates, term by term (``memory.gcn_epoch``: rows, halo rows received and sent,
+layer widths). The exchange is not overlapped in the model: it predicts the ``overlap=False``
+epoch, which bounds the overlapped one from above.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_int
+from .memory import gcn_epoch
 from .partition import NodePartition
 
 
@@ -103,15 +107,14 @@ class Measured:
 
     ``sparse_s``: the epoch's products (forward and backward) on the whole graph; ``dense_s``:
     the rest of the one-GPU epoch; ``graph_bytes``: the matrix and its transpose in memory;
-    ``train_bytes``: the peak of training above the graph; ``link_bytes_per_s``: all-to-all
-    bytes one rank sends per second; ``latency_s``: the fixed cost of one exchange."""
+    ``link_bytes_per_s``: all-to-all bytes one rank sends per second; ``latency_s``: the fixed
+    cost of one exchange."""
 
     nodes: int
     nnz: int
     sparse_s: float
     dense_s: float
     graph_bytes: float
-    train_bytes: float
     link_bytes_per_s: float
     latency_s: float = 50e-6
 
@@ -144,9 +147,12 @@ class Prediction:
     overlapped_epoch_s: float
 
 
-def predict_ranks(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]],
-                  element_size: int = 4) -> RankPrediction:
-    """Every rank's compute, exchange and memory for the part shapes ``shape``."""
+def predict_ranks(shape: PartShape, measured: Measured, network: tuple[int, int, int, int], element_size: int = 4,
+                  emulated: bool = False) -> RankPrediction:
+    """Every rank's compute, exchange and memory for the part shapes ``shape``; ``network``:
+    the GCN's (features, hidden, classes, layers); ``emulated``: the ranks run through
+    ``EmulatedPeers`` (their receives gather from the rows sent)."""
+    widths = product_widths(*network)
     nnz_share = shape.nnz.double() / measured.nnz
     row_share = shape.rows.double() / measured.nodes
     compute = measured.sparse_s * nnz_share + measured.dense_s * row_share
@@ -155,17 +161,27 @@ def predict_ranks(shape: PartShape, measured: Measured, widths: list[tuple[int, 
     exchange = halo * exchanged_width(widths) * element_size / measured.link_bytes_per_s
     if shape.num_parts > 1:
         exchange = exchange + exchanges * measured.latency_s
-    widest = max(width for width, _ in widths)
-    memory = (measured.graph_bytes * nnz_share + measured.train_bytes * row_share
-              + (shape.halo_in + shape.halo_out).double() * widest * element_size)
+    memory = graph_bytes(shape, measured) + torch.tensor(
+        [float(gcn_epoch(int(rows), int(halo_in), int(halo_out), *network, element_size=element_size,
+                         emulated=emulated).peak)
+         for rows, halo_in, halo_out in zip(shape.rows, shape.halo_in, shape.halo_out)], dtype=torch.float64)
     interior = measured.sparse_s * (shape.nnz - shape.cut).double() / measured.nnz
     return RankPrediction(compute, exchange, interior, memory)
 
 
-def predict(shape: PartShape, measured: Measured, widths: list[tuple[int, bool]], parameter_bytes: int,
+def graph_bytes(shape: PartShape, measured: Measured) -> Tensor:
+    """Every rank's part in memory: the interior block at the one-GPU graph's bytes per nonzero
+    (both symmetric, each sharing its index arrays with its transpose), the boundary block at
+    twice that (its transpose has arrays of its own)."""
+    per_nonzero = measured.graph_bytes / measured.nnz
+    return per_nonzero * ((shape.nnz - shape.cut) + 2 * shape.cut).double()
+
+
+def predict(shape: PartShape, measured: Measured, network: tuple[int, int, int, int], parameter_bytes: int,
             element_size: int = 4) -> Prediction:
-    """Epoch time and the largest memory per GPU of the ranks of ``shape``."""
-    ranks = predict_ranks(shape, measured, widths, element_size)
+    """Epoch time and the largest memory per GPU of the ranks of ``shape`` (``network`` as
+    ``predict_ranks`` takes it)."""
+    ranks = predict_ranks(shape, measured, network, element_size)
     parts = shape.num_parts
     reduce = 2 * parameter_bytes * (parts - 1) / parts / measured.link_bytes_per_s if parts > 1 else 0.0
     overlapped = ranks.compute_s + ranks.exchange_s - torch.minimum(ranks.exchange_s, ranks.interior_s)
