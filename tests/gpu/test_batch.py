@@ -159,6 +159,18 @@ def test_cuda_batches_keep_every_invariant_and_repeat_from_a_generator(fanout):
         sampler.sample(seeds.cpu())
 
 
+def test_a_loader_takes_a_cuda_generator_without_an_index():
+    from torch_tcsparse.loader import BlockLoader
+
+    sampler = cuda_sampler([5, 3])
+    loaders = [BlockLoader(sampler, torch.arange(0, 4000, 7, device="cuda"), 128, shuffle=True,
+                           generator=torch.Generator("cuda").manual_seed(5)) for _ in range(2)]
+    first, second = (next(iter(loader)) for loader in loaders)
+    assert torch.equal(first.nodes, second.nodes)
+    with pytest.raises(ValueError, match="generator"):
+        BlockLoader(sampler, generator=torch.Generator().manual_seed(0))
+
+
 @pytest.mark.parametrize("aggr", ["mean", "max"])
 def test_a_block_step_on_cuda_equals_pyg_and_leaves_the_layouts_unbuilt(kernels, aggr, monkeypatch):
     from examples.sage import blocks, models

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .neighbor_sampler import NeighborSampler
+from .neighbor_sampler import NeighborSampler, indexed_device
 
 
 class BlockLoader:
@@ -25,7 +25,7 @@ class BlockLoader:
             raise TypeError(f"input_nodes must be a one-dimensional tensor of node ids, got {input_nodes!r}")
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        if generator is not None and generator.device != sampler.device:
+        if generator is not None and indexed_device(generator.device) != indexed_device(sampler.device):
             raise ValueError(f"generator must be a generator of the sampler's device {sampler.device}, got one of "
                              f"{generator.device}")
         self.sampler, self.batch_size = sampler, batch_size

@@ -76,7 +76,7 @@ class NeighborSampler:
             raise ValueError(f"seeds must be on the graph's device {self.device}, got {seeds.device}")
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        if generator is not None and _indexed(generator.device) != _indexed(self.device):
+        if generator is not None and indexed_device(generator.device) != indexed_device(self.device):
             raise ValueError(f"generator must be a generator of the graph's device {self.device}, got one of "
                              f"{generator.device}")
         seeds = seeds.long()
@@ -146,7 +146,7 @@ def _check_canonical(rowptr: torch.Tensor, col: torch.Tensor, num_nodes: int) ->
                          "a repeated neighbour would be drawn twice")
 
 
-def _indexed(device: torch.device) -> torch.device:
+def indexed_device(device: torch.device) -> torch.device:
     """``device`` with its index: ``torch.Generator("cuda")`` names no index, meaning the current one."""
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
