@@ -18,7 +18,7 @@ from .errors import fail
 from .training import CONFIGS, partition_weights
 
 FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "row_weight", "config", "overlap", "halo_bits",
-          "status", "epoch_ms", "compute_ms", "exchange_ms", "halo_rows", "cut_nonzeros", "exchanged_width",
+          "status", "losses", "epoch_ms", "compute_ms", "exchange_ms", "halo_rows", "cut_nonzeros", "exchanged_width",
           "halo_bytes_per_epoch", "cut_x_feature_bytes", "rows_per_rank", "nnz_per_rank", "halo_per_rank",
           "send_per_rank", "generate_s", "partition_s", "partition_peak_gb", "build_s", "sparse_ms", "graph_gb",
           "graph_gb_per_rank", "link_gbps", "single_gb_needed", "build_peak_gb_per_rank", "peak_gb_per_rank", "peak_gb",
@@ -224,4 +224,5 @@ def format_row(row: dict) -> str:
     config = f", {row['config']}" if row.get("config") else ""
     return (f"{row['graph']} on {row['gpus']} GPU(s) [{row['partitioner']}{config}]: epoch {row['epoch_ms']:.1f} ms "
             f"(exchange {row['exchange_ms']:.1f}, compute {row['compute_ms']:.1f}), halo {row['halo_rows']} rows "
-            f"for {row['cut_nonzeros']} cut nonzeros, build {row['build_s']:.1f} s, peak {row['peak_gb_per_rank']} GB")
+            f"for {row['cut_nonzeros']} cut nonzeros, build {row['build_s']:.1f} s, peak {row['peak_gb_per_rank']} GB, "
+            f"loss {row['losses'].replace(';', ' ')}")

@@ -19,6 +19,7 @@ from .training import (
     ExchangeMeter,
     allocated_gb,
     epochs,
+    loss_curve,
     make_model,
     peak_gb,
     reset_peak,
@@ -85,11 +86,13 @@ def train_config(args, device, built: dict, config: str) -> dict:
     nodes = built["nodes"]
     x, y = node_features(nodes, args.features, 0), node_labels(nodes, args.classes, 0)
     ddp = DistributedDataParallel(make_model(args, device), device_ids=[device.index] if device.type == "cuda" else None)
-    epoch_s = statistics.median(epochs(ddp, x, y, part, nodes, args, device, world)[WARMUP:])
+    times, losses = epochs(ddp, x, y, part, nodes, args, device, world)
+    epoch_s = statistics.median(times[WARMUP:])
     train_peak = peak_gb(device)
+    dist.all_reduce(losses)
     # Exchange and compute: means over the instrumented epochs, warm-up included on both sides.
     meter = ExchangeMeter(part, device)
-    instrumented_s = statistics.mean(epochs(ddp, x, y, part, nodes, args, device, world))
+    instrumented_s = statistics.mean(epochs(ddp, x, y, part, nodes, args, device, world)[0])
     meter.detach()
     exchange_s = meter.clock.seconds() / (WARMUP + args.epochs)
     width = sum(meter.widths) // (WARMUP + args.epochs)
@@ -102,7 +105,7 @@ def train_config(args, device, built: dict, config: str) -> dict:
     root = ranks[0]
     method = "multilevel" if args.partitioner == "auto" else args.partitioner
     return {"status": "ok", "partitioner": method, "row_weight": args.current_row_weight_text,
-            "config": config, "overlap": int(overlap), "halo_bits": 8 * element, "epoch_ms": 1000 * epoch_s,
+            "config": config, "losses": loss_curve(losses), "overlap": int(overlap), "halo_bits": 8 * element, "epoch_ms": 1000 * epoch_s,
             "exchange_ms": 1000 * exchange_s, "compute_ms": 1000 * (instrumented_s - exchange_s),
             "halo_rows": halo_rows, "cut_nonzeros": cut, "exchanged_width": width,
             "halo_bytes_per_epoch": halo_rows * width * element, "cut_x_feature_bytes": cut * width * element,

@@ -96,10 +96,11 @@ def make_model(args, device):
     return DistributedGNN("gcn", args.features, args.hidden, args.classes, args.layers, args.dropout).to(device)
 
 
-def epochs(step_model, x, y, part, nodes, args, device, world: int) -> list[float]:
-    """Seconds of each of WARMUP + ``args.epochs`` epochs."""
+def epochs(step_model, x, y, part, nodes, args, device, world: int) -> tuple[list[float], torch.Tensor]:
+    """Seconds of each of WARMUP + ``args.epochs`` epochs, and each epoch's loss as this rank adds
+    to it (``global_losses`` sums them over the ranks)."""
     optimizer = torch.optim.Adam(step_model.parameters(), lr=0.01)
-    times = []
+    times, losses = [], []
     for epoch in range(WARMUP + args.epochs):
         synchronize(device)
         start = time.perf_counter()
@@ -110,11 +111,18 @@ def epochs(step_model, x, y, part, nodes, args, device, world: int) -> list[floa
         loss = F.cross_entropy(out, y, reduction="sum") * (world / args.num_nodes)
         loss.backward()
         optimizer.step()
+        losses.append(loss.detach() / world)
         # Not alive through the next epoch's forward pass.
         del out, loss
         synchronize(device)
         times.append(time.perf_counter() - start)
-    return times
+    return times, torch.stack(losses)
+
+
+def loss_curve(losses: torch.Tensor) -> str:
+    """The mean loss over every node per epoch, as the CSV keeps it: what P GPUs and one GPU
+    should agree on (up to the order of float sums)."""
+    return ";".join(f"{float(v):.6f}" for v in losses.cpu())
 
 
 def products_time(matrix, args, device) -> float:

@@ -323,6 +323,11 @@ def test_benchmark_rows_and_model(distributed_run, tmp_path):
     for row, element in ((plain, 4), (bf16, 2)):
         assert int(row["halo_bytes_per_epoch"]) == int(row["halo_rows"]) * int(row["exchanged_width"]) * element
     assert sum(int(n) for n in plain["nnz_per_rank"].split(";")) == int(rows[0]["nnz"])
+    # P ranks train the one-GPU run's model: the same loss curve (dropout hashes node ids).
+    one = [float(v) for v in rows[0]["losses"].split(";")]
+    assert len(one) == 3 and all(v > 0 for v in one)
+    for row in (plain, overlap):
+        assert [float(v) for v in row["losses"].split(";")] == pytest.approx(one, rel=1e-4)
     assert sum(int(n) for n in plain["rows_per_rank"].split(";")) == int(rows[0]["nodes"])
     assert sum(int(n) for n in plain["halo_per_rank"].split(";")) == int(plain["halo_rows"])
     benchmark.main(["--predict", str(csv_path), "--parts", f"1,{world_size},4", "--out", str(tmp_path)])
