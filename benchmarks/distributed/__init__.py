@@ -27,9 +27,8 @@ Reported per graph, GPU count and exchange: the median epoch (forward, backward,
 reduction, Adam step), its split into exchange (CUDA events around the halo exchanges outside the
 products, in separate instrumented epochs) and compute, the halo bytes against the cut nonzeros
 times the row bytes, the time and peak memory of generating, partitioning and building, the
-peak memory per GPU while training, and the loss of every epoch (the mean over every node: the
-one-GPU run's and the P ranks' agree, which checks a run on a graph no single GPU holds against a
-smaller scale's one-GPU curve only by their shape).
+peak memory per GPU while training, and the loss of every epoch (the mean over every node; P
+ranks give the one-GPU run's curve).
 
 ``--emulate`` (one process, one GPU) builds and trains each rank of every P listed alone, its
 halo exchange replaced by copies of its own rows (``EmulatedPeers``): the peak memory and compute
