@@ -5,23 +5,13 @@ import pickle
 
 import pytest
 import torch
+from compiled_models import TwoLayerGCN
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from torch_tcsparse import TCSparseTensor
-from torch_tcsparse.nn import GCNConv
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
-
-
-class TwoLayerGCN(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = GCNConv(8, 16, normalize=False)
-        self.conv2 = GCNConv(16, 3, normalize=False)
-
-    def forward(self, x, adj):
-        return self.conv2(self.conv1(x, adj).relu(), adj)
 
 
 def directed_graph(num_nodes=24, edges=80):

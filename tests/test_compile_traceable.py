@@ -3,10 +3,10 @@ subclass): every product route compiles with fullgraph=True to the eager result,
 backward, and torch._dynamo.explain finds no graph break, a whole GCN training step included."""
 import pytest
 import torch
+from compiled_models import TwoLayerGCN
 
 from torch_tcsparse import TCSparseTensor, flattening
 from torch_tcsparse.engines import ENGINES
-from torch_tcsparse.nn import GCNConv
 from torch_tcsparse.testing import random_dense
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
@@ -113,16 +113,6 @@ def test_recompiles_for_another_matrix_with_its_own_result(case):
     compiled = torch.compile(lambda a, x: a @ x, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(a, x), a.to_dense() @ x)
     torch.testing.assert_close(compiled(b, x), b.to_dense() @ x)
-
-
-class TwoLayerGCN(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = GCNConv(8, 16, normalize=False)
-        self.conv2 = GCNConv(16, 3, normalize=False)
-
-    def forward(self, x, adj):
-        return self.conv2(self.conv1(x, adj).relu(), adj)
 
 
 def gcn_case():

@@ -108,16 +108,8 @@ class MetcfLayout:
     )
     # What the Tensor-Core kernels, their SDDMM and the reference read: the layout's arrays less the
     # transpose's link and the CSR copies.
-    KERNEL_FIELDS = (
-        "window_offsets",
-        "block_offsets",
-        "local_ids",
-        "block_cols",
-        "block_bitmap",
-        "row_map",
-        "chunk_offsets",
-        "csr_gather",
-    )
+    KERNEL_FIELDS = tuple(name for name in TENSOR_FIELDS
+                          if name not in ("transpose_gather", "csr_rowptr", "csr_col"))
 
     @property
     def num_windows(self) -> int:
