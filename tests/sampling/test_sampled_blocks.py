@@ -80,3 +80,28 @@ def test_block_names_a_bad_layer(layer):
 def test_block_names_a_bad_dtype():
     with pytest.raises(TypeError, match="dtype"):
         sampled([3, 2]).blocks(torch.int32)
+
+
+def test_a_training_step_on_the_rows_path_reads_the_device_only_for_its_transposes(monkeypatch):
+    """The step a GPU runs, on the CPU: the kernels' choice taken as on CUDA (the rows kernel,
+    played by torch.sparse). Conversion and forward products read nothing; each transpose the
+    backward multiplies by reads its longest row, and its split once where it has long rows."""
+    from torch_tcsparse import kernels
+
+    def rows_kernel(x, rowptr, col, values, pieces, num_cols, bias=None, row_map=None, addend=None):
+        matrix = torch.sparse_csr_tensor(rowptr.long(), col.long(), values, (rowptr.numel() - 1, num_cols))
+        return matrix @ x if bias is None else matrix @ x + bias
+
+    monkeypatch.setattr(kernels, "usable", lambda x: x.dtype == torch.float32)
+    monkeypatch.setattr(kernels, "csr_rows_spmm", rows_kernel)
+    batch = sampled([15, 10, 5], num_seeds=64, scale=11)
+    x = torch.randn(batch.nodes.numel(), 8, requires_grad=True)
+    with DeviceReads() as reads:
+        out = x
+        for block in batch.blocks():
+            out = block.matmul(out, reduce="mean") + out[: block.size(0)]
+    assert reads.ops == []
+    with DeviceReads() as reads:
+        out.sum().backward()
+    assert len(reads.ops) <= 2 * batch.num_layers
+    assert not {"aten.nonzero.default", "aten.bincount.default", "aten.repeat_interleave.Tensor"} & set(reads.ops)
