@@ -20,7 +20,8 @@ def read(path):
 def test_every_matrix_and_route_writes_a_row(tmp_path):
     rows = batch.main([*TINY, "--out", str(tmp_path)])
     assert {(row["matrix"], row["route"]) for row in rows} == {
-        (m, r) for m in ("subgraph", "layer1", "layer2") for r in batch.ROUTES if (m, r) != ("subgraph", "ours-sampled")}
+        (m, r) for m in ("subgraph", "layer1", "layer2") for r in batch.ROUTES
+        if (m, r) != ("subgraph", "ours-sampled")}
     written = read(tmp_path / "batch.csv")
     assert len(written) == len(rows) and tuple(written[0]) == batch.FIELDS
     assert all(float(row[key]) > 0 for row in written for key in ("convert_us", "spmm_us", "host_us"))

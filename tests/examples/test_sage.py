@@ -134,7 +134,8 @@ def test_a_step_converts_each_block_light(monkeypatch):
 
     made = []
     convert = SampledBatch.block
-    monkeypatch.setattr(SampledBatch, "block", lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
+    monkeypatch.setattr(SampledBatch, "block",
+                        lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
     batch = sampled_batch(fanout=(4, 3, 2))
     torch.manual_seed(0)
     model = models.SAGE("ours", 6, 8, 3, 3, 0.5)
