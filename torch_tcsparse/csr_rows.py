@@ -68,9 +68,9 @@ def piece_size() -> int:
     return UNSPLIT if torch.are_deterministic_algorithms_enabled() else PIECE_NNZ
 
 
-def split_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
+def split_piece_nnz(nnz: int, max_row_nnz: int | None, dtype: torch.dtype) -> int:
     """Nonzeros per piece of a matrix of ``nnz`` nonzeros whose longest row has ``max_row_nnz``,
-    for X of ``dtype``.
+    for X of ``dtype`` (``max_row_nnz`` is read for 16-bit X only; None elsewhere where unknown).
 
     A warp walks its piece a few nonzeros per step, each step a round trip to L2, so on a graph
     too small to fill the GPU many times over the longest piece sets the time; smaller pieces
@@ -86,7 +86,7 @@ def split_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
     return 32
 
 
-def product_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
+def product_piece_nnz(nnz: int, max_row_nnz: int | None, dtype: torch.dtype) -> int:
     """``split_piece_nnz`` for a product run now: no row is split under deterministic algorithms."""
     return UNSPLIT if torch.are_deterministic_algorithms_enabled() else split_piece_nnz(nnz, max_row_nnz, dtype)
 

@@ -85,7 +85,8 @@ def test_block_names_a_bad_dtype():
 def test_a_training_step_on_the_rows_path_reads_the_device_only_for_its_transposes(monkeypatch):
     """The step a GPU runs, on the CPU: the kernels' choice taken as on CUDA (the rows kernel,
     played by torch.sparse). Conversion and forward products read nothing; each transpose the
-    backward multiplies by reads its longest row, and its split once where it has long rows."""
+    backward multiplies by reads the sizes of its split once (its longest row stays unread in
+    float32)."""
     from torch_tcsparse import kernels
 
     def rows_kernel(x, rowptr, col, values, pieces, num_cols, bias=None, row_map=None, addend=None):
@@ -103,5 +104,4 @@ def test_a_training_step_on_the_rows_path_reads_the_device_only_for_its_transpos
     assert reads.ops == []
     with DeviceReads() as reads:
         out.sum().backward()
-    assert len(reads.ops) <= 2 * batch.num_layers
-    assert not {"aten.nonzero.default", "aten.bincount.default", "aten.repeat_interleave.Tensor"} & set(reads.ops)
+    assert reads.ops == ["tolist"] * batch.num_layers
