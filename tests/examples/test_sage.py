@@ -133,8 +133,8 @@ def test_a_step_converts_each_block_light(monkeypatch):
     from torch_tcsparse.loader import SampledBatch
 
     made = []
-    convert = SampledBatch.block
-    monkeypatch.setattr(SampledBatch, "block",
+    convert = SampledBatch._block
+    monkeypatch.setattr(SampledBatch, "_block",
                         lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
     batch = sampled_batch(fanout=(4, 3, 2))
     torch.manual_seed(0)

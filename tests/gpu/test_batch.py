@@ -179,8 +179,8 @@ def test_a_block_step_on_cuda_equals_pyg_and_leaves_the_layouts_unbuilt(kernels,
     from torch_tcsparse.loader import SampledBatch
 
     made = []
-    convert = SampledBatch.block
-    monkeypatch.setattr(SampledBatch, "block",
+    convert = SampledBatch._block
+    monkeypatch.setattr(SampledBatch, "_block",
                         lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
     batch = cuda_sampler([10, 5, 3]).sample(torch.arange(0, 4000, 40, device="cuda"),
                                              torch.Generator("cuda").manual_seed(1))

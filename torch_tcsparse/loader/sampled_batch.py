@@ -61,18 +61,22 @@ class SampledBatch:
         """Per layer, first layer first, its block as a ``[num_targets, num_sources]``
         ``TCSparseTensor`` (``from_batch``: CSR only, the Tensor-Core layout left until the matrix
         has run enough products to pay for it), unit weights in ``dtype`` (float32 by default)."""
-        return [self.block(layer, dtype) for layer in range(self.num_layers)]
+        return [self._block(edge_index, sizes, self.num_layers - layer, dtype)
+                for layer, (edge_index, sizes) in enumerate(self.layer_edges())]
 
     def block(self, layer: int, dtype: torch.dtype | None = None) -> TCSparseTensor:
         """Layer ``layer``'s block (0: the first layer), as ``blocks`` gives it."""
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
         edge_index, sizes = self.layer_edges()[layer]
+        return self._block(edge_index, sizes, self.num_layers - layer, dtype)
+
+    def _block(self, edge_index: torch.Tensor, sizes: tuple[int, int], hops: int, dtype) -> TCSparseTensor:
         if self._longest_rows is None or (dtype is not None and dtype not in VALUE_DTYPES):
             return TCSparseTensor.from_batch(edge_index, num_nodes=sizes, dtype=dtype)
-        # The block holds the edges of the first L - layer hops; each target's edges come from
-        # one hop, so its longest row is the longest of those hops'.
-        longest = max(self._longest_rows[: self.num_layers - layer], default=0)
+        # The block holds the edges of the first ``hops`` hops; each target's edges come from one
+        # hop, so its longest row is the longest of those hops'.
+        longest = max(self._longest_rows[:hops], default=0)
         return TCSparseTensor(*build_sampled_structure(edge_index, *sizes, longest, dtype))
 
     def to(self, device) -> "SampledBatch":
