@@ -10,7 +10,9 @@ yields) and one bipartite block per layer ([targets, sources]; ``layer1`` feeds 
 
 ``batch.csv``, per matrix and route:
 
-- routes: ``ours-batch`` (``TCSparseTensor.from_batch``: CSR only, the Tensor-Core layout left
+- routes: ``ours-sampled`` (a layer's block as ``SampledBatch.block`` builds it: ``from_batch``'s
+  matrix from what the sampler guarantees, with no read of the device; not for the subgraph),
+  ``ours-batch`` (``TCSparseTensor.from_batch``: CSR only, the Tensor-Core layout left
   until ``BUILD_AFTER_USES`` products), ``ours-full`` (``from_edge_index``: the layout built at
   conversion), ``pyg-csr`` (PyG's ``to_torch_csr_tensor``, multiplied by ``torch.sparse.mm``);
 - ``convert_us``: median conversion of the edge_index; ``first_product_us``: the first
@@ -53,7 +55,7 @@ from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.loader import BlockLoader, NeighborSampler
 from torch_tcsparse.structure import BUILD_AFTER_USES
 
-ROUTES = ("ours-batch", "ours-full", "pyg-csr")
+ROUTES = ("ours-sampled", "ours-batch", "ours-full", "pyg-csr")
 FIELDS = ("batch", "matrix", "rows", "cols", "nnz", "route", "device", "n", "convert_us", "first_product_us",
           "spmm_us", "host_us", "convert_per_spmm", "layout_pays_after")
 EPOCH_FIELDS = ("mode", "backend", "aggr", "device", "nodes", "nnz", "batches", "sample_ms", "convert_ms", "epoch_ms",
@@ -128,8 +130,11 @@ def timed_s(fn, device: torch.device):
 
 # batch.csv: conversions and products of one batch's matrices.
 
-def converter(route: str, edge_index: torch.Tensor, sizes: tuple[int, int]):
-    """The route's conversion of edge_index into its [targets, sources] matrix."""
+def converter(route: str, edge_index: torch.Tensor, sizes: tuple[int, int], sampled=None):
+    """The route's conversion of edge_index into its [targets, sources] matrix (``sampled``: the
+    batch's own conversion of its block, for ``ours-sampled``)."""
+    if route == "ours-sampled":
+        return sampled
     if route == "ours-batch":
         return lambda: TCSparseTensor.from_batch(edge_index, num_nodes=sizes)
     if route == "ours-full":
@@ -157,10 +162,11 @@ def median_us(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1e6, 1)
 
 
-def measure(route: str, edge_index: torch.Tensor, sizes: tuple[int, int], args, device: torch.device) -> dict:
+def measure(route: str, edge_index: torch.Tensor, sizes: tuple[int, int], args, device: torch.device,
+            sampled=None) -> dict:
     """A row of batch.csv: conversions timed alone, then fresh matrices each timed over its first
     product and its next ``BUILD_AFTER_USES - 1`` (which ``from_batch`` runs on the CSR)."""
-    convert, multiply = converter(route, edge_index, sizes), product(route)
+    convert, multiply = converter(route, edge_index, sizes, sampled), product(route)
     x = torch.randn(sizes[0], args.n, device=device)
     convert()
     converts = [timed_s(convert, device)[1] for _ in range(args.reps)]
@@ -198,10 +204,12 @@ def conversion_table(sampler, train_idx, args, device, name) -> list[dict]:
         seeds = train_idx[torch.randperm(train_idx.numel(), generator=gen, device=device)[: args.batch_size]]
         batch = sampler.sample(seeds, gen)
         n = batch.nodes.numel()
-        matrices = [("subgraph", batch.edge_index, (n, n))] + [
-            (f"layer{i + 1}", edges, sizes) for i, (edges, sizes) in enumerate(batch.layer_edges())]
-        for matrix, edges, sizes in matrices:
-            results = {route: measure(route, edges, sizes, args, device) for route in args.routes}
+        matrices = [("subgraph", batch.edge_index, (n, n), None)] + [
+            (f"layer{i + 1}", edges, sizes, lambda i=i: batch.block(i))
+            for i, (edges, sizes) in enumerate(batch.layer_edges())]
+        for matrix, edges, sizes, sampled in matrices:
+            results = {route: measure(route, edges, sizes, args, device, sampled) for route in args.routes
+                       if sampled is not None or route != "ours-sampled"}
             for route, result in results.items():
                 pays = (layout_pays_after(result, results["ours-full"])
                         if route == "ours-batch" and "ours-full" in results else "")

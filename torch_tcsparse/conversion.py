@@ -50,6 +50,24 @@ def build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window) -> 
     return CsrStructure(csr, window, longest), csr.values
 
 
+def build_sampled_structure(edge_index: torch.Tensor, num_sources: int, num_targets: int, longest: int,
+                            dtype: torch.dtype | None, window: int = 16) -> tuple[CsrStructure, torch.Tensor]:
+    """``build_batch_structure`` for a block that ``loader.NeighborSampler`` drew, unit weights in
+    ``dtype``: the sampler guarantees what the public route checks with a host read (indices in
+    range, no repeated edge, the targets ascending) and read the longest row with its edge
+    counts, so nothing here waits for the device. The row-major keys' sort orders each row's
+    columns; the rows are the targets as they come."""
+    num_edges, device = edge_index.shape[1], edge_index.device
+    index_dtype = index_dtype_for(num_targets, num_sources, num_edges)
+    source, target = edge_index
+    key = torch.sort(torch.add(source, target, alpha=num_sources)).values
+    rowptr = torch.searchsorted(target, torch.arange(num_targets + 1, device=device),
+                                out_int32=index_dtype == torch.int32)
+    col = torch.remainder(key, max(num_sources, 1)).to(index_dtype)
+    values = torch.ones(num_edges, dtype=dtype or torch.float32, device=device)
+    return CsrStructure(CSR(rowptr, col, values, num_targets, num_sources), window, longest), values
+
+
 def _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) -> tuple[CSR, int] | None:
     """(canonical CSR, its longest row) of a plain [2, E] ``edge_index`` whose sizes are given as
     a (num_sources, num_targets) pair or an int, with distinct edges (a sampler draws without

@@ -4,7 +4,7 @@ The kernel packs short rows several to a warp by itself; only rows longer than t
 need the split, a warp per piece.
 
 The split into pieces depends only on ``rowptr``: ``row_pieces`` builds it once per matrix (one
-host sync, for the number of long rows) and the matrix's structure keeps it.
+host read, for the number of long rows and of their pieces) and the matrix's structure keeps it.
 """
 from __future__ import annotations
 
@@ -45,11 +45,17 @@ def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ, max_row_nnz: in
         empty = torch.empty(0, dtype=torch.int32, device=rowptr.device)
         return RowPieces(empty, empty, empty, piece_nnz)
     degree = rowptr[1:] - rowptr[:-1]
-    split_rows = torch.nonzero(degree > piece_nnz).flatten()
-    count = (degree[split_rows].long() + piece_nnz - 1) // piece_nnz
-    slots = torch.arange(split_rows.numel(), device=rowptr.device).repeat_interleave(count)
+    long_rows = degree > piece_nnz
+    pieces = torch.where(long_rows, (degree.long() + piece_nnz - 1) // piece_nnz, 0)
+    # Both sizes in one host read (on a GPU, one wait for the device), where nonzero and each
+    # repeat_interleave would read one.
+    num_split, num_pieces = torch.stack([long_rows.sum(), pieces.sum()]).tolist()
+    split_rows = torch.nonzero_static(long_rows, size=num_split).flatten()
+    count = pieces[split_rows]
+    slots = torch.arange(num_split, device=rowptr.device).repeat_interleave(count, output_size=num_pieces)
     first_piece = torch.cumsum(count, 0) - count
-    rank = torch.arange(slots.numel(), device=rowptr.device) - first_piece.repeat_interleave(count)
+    rank = (torch.arange(num_pieces, device=rowptr.device)
+            - first_piece.repeat_interleave(count, output_size=num_pieces))
     order = torch.argsort(rank * max(1, split_rows.numel()) + slots)
     slots, rank = slots[order], rank[order]
     starts = rowptr[split_rows].long()[slots] + rank * piece_nnz
@@ -62,9 +68,9 @@ def piece_size() -> int:
     return UNSPLIT if torch.are_deterministic_algorithms_enabled() else PIECE_NNZ
 
 
-def split_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
+def split_piece_nnz(nnz: int, max_row_nnz: int | None, dtype: torch.dtype) -> int:
     """Nonzeros per piece of a matrix of ``nnz`` nonzeros whose longest row has ``max_row_nnz``,
-    for X of ``dtype``.
+    for X of ``dtype`` (``max_row_nnz`` is read for 16-bit X only; None elsewhere where unknown).
 
     A warp walks its piece a few nonzeros per step, each step a round trip to L2, so on a graph
     too small to fill the GPU many times over the longest piece sets the time; smaller pieces
@@ -80,7 +86,7 @@ def split_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
     return 32
 
 
-def product_piece_nnz(nnz: int, max_row_nnz: int, dtype: torch.dtype) -> int:
+def product_piece_nnz(nnz: int, max_row_nnz: int | None, dtype: torch.dtype) -> int:
     """``split_piece_nnz`` for a product run now: no row is split under deterministic algorithms."""
     return UNSPLIT if torch.are_deterministic_algorithms_enabled() else split_piece_nnz(nnz, max_row_nnz, dtype)
 

@@ -145,6 +145,13 @@ class Structure:
         layout without them)."""
         return self.kept("max_row_nnz", self._longest_row)
 
+    def known_max_row_nnz(self) -> int | None:
+        """``max_row_nnz`` where it is known without reading the device, else None."""
+        known = self._derived.get("max_row_nnz")
+        if known is None and not self.layout_pending and self.layout.host_counts is not None:
+            return self.max_row_nnz()
+        return known
+
     def _longest_row(self) -> int:
         counts = self.layout.host_counts
         if counts is not None:

@@ -6,12 +6,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from examples.sage.models import batch_adjacency
+from examples.sage.models import PYG_FORMATS, batch_adjacency
 from torch_tcsparse.loader import SampledBatch
 
 
 def block_adjacencies(backend: str, batch: SampledBatch, pyg_format: str = "csr") -> list:
-    """``(adj_t, num_targets)`` per layer, first layer first, as ``SAGE.forward_blocks`` takes."""
+    """``(adj_t, num_targets)`` per layer, first layer first, as ``SAGE.forward_blocks`` takes.
+    Ours are the batch's own blocks: those of a batch our sampler drew convert without reading
+    the device back (``SampledBatch.blocks``)."""
+    if backend == "ours" and pyg_format in PYG_FORMATS:
+        return [(adj_t, sizes[1]) for adj_t, (_, sizes) in zip(batch.blocks(), batch.layer_edges())]
     return [(batch_adjacency(backend, edge_index, sizes, pyg_format), sizes[1])
             for edge_index, sizes in batch.layer_edges()]
 

@@ -130,9 +130,11 @@ def test_a_block_step_equals_pyg_in_outputs_and_gradients(aggr, pyg_format):
 def test_a_step_converts_each_block_light(monkeypatch):
     from torch_tcsparse.structure import CsrStructure
 
+    from torch_tcsparse.loader import SampledBatch
+
     made = []
-    convert = models.TCSparseTensor.from_batch
-    monkeypatch.setattr(models.TCSparseTensor, "from_batch",
+    convert = SampledBatch._block
+    monkeypatch.setattr(SampledBatch, "_block",
                         lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
     batch = sampled_batch(fanout=(4, 3, 2))
     torch.manual_seed(0)

@@ -3,7 +3,8 @@ without building the Tensor-Core layout until the selector has counted its price
 and equal the fully converted matrix's, forward and backward, in every kernel dtype; PyG layers
 on a CUDA bipartite block. The neighbour sampler on CUDA: its batches keep every invariant, a
 CUDA generator repeats them, a training step on their blocks equals PyG's and leaves each block's
-layout unbuilt; the mini-batch benchmark end to end."""
+layout unbuilt, and its blocks convert and multiply forward without waiting for the device; the
+rows split and a transpose on CUDA equal the CPU's; the mini-batch benchmark end to end."""
 import copy
 
 import pytest
@@ -175,9 +176,11 @@ def test_a_loader_takes_a_cuda_generator_without_an_index():
 def test_a_block_step_on_cuda_equals_pyg_and_leaves_the_layouts_unbuilt(kernels, aggr, monkeypatch):
     from examples.sage import blocks, models
 
+    from torch_tcsparse.loader import SampledBatch
+
     made = []
-    convert = TCSparseTensor.from_batch
-    monkeypatch.setattr(TCSparseTensor, "from_batch",
+    convert = SampledBatch._block
+    monkeypatch.setattr(SampledBatch, "_block",
                         lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
     batch = cuda_sampler([10, 5, 3]).sample(torch.arange(0, 4000, 40, device="cuda"),
                                              torch.Generator("cuda").manual_seed(1))
@@ -208,3 +211,59 @@ def test_the_batch_benchmark_runs_on_cuda(kernels, tmp_path):
     accuracy = {(row["mode"], row["backend"]): row["test_acc_mean"] for row in rows if "test_acc_mean" in row}
     for mode in ("mini-batch", "full-batch"):
         assert accuracy[(mode, "ours")] == pytest.approx(accuracy[(mode, "pyg")], abs=0.01)
+
+
+def test_sampled_blocks_convert_without_waiting_for_the_device_and_equal_from_batch(kernels):
+    batch = cuda_sampler([15, 10, 5]).sample(torch.arange(0, 4000, 9, device="cuda"),
+                                              torch.Generator("cuda").manual_seed(2))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        blocks = batch.blocks()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for block, (edge_index, sizes) in zip(blocks, batch.layer_edges(), strict=True):
+        checked = TCSparseTensor.from_batch(edge_index, num_nodes=sizes)
+        for ours, theirs in ((block.crow_indices(), checked.crow_indices()),
+                             (block.col_indices(), checked.col_indices()), (block.values(), checked.values())):
+            assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+        assert block._structure.max_row_nnz() == checked._structure.max_row_nnz()
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_forward_products_of_sampled_blocks_wait_for_no_device(kernels, reduce):
+    """The rows kernel's indices come from the longest row the sampler read: no split to count."""
+    batch = cuda_sampler([15, 10, 5]).sample(torch.arange(0, 4000, 9, device="cuda"),
+                                              torch.Generator("cuda").manual_seed(3))
+    x = torch.randn(batch.nodes.numel(), 32, device="cuda")
+    expected = x.double()
+    for edge_index, sizes in batch.layer_edges():
+        checked = TCSparseTensor.from_batch(edge_index.cpu(), num_nodes=sizes, dtype=torch.float64)
+        expected = checked.matmul(expected.cpu(), reduce=reduce).cuda()
+    blocks = batch.blocks()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = x
+        for block in blocks:
+            out = block.matmul(out, reduce=reduce)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(is_pending(block) for block in blocks)
+    assert_close(out, expected, torch.float32)
+
+
+def test_row_pieces_and_transposes_on_cuda_equal_the_cpu(kernels):
+    from torch_tcsparse import csr_rows
+    from torch_tcsparse.formats.csr import CSR, transpose_pattern
+
+    edges, weights = block(torch.float32)
+    matrix = TCSparseTensor.from_batch(edges.cpu(), weights.cpu(), num_nodes=(NUM_SRC, NUM_DST))
+    csr = matrix.csr
+    for piece_nnz in (8, 32, 256):
+        for ours, theirs in zip(csr_rows.row_pieces(csr.rowptr.cuda(), piece_nnz)[:3],
+                                csr_rows.row_pieces(csr.rowptr, piece_nnz)[:3]):
+            assert ours.dtype == theirs.dtype and torch.equal(ours.cpu(), theirs)
+    on_gpu = CSR(csr.rowptr.cuda(), csr.col.cuda(), None, csr.num_rows, csr.num_cols)
+    for ours, theirs in zip(transpose_pattern(on_gpu), transpose_pattern(csr)):
+        assert ours.dtype == theirs.dtype and torch.equal(ours.cpu(), theirs)

@@ -37,7 +37,10 @@ class RowsEngine(Engine):
 
     def index_key(self, structure, dtype):
         # The split depends on the matrix, the dtype and deterministic mode (no split rows there).
-        return ("rows", csr_rows.product_piece_nnz(structure.nnz, structure.max_row_nnz(), dtype))
+        # Only 16-bit pieces depend on the longest row (``csr_rows.split_piece_nnz``): others
+        # leave it unread where reading it would wait for the device (a CSR-only transpose's).
+        longest = structure.max_row_nnz() if dtype.itemsize < 4 else structure.known_max_row_nnz()
+        return ("rows", csr_rows.product_piece_nnz(structure.nnz, longest, dtype))
 
     def build_indices(self, structure, dtype):
         csr_rows.check_indices(structure.rowptr)
@@ -49,7 +52,7 @@ class RowsEngine(Engine):
             # the order the warps take them, faster than reading ours through an order index.
             rowptr, col, gather = csr_rows.permuted_rows(structure.rowptr, structure.col, structure.row_perm)
             row_map = structure.layout.row_map[: structure.num_rows]
-        pieces = csr_rows.row_pieces(rowptr, piece_nnz, structure.max_row_nnz())
+        pieces = csr_rows.row_pieces(rowptr, piece_nnz, structure.known_max_row_nnz())
         return RowsIndices(rowptr, col, gather, row_map, pieces, structure.num_cols)
 
     def operands(self, indices, values):

@@ -350,7 +350,14 @@ def transpose_pattern(csr: CSR) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
                                                      order_dtype)
         return rowptr, col, order
     order = packed.stable_order(csr.col, csr.num_cols, order_dtype)
-    rowptr = _exclusive_cumsum(torch.bincount(csr.col, minlength=csr.num_cols)).to(csr.rowptr.dtype)
+    if csr.col.device.type == "cpu":
+        rowptr = _exclusive_cumsum(torch.bincount(csr.col, minlength=csr.num_cols)).to(csr.rowptr.dtype)
+    else:
+        # bincount on a GPU reads the largest id back to size its output; the ids in sorted order
+        # give each column's start without a read.
+        starts = torch.arange(csr.num_cols + 1, dtype=csr.col.dtype, device=csr.col.device)
+        rowptr = torch.searchsorted(csr.col.index_select(0, order), starts,
+                                    out_int32=csr.rowptr.dtype == torch.int32).to(csr.rowptr.dtype)
     return rowptr, csr.row_indices(csr.col.dtype).index_select(0, order), order
 
 

@@ -29,15 +29,18 @@ def floyd_offsets(degree: torch.Tensor, k: int, generator: torch.Generator | Non
 
 
 def choose_neighbors(rowptr: torch.Tensor, col: torch.Tensor, frontier: torch.Tensor, k: int,
-                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(owner, neighbor)``: the neighbours kept for each node of ``frontier`` (its position in
-    ``frontier`` and the neighbour's id), grouped by owner in frontier order. ``k < 0`` keeps
-    every neighbour."""
+                     generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(owner, neighbor, longest)``: the neighbours kept for each node of ``frontier`` (its
+    position in ``frontier`` and the neighbour's id), grouped by owner in frontier order, and the
+    most any node kept. ``k < 0`` keeps every neighbour."""
     start = rowptr[frontier]
     degree = rowptr[frontier + 1] - start
     kept = degree if k < 0 else degree.clamp(max=k)
     positions = torch.arange(frontier.numel(), device=frontier.device)
-    owner = torch.repeat_interleave(positions, kept)
+    # One host read gives the edge count, which repeat_interleave would read anyway, and the
+    # longest row of the hop's block, which the block's products then need not read back.
+    total, longest = torch.stack([kept.sum(), kept.max()]).tolist() if kept.numel() else (0, 0)
+    owner = torch.repeat_interleave(positions, kept, output_size=total)
     rank = torch.arange(owner.numel(), device=owner.device) - (kept.cumsum(0) - kept)[owner]
     offset = rank
     if k >= 0:
@@ -48,4 +51,4 @@ def choose_neighbors(rowptr: torch.Tensor, col: torch.Tensor, frontier: torch.Te
         pick_row = torch.where(drawn, drawn.long().cumsum(0) - 1, picks.size(0))
         picks = torch.cat([picks, picks.new_zeros(1, k)]).view(-1)
         offset = torch.where(drawn[owner], picks[pick_row[owner] * k + rank], rank)
-    return owner, col[start[owner] + offset].long()
+    return owner, col[start[owner] + offset].long(), longest

@@ -94,10 +94,11 @@ class NeighborSampler:
         """Hop by hop; ``found`` collects each hop's new nodes as they are numbered."""
         slot, count = self._slot, found[0].numel()
         slot[found[0]] = torch.arange(count, device=self.device)
-        frontier_start, edges, num_edges = 0, [], []
+        frontier_start, edges, num_edges, longest_rows = 0, [], [], []
         for k in self.num_neighbors:
             frontier = found[-1]
-            owner, neighbor = choose_neighbors(self.rowptr, self.col, frontier, k, generator)
+            owner, neighbor, longest = choose_neighbors(self.rowptr, self.col, frontier, k, generator)
+            longest_rows.append(longest)
             new = torch.unique(neighbor[slot[neighbor] < 0])
             slot[new] = torch.arange(count, count + new.numel(), device=self.device)
             found.append(new)
@@ -106,7 +107,8 @@ class NeighborSampler:
             num_edges.append(owner.numel())
             frontier_start, count = count, count + new.numel()
         edge_index = torch.cat(edges, dim=1) if edges else torch.zeros(2, 0, dtype=torch.long, device=self.device)
-        return SampledBatch(torch.cat(found), edge_index, tuple(part.numel() for part in found), tuple(num_edges))
+        return SampledBatch(torch.cat(found), edge_index, tuple(part.numel() for part in found), tuple(num_edges),
+                            _longest_rows=tuple(longest_rows))
 
 
 def _check_index(name: str, tensor) -> None:

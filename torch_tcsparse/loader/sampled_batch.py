@@ -1,10 +1,12 @@
 """One sampled mini-batch: its nodes, its edges hop by hop, and the bipartite block of each layer."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from ..conversion import build_sampled_structure
+from ..paths import VALUE_DTYPES
 from ..tensor import TCSparseTensor
 
 
@@ -22,12 +24,18 @@ class SampledBatch:
     Hop h's targets are the nodes hop h - 1 found, so the edges of the first m hops reach exactly
     the first ``sum(num_sampled_nodes[:m])`` nodes: layer i of L aggregates those edges for
     m = L - i into the nodes the next layer still needs (``layer_edges``, ``blocks``), as PyG's
-    ``trim_to_layer`` computes it."""
+    ``trim_to_layer`` computes it.
+
+    ``_longest_rows`` is set by ``NeighborSampler`` alone (per hop, the most edges a target
+    received): its word that the edges are its own, distinct, in range and ascending by target,
+    so ``blocks`` converts them without reading the device back. A batch made otherwise leaves it
+    None and its blocks are checked as ``from_batch`` checks any input."""
 
     nodes: torch.Tensor
     edge_index: torch.Tensor
     num_sampled_nodes: tuple[int, ...]
     num_sampled_edges: tuple[int, ...]
+    _longest_rows: tuple[int, ...] | None = field(default=None, repr=False)
 
     @property
     def batch_size(self) -> int:
@@ -53,12 +61,27 @@ class SampledBatch:
         """Per layer, first layer first, its block as a ``[num_targets, num_sources]``
         ``TCSparseTensor`` (``from_batch``: CSR only, the Tensor-Core layout left until the matrix
         has run enough products to pay for it), unit weights in ``dtype`` (float32 by default)."""
-        return [TCSparseTensor.from_batch(edge_index, num_nodes=sizes, dtype=dtype)
-                for edge_index, sizes in self.layer_edges()]
+        return [self._block(edge_index, sizes, self.num_layers - layer, dtype)
+                for layer, (edge_index, sizes) in enumerate(self.layer_edges())]
+
+    def block(self, layer: int, dtype: torch.dtype | None = None) -> TCSparseTensor:
+        """Layer ``layer``'s block (0: the first layer), as ``blocks`` gives it."""
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
+        edge_index, sizes = self.layer_edges()[layer]
+        return self._block(edge_index, sizes, self.num_layers - layer, dtype)
+
+    def _block(self, edge_index: torch.Tensor, sizes: tuple[int, int], hops: int, dtype) -> TCSparseTensor:
+        if self._longest_rows is None or (dtype is not None and dtype not in VALUE_DTYPES):
+            return TCSparseTensor.from_batch(edge_index, num_nodes=sizes, dtype=dtype)
+        # The block holds the edges of the first ``hops`` hops; each target's edges come from one
+        # hop, so its longest row is the longest of those hops'.
+        longest = max(self._longest_rows[:hops], default=0)
+        return TCSparseTensor(*build_sampled_structure(edge_index, *sizes, longest, dtype))
 
     def to(self, device) -> "SampledBatch":
         return SampledBatch(self.nodes.to(device), self.edge_index.to(device), self.num_sampled_nodes,
-                            self.num_sampled_edges)
+                            self.num_sampled_edges, self._longest_rows)
 
 
 def _running_sums(counts: tuple[int, ...]) -> list[int]:

@@ -1,0 +1,107 @@
+"""The blocks of a batch the sampler drew: the same matrices as ``from_batch`` builds from their
+edges (CSR, values, longest row), converted without any operation that would wait for a GPU; a
+batch made by hand is still checked as any input."""
+import pytest
+import torch
+
+from graph_data import synthetic
+from torch_tcsparse import TCSparseTensor
+from torch_tcsparse.conversion import _distinct_edges_csr
+from torch_tcsparse.loader import NeighborSampler, SampledBatch
+
+from device_reads import DeviceReads
+
+
+def sampled(fanout, num_seeds=40, scale=10):
+    row, col, num_nodes = synthetic.rmat(scale, 8, seed=1)
+    sampler = NeighborSampler.from_edge_index(torch.stack([col, row]), fanout, num_nodes)
+    seeds = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(0))[:num_seeds]
+    return sampler.sample(seeds, torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("fanout", [[15, 10, 5], [-1, 2], [3], [2, 40]])
+@pytest.mark.parametrize("dtype", [None, torch.float64, torch.bfloat16])
+def test_blocks_equal_from_batch_of_their_edges(fanout, dtype):
+    batch = sampled(fanout)
+    for block, (edge_index, sizes) in zip(batch.blocks(dtype), batch.layer_edges(), strict=True):
+        checked = TCSparseTensor.from_batch(edge_index, num_nodes=sizes, dtype=dtype)
+        ours, theirs = block._structure, checked._structure
+        assert block.shape == checked.shape and block.dtype == checked.dtype
+        for got, want in ((ours.rowptr, theirs.rowptr), (ours.col, theirs.col), (block._values, checked._values)):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        assert ours.layout_pending and ours.linked_transpose() is None
+        degree = theirs.rowptr[1:] - theirs.rowptr[:-1]
+        assert ours.max_row_nnz() == (int(degree.max()) if degree.numel() else 0)
+
+
+@pytest.mark.parametrize("fanout", [[15, 10, 5], [-1, 2]])
+def test_blocks_of_a_sampled_batch_wait_for_no_device(fanout):
+    batch = sampled(fanout).to("cpu")
+    with DeviceReads() as reads:
+        blocks = batch.blocks()
+        batch.block(0, torch.float64)
+    assert reads.ops == []
+    # The checked route reads once, which the recorder sees.
+    edge_index, sizes = batch.layer_edges()[0]
+    with DeviceReads() as reads:
+        _distinct_edges_csr(edge_index, None, sizes, None)
+    assert reads.ops == ["tolist"]
+    assert len(blocks) == batch.num_layers
+
+
+def test_the_sampler_reads_the_device_once_per_hop_for_its_edges():
+    """Its edge count and longest row in one read, where repeat_interleave read the count alone."""
+    row, col, num_nodes = synthetic.rmat(9, 8, seed=1)
+    sampler = NeighborSampler.from_edge_index(torch.stack([col, row]), [5, 3], num_nodes)
+    with DeviceReads() as reads:
+        sampler.sample(torch.arange(30), torch.Generator().manual_seed(2))
+    assert reads.ops.count("tolist") == 2
+    assert "aten.repeat_interleave.Tensor" not in reads.ops
+
+
+def test_a_batch_made_by_hand_is_checked():
+    batch = sampled([3, 2])
+    bad = batch.edge_index.clone()
+    bad[0, 0] = batch.nodes.numel() + 5
+    made = SampledBatch(batch.nodes, bad, batch.num_sampled_nodes, batch.num_sampled_edges)
+    with pytest.raises(ValueError, match="edge_index"):
+        made.blocks()
+    plain = SampledBatch(batch.nodes, batch.edge_index, batch.num_sampled_nodes, batch.num_sampled_edges)
+    for block, ours in zip(plain.blocks(), batch.blocks(), strict=True):
+        assert torch.equal(block._structure.col, ours._structure.col)
+
+
+@pytest.mark.parametrize("layer", [-1, 2, 1.0, True])
+def test_block_names_a_bad_layer(layer):
+    with pytest.raises(ValueError, match="layer"):
+        sampled([3, 2]).block(layer)
+
+
+def test_block_names_a_bad_dtype():
+    with pytest.raises(TypeError, match="dtype"):
+        sampled([3, 2]).blocks(torch.int32)
+
+
+def test_a_training_step_on_the_rows_path_reads_the_device_only_for_its_transposes(monkeypatch):
+    """The step a GPU runs, on the CPU: the kernels' choice taken as on CUDA (the rows kernel,
+    played by torch.sparse). Conversion and forward products read nothing; each transpose the
+    backward multiplies by reads the sizes of its split once (its longest row stays unread in
+    float32)."""
+    from torch_tcsparse import kernels
+
+    def rows_kernel(x, rowptr, col, values, pieces, num_cols, bias=None, row_map=None, addend=None):
+        matrix = torch.sparse_csr_tensor(rowptr.long(), col.long(), values, (rowptr.numel() - 1, num_cols))
+        return matrix @ x if bias is None else matrix @ x + bias
+
+    monkeypatch.setattr(kernels, "usable", lambda x: x.dtype == torch.float32)
+    monkeypatch.setattr(kernels, "csr_rows_spmm", rows_kernel)
+    batch = sampled([15, 10, 5], num_seeds=64, scale=11)
+    x = torch.randn(batch.nodes.numel(), 8, requires_grad=True)
+    with DeviceReads() as reads:
+        out = x
+        for block in batch.blocks():
+            out = block.matmul(out, reduce="mean") + out[: block.size(0)]
+    assert reads.ops == []
+    with DeviceReads() as reads:
+        out.sum().backward()
+    assert reads.ops == ["tolist"] * batch.num_layers
