@@ -1,8 +1,7 @@
 """The ``"base"`` and ``"balanced"`` paths: the ME-TCF Tensor-Core kernels of
 ``csrc/metcf_spmm.cuh`` (base: a warp per row window and column slice; balanced: fixed chunks of
 TC blocks per warp, cut windows summed with atomics). Their indices are the matrix's ME-TCF
-layout; the values reach the kernels as float32 in block order (a copy made at every product,
-which no later write could reach if kept); products are summed in fp32
+layout; the values reach the kernels as float32 in block order; products are summed in fp32
 (``kernels.py`` gives the precision)."""
 from __future__ import annotations
 
