@@ -68,9 +68,17 @@ def piece_size() -> int:
     return UNSPLIT if torch.are_deterministic_algorithms_enabled() else PIECE_NNZ
 
 
+def reads_longest_row(nnz: int, dtype: torch.dtype) -> bool:
+    """Whether ``split_piece_nnz`` needs the longest row for a matrix of ``nnz`` nonzeros and X
+    of ``dtype``: only 16-bit X on graphs under MEDIUM_NNZ does, so other products leave it
+    unread where reading it would wait for the device (a CSR-only transpose's)."""
+    return nnz < MEDIUM_NNZ and dtype.itemsize < 4
+
+
 def split_piece_nnz(nnz: int, max_row_nnz: int | None, dtype: torch.dtype) -> int:
     """Nonzeros per piece of a matrix of ``nnz`` nonzeros whose longest row has ``max_row_nnz``,
-    for X of ``dtype`` (``max_row_nnz`` is read for 16-bit X only; None elsewhere where unknown).
+    for X of ``dtype`` (``max_row_nnz`` is needed where ``reads_longest_row``; None elsewhere
+    where unknown).
 
     A warp walks its piece a few nonzeros per step, each step a round trip to L2, so on a graph
     too small to fill the GPU many times over the longest piece sets the time; smaller pieces
@@ -81,7 +89,7 @@ def split_piece_nnz(nnz: int, max_row_nnz: int | None, dtype: torch.dtype) -> in
         return PIECE_NNZ
     if nnz >= MEDIUM_NNZ:
         return 128
-    if dtype.itemsize < 4:
+    if reads_longest_row(nnz, dtype):
         return PIECE_NNZ if max_row_nnz <= PIECE_NNZ else 64
     return 32
 

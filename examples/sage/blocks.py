@@ -15,7 +15,7 @@ def block_adjacencies(backend: str, batch: SampledBatch, pyg_format: str = "csr"
     Ours are the batch's own blocks: those of a batch our sampler drew convert without reading
     the device back (``SampledBatch.blocks``)."""
     if backend == "ours" and pyg_format in PYG_FORMATS:
-        return [(adj_t, sizes[1]) for adj_t, (_, sizes) in zip(batch.blocks(), batch.layer_edges())]
+        return [(adj_t, adj_t.shape[0]) for adj_t in batch.blocks()]
     return [(batch_adjacency(backend, edge_index, sizes, pyg_format), sizes[1])
             for edge_index, sizes in batch.layer_edges()]
 

@@ -37,9 +37,8 @@ class RowsEngine(Engine):
 
     def index_key(self, structure, dtype):
         # The split depends on the matrix, the dtype and deterministic mode (no split rows there).
-        # Only 16-bit pieces depend on the longest row (``csr_rows.split_piece_nnz``): others
-        # leave it unread where reading it would wait for the device (a CSR-only transpose's).
-        longest = structure.max_row_nnz() if dtype.itemsize < 4 else structure.known_max_row_nnz()
+        reads = csr_rows.reads_longest_row(structure.nnz, dtype)
+        longest = structure.max_row_nnz() if reads else structure.known_max_row_nnz()
         return ("rows", csr_rows.product_piece_nnz(structure.nnz, longest, dtype))
 
     def build_indices(self, structure, dtype):
