@@ -151,8 +151,8 @@ def measure(args, device: torch.device, progress: Progress | None = None) -> lis
             bandwidth = ranks.link_bandwidth(device, args.link_mb << 20)
             progress("link measured")
         for config in args.configs:
-            row = common | {"gpus": world, "link_gbps": bandwidth / 1e9} | ranks.train_config(args, device, built, config,
-                                                                                              progress)
+            measured = ranks.train_config(args, device, built, config, progress)
+            row = common | {"gpus": world, "link_gbps": bandwidth / 1e9} | measured
             if rank == 0:
                 report(row)
             else:

@@ -62,8 +62,9 @@ def build_parts(args, device, progress) -> dict:
 
     rowptr, col = step("generate", "graph generated",
                        lambda: rmat_block(args.scale, args.edge_factor, block[rank], block[rank + 1], device))
-    part_of_rows = step("partition", "partitioned", lambda: partition_blocks(rowptr, col, block, method=args.partitioner,
-                                                                             row_weight=args.current_row_weight))
+    part_of_rows = step("partition", "partitioned",
+                        lambda: partition_blocks(rowptr, col, block, method=args.partitioner,
+                                                 row_weight=args.current_row_weight))
     placement = Placement(part_of_rows, block)
     rowptr, col, _ = step("place", "rows placed", lambda: placement.move_csr(rowptr, col))
     nodes = placement.move(torch.arange(block[rank], block[rank + 1], device=device))
@@ -82,7 +83,8 @@ def build_parts(args, device, progress) -> dict:
 
 def train_config(args, device, built: dict, config: str, progress) -> dict:
     """Trains on this rank's part under one exchange; the row of the measurement. ``progress``
-    reports the first epoch's forward and backward passes and every epoch."""
+    reports the first epoch's forward and backward passes, every timed epoch, and the end of the
+    instrumented ones (the same epochs again)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     overlap, halo_dtype = CONFIGS[config]
     part = built["part"].exchanging(overlap, halo_dtype)
@@ -97,9 +99,9 @@ def train_config(args, device, built: dict, config: str, progress) -> dict:
     dist.all_reduce(losses)
     # Exchange and compute: means over the instrumented epochs, warm-up included on both sides.
     meter = ExchangeMeter(part, device)
-    instrumented_s = statistics.mean(epochs(ddp, x, y, part, nodes, args, device, world,
-                                            progress.epochs(f"{config}, instrumented"))[0])
+    instrumented_s = statistics.mean(epochs(ddp, x, y, part, nodes, args, device, world)[0])
     meter.detach()
+    progress(f"{config}: instrumented epochs done")
     exchange_s = meter.clock.seconds() / (WARMUP + args.epochs)
     width = sum(meter.widths) // (WARMUP + args.epochs)
     gathered = [None] * world
