@@ -110,6 +110,7 @@ def test_rows_gradient_past_two_to_the_31_elements():
     grad_y = torch.randn(SIZE, N, device="cuda")
     touched, ref = compact_reference(col, row, values, grad_y)
     tolerance = 4 * max(torch_error(col, row, values, grad_y, ref, False), 2.0**-24) + 1e-6
-    poison(SIZE * N)
-    (grad_x,) = torch.autograd.grad(a.matmul(x, path="rows"), x, grad_y)
+    y = a.matmul(x, path="rows")
+    poison(SIZE * N)  # after the forward pass: the gradient, not Y, takes the poisoned block
+    (grad_x,) = torch.autograd.grad(y, x, grad_y)
     check_output(grad_x, touched, ref, tolerance)
