@@ -35,6 +35,12 @@ halo exchange replaced by copies of its own rows (``EmulatedPeers``): the peak m
 time of each rank of a P-GPU run, with the model's figures and the target (1.2 times the one-GPU
 peak over P, plus the rank's halo buffers), into distributed_emulated.csv.
 
+Under torchrun, rank 0 prints a line as every rank finishes each stage (generating, partitioning,
+placing, the part's exchange plan, blocks, transposes and normalization, the link measurement,
+the first epoch's forward and backward passes, every timed epoch), with the time and every
+rank's allocated and peak GPU memory; a rank that fails prints its error and exits at once, so
+that torchrun stops the others instead of their waiting in a collective (``progress``).
+
 Writes distributed.csv into --out (default $OUT, else ./out); ``--predict`` reads it (and the
 emulated ranks beside it) and writes distributed_model.csv and the markdown table
 distributed_model.md.

@@ -15,6 +15,7 @@ from torch_tcsparse.distributed.partition import METHODS
 
 from . import emulation, prediction, ranks, single
 from .errors import fail
+from .progress import Progress
 from .training import CONFIGS, partition_weights
 
 FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "row_weight", "config", "overlap", "halo_bits",
@@ -114,10 +115,12 @@ def scale_fields(args, scale: int, device) -> dict:
             "hidden": args.hidden, "classes": args.classes, "layers": args.layers}
 
 
-def measure(args, device: torch.device) -> list[dict]:
+def measure(args, device: torch.device, progress: Progress | None = None) -> list[dict]:
     """Every graph of ``args.scales`` on one GPU (rank 0) and on all ranks; rank 0 writes the CSV.
-    Every rank of the initialized world calls it."""
+    Every rank of the initialized world calls it. ``progress`` (default: a new one) prints each
+    stage as every rank ends it."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    progress = progress or Progress(device, rank, world)
     rows, bandwidth = [], None
     args.reference = None
     csv_path = out_dir(args.out) / "distributed.csv"
@@ -130,21 +133,26 @@ def measure(args, device: torch.device) -> list[dict]:
 
     for scale in args.scales:
         common = scale_fields(args, scale, device)
+        progress.graph = common["graph"]
         box = [None]
         if rank == 0 and not args.no_single:
             report(common | {"gpus": 1, "partitioner": "none"} | single.single_gpu(args, device))
             box[0] = rows[-1]
         dist.broadcast_object_list(box, src=0)
+        if not args.no_single:
+            progress("one-GPU run done")
         set_row_weight(args, box[0])
         if rows and rank == 0:
             rows[-1]["row_weight"] = args.current_row_weight_text
-        built = ranks.build_parts(args, device)
+        built = ranks.build_parts(args, device, progress)
         if rank == 0:
             print(format_parts(common["graph"], built), flush=True)
         if bandwidth is None:
             bandwidth = ranks.link_bandwidth(device, args.link_mb << 20)
+            progress("link measured")
         for config in args.configs:
-            row = common | {"gpus": world, "link_gbps": bandwidth / 1e9} | ranks.train_config(args, device, built, config)
+            measured = ranks.train_config(args, device, built, config, progress)
+            row = common | {"gpus": world, "link_gbps": bandwidth / 1e9} | measured
             if rank == 0:
                 report(row)
             else:
@@ -199,14 +207,20 @@ def main(argv=None) -> None:
         fail("the run on several GPUs starts under torchrun (torchrun --nproc-per-node P -m benchmarks.distributed); "
              "on one GPU use --emulate 2,4; --predict models a run")
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    progress = Progress(device, dist.get_rank(), dist.get_world_size())
     try:
-        device = torch.device("cpu")
-        if args.device == "cuda":
-            device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
-            torch.cuda.set_device(device)
-        measure(args, device)
-    finally:
-        dist.destroy_process_group()
+        measure(args, device, progress)
+    except Exception as error:
+        # The other ranks may wait for this one in a collective that never completes, and
+        # tearing the group down may wait for them: the failure is printed now and the process
+        # ends at once, so that torchrun stops the others.
+        progress.report_failure(error)
+        os._exit(1)
+    dist.destroy_process_group()
 
 
 def format_parts(graph: str, built: dict) -> str:

@@ -43,31 +43,35 @@ def link_bandwidth(device, nbytes: int) -> float:
     return 5 * nbytes * (world - 1) / world / (time.perf_counter() - start)
 
 
-def build_parts(args, device) -> dict:
+def build_parts(args, device, progress) -> dict:
     """Generates this rank's block, partitions the blocks, places the rows and builds this
-    rank's part; gathers every rank's shape and the time and peak memory of each step."""
+    rank's part; gathers every rank's shape and the time and peak memory of each step.
+    ``progress`` (a ``progress.Progress``) reports each step as every rank ends it."""
     rank, world = dist.get_rank(), dist.get_world_size()
     block = block_bounds(args.num_nodes, world)
     steps = {}
 
-    def step(name, fn):
+    def step(name, done, fn):
         reset_peak(device)
         start = time.perf_counter()
         result = fn()
         synchronize(device)
         steps[name] = (time.perf_counter() - start, peak_gb(device))
+        progress(done)
         return result
 
-    rowptr, col = step("generate", lambda: rmat_block(args.scale, args.edge_factor, block[rank], block[rank + 1],
-                                                      device))
-    part_of_rows = step("partition", lambda: partition_blocks(rowptr, col, block, method=args.partitioner,
-                                                              row_weight=args.current_row_weight))
+    rowptr, col = step("generate", "graph generated",
+                       lambda: rmat_block(args.scale, args.edge_factor, block[rank], block[rank + 1], device))
+    part_of_rows = step("partition", "partitioned",
+                        lambda: partition_blocks(rowptr, col, block, method=args.partitioner,
+                                                 row_weight=args.current_row_weight))
     placement = Placement(part_of_rows, block)
-    rowptr, col, _ = step("place", lambda: placement.move_csr(rowptr, col))
+    rowptr, col, _ = step("place", "rows placed", lambda: placement.move_csr(rowptr, col))
     nodes = placement.move(torch.arange(block[rank], block[rank + 1], device=device))
     first, end = placement.bounds[rank], placement.bounds[rank + 1]
     cut = int(((col < first) | (col >= end)).sum())
-    part = step("build", lambda: gcn_part(rowptr, col, None, placement.bounds))
+    part = step("build", "part built", lambda: gcn_part(rowptr, col, None, placement.bounds,
+                                                        progress=lambda stage: progress(f"{stage} built")))
     del rowptr, col
     shape = dict(rows=part.num_own, halo=part.num_halo, send=sum(part.send_counts), nnz=part.nnz, cut=cut,
                  graph_gb=allocated_gb(device), **{f"{name}_s": s for name, (s, _) in steps.items()},
@@ -77,8 +81,10 @@ def build_parts(args, device) -> dict:
     return {"part": part, "nodes": nodes, "bounds": placement.bounds, "ranks": gathered}
 
 
-def train_config(args, device, built: dict, config: str) -> dict:
-    """Trains on this rank's part under one exchange; the row of the measurement."""
+def train_config(args, device, built: dict, config: str, progress) -> dict:
+    """Trains on this rank's part under one exchange; the row of the measurement. ``progress``
+    reports the first epoch's forward and backward passes, every timed epoch, and the end of the
+    instrumented ones (the same epochs again)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     overlap, halo_dtype = CONFIGS[config]
     part = built["part"].exchanging(overlap, halo_dtype)
@@ -86,7 +92,8 @@ def train_config(args, device, built: dict, config: str) -> dict:
     nodes = built["nodes"]
     x, y = node_features(nodes, args.features, 0), node_labels(nodes, args.classes, 0)
     ddp = DistributedDataParallel(make_model(args, device), device_ids=[device.index] if device.type == "cuda" else None)
-    times, losses = epochs(ddp, x, y, part, nodes, args, device, world)
+    progress(f"{config}: model and features ready")
+    times, losses = epochs(ddp, x, y, part, nodes, args, device, world, progress.epochs(config))
     epoch_s = statistics.median(times[WARMUP:])
     train_peak = peak_gb(device)
     dist.all_reduce(losses)
@@ -94,6 +101,7 @@ def train_config(args, device, built: dict, config: str) -> dict:
     meter = ExchangeMeter(part, device)
     instrumented_s = statistics.mean(epochs(ddp, x, y, part, nodes, args, device, world)[0])
     meter.detach()
+    progress(f"{config}: instrumented epochs done")
     exchange_s = meter.clock.seconds() / (WARMUP + args.epochs)
     width = sum(meter.widths) // (WARMUP + args.epochs)
     gathered = [None] * world

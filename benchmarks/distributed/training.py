@@ -96,9 +96,11 @@ def make_model(args, device):
     return DistributedGNN("gcn", args.features, args.hidden, args.classes, args.layers, args.dropout).to(device)
 
 
-def epochs(step_model, x, y, part, nodes, args, device, world: int) -> tuple[list[float], torch.Tensor]:
+def epochs(step_model, x, y, part, nodes, args, device, world: int, progress=None) -> tuple[list[float], torch.Tensor]:
     """Seconds of each of WARMUP + ``args.epochs`` epochs, and each epoch's loss as this rank adds
-    to it (``global_losses`` sums them over the ranks)."""
+    to it (``global_losses`` sums them over the ranks). ``progress``, where given, is called with
+    a line after the first epoch's forward and backward passes (inside that warm-up epoch) and
+    after every epoch (outside its time)."""
     optimizer = torch.optim.Adam(step_model.parameters(), lr=0.01)
     times, losses = [], []
     for epoch in range(WARMUP + args.epochs):
@@ -107,15 +109,21 @@ def epochs(step_model, x, y, part, nodes, args, device, world: int) -> tuple[lis
         step_model.train()
         optimizer.zero_grad()
         out = step_model(x, part, nodes, dropout_seed(0, epoch))
+        if progress is not None and epoch == 0:
+            progress("epoch 0: forward done")
         # DDP averages gradients over the ranks: each rank's sum is scaled to the global mean times P.
         loss = F.cross_entropy(out, y, reduction="sum") * (world / args.num_nodes)
         loss.backward()
+        if progress is not None and epoch == 0:
+            progress("epoch 0: backward done")
         optimizer.step()
         losses.append(loss.detach() / world)
         # Not alive through the next epoch's forward pass.
         del out, loss
         synchronize(device)
         times.append(time.perf_counter() - start)
+        if progress is not None:
+            progress(f"epoch {epoch}: {times[-1]:.2f} s")
     return times, torch.stack(losses)
 
 

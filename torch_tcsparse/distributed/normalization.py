@@ -10,21 +10,23 @@ from ..nn._checks import check_flag
 from ..nn.normalization import compute_dtype
 from .checks import check_csr
 from .exchange import peers_of
-from .part import GraphPart, _check_bounds
+from .part import GraphPart, _check_bounds, check_progress
 from .row_ranges import range_rows, row_ranges
 
 
 def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, improved: bool = False,
-             add_self_loops: bool = True, *, overlap: bool = False, halo_dtype=None) -> GraphPart:
+             add_self_loops: bool = True, *, overlap: bool = False, halo_dtype=None, progress=None) -> GraphPart:
     """``GraphPart.from_rows`` of the normalized adjacency: rows ``A[target, source]`` of this
     rank (columns in partition numbering), with the missing self-loops added (weight 2 if
     ``improved`` else 1; a row that has its self-loop keeps its weight, as in PyG) and every
     entry scaled by ``deg(source)^-1/2 deg(target)^-1/2``, computed in float32 (float64 for
     float64 values) and rounded once to the values' dtype. ``overlap`` and ``halo_dtype``: the
     part's exchange (``GraphPart``); the degrees always travel in the compute dtype. A collective
-    call (``group`` as ``GraphPart.from_rows`` takes it)."""
+    call (``group`` as ``GraphPart.from_rows`` takes it). ``progress``: as ``from_rows`` takes
+    it, called with "self-loops" first and "normalization" last."""
     check_flag("improved", improved)
     check_flag("add_self_loops", add_self_loops)
+    report = check_progress(progress)
     peers = peers_of(group)
     bounds = _check_bounds(bounds, peers.world_size)
     first, end = bounds[peers.rank], bounds[peers.rank + 1]
@@ -33,7 +35,9 @@ def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=N
         values = torch.ones(col.numel(), dtype=torch.float32, device=col.device)
     if add_self_loops:
         rowptr, col, values = _with_self_loops(rowptr, col, values, first, num_rows, 2.0 if improved else 1.0)
-    part = GraphPart.from_rows(rowptr, col, values, bounds, peers, overlap=overlap, halo_dtype=halo_dtype)
+    report("self-loops")
+    part = GraphPart.from_rows(rowptr, col, values, bounds, peers, overlap=overlap, halo_dtype=halo_dtype,
+                               progress=report)
     interior, boundary = part.interior.csr, part.boundary.csr
     compute = compute_dtype(interior.values.dtype)
     interior_weight, boundary_weight = interior.values.to(compute), boundary.values.to(compute)
@@ -47,7 +51,9 @@ def gcn_part(rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=N
     interior_values = inv_sqrt[interior.col.long()] * interior_weight * inv_sqrt[interior_row]
     boundary_values = halo_inv_sqrt[boundary.col.long()] * boundary_weight * inv_sqrt[boundary_row]
     dtype = interior.values.dtype
-    return part.with_values(interior_values.to(dtype), boundary_values.to(dtype))
+    part = part.with_values(interior_values.to(dtype), boundary_values.to(dtype))
+    report("normalization")
+    return part
 
 
 def _with_self_loops(rowptr: Tensor, col: Tensor, values: Tensor, first: int, num_rows: int, fill: float):

@@ -49,15 +49,19 @@ class GraphPart:
 
     @classmethod
     def from_rows(cls, rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, *,
-                  overlap: bool = False, halo_dtype=None) -> "GraphPart":
+                  overlap: bool = False, halo_dtype=None, progress=None) -> "GraphPart":
         """This rank's part from its own rows only: ``rowptr`` (own + 1 entries) and ``col``
         (columns in partition numbering, any order, duplicates summed) of the rows at positions
         ``bounds[rank]:bounds[rank + 1]``, ``values`` (default ones, float32). Every rank of
         ``group`` (default: the world) calls it; the tensors' device is the part's, a CUDA
         device with NCCL, the CPU with gloo. ``group`` may also be an ``EmulatedPeers``: the
-        part of one rank of P, built and run alone in this process."""
+        part of one rank of P, built and run alone in this process. ``progress``, where given,
+        is called on every rank with each stage's name as it ends ("exchange plan", "blocks",
+        "transposes"): a build of billions of nonzeros takes minutes, and a caller may log them
+        (the calls come at the same points on every rank, so it may run a collective)."""
         _check_overlap(overlap)
         _check_halo_dtype(halo_dtype)
+        report = check_progress(progress)
         peers = exchange.peers_of(group)
         bounds = _check_bounds(bounds, peers.world_size)
         rank = peers.rank
@@ -73,6 +77,7 @@ class GraphPart:
         recv_counts = recv.tolist()
         send_counts = peers.exchange_counts(recv).tolist()
         requested = peers.exchange_ids(halo, recv_counts, send_counts)
+        report("exchange plan")
         interior_col = col[own]
         interior_col = (interior_col - first).to(_index_dtype(end - first))
         interior = _block(rowptr, own, interior_col, values, end - first)
@@ -80,8 +85,11 @@ class GraphPart:
         boundary_col = torch.searchsorted(halo_ids, col[~own], out_int32=_index_dtype(halo.numel()) == torch.int32)
         del halo_ids
         boundary = _block(rowptr, ~own, boundary_col, values, halo.numel())
-        return cls(interior, boundary, halo, requested - first, send_counts, recv_counts, bounds, rank, peers,
+        report("blocks")
+        part = cls(interior, boundary, halo, requested - first, send_counts, recv_counts, bounds, rank, peers,
                    overlap, halo_dtype)
+        report("transposes")
+        return part
 
     @property
     def num_own(self) -> int:
@@ -177,6 +185,15 @@ def _block(rowptr: Tensor, keep: Tensor, col: Tensor, values: Tensor | None, num
 def _index_dtype(bound: int) -> torch.dtype:
     """int32 where every index below ``bound`` fits it."""
     return torch.int32 if bound <= torch.iinfo(torch.int32).max else torch.int64
+
+
+def check_progress(progress):
+    """``progress`` as a function of the stage's name (None: one that does nothing)."""
+    if progress is None:
+        return lambda stage: None
+    if not callable(progress):
+        raise TypeError(f"progress must be a function of the stage's name or None, got {type(progress).__name__}")
+    return progress
 
 
 def _check_overlap(overlap) -> bool:
