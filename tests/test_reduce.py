@@ -263,6 +263,22 @@ def test_rows_backward_takes_the_atomic_sums_outside_deterministic_mode(needs, d
     assert len(calls) == 1
 
 
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+def test_backward_op_fake_gives_float32_sums(needs):
+    """tcsparse::spmm_extreme_backward as a compiled backward graph sees it: float32 dX
+    [num_cols, N] and d(values) [nnz], each empty where not wanted."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from torch_tcsparse import ops
+
+    with FakeTensorMode():
+        grad_y, winners = torch.empty(30, 6, dtype=torch.bfloat16), torch.empty(30, 6, dtype=torch.int32)
+        col, values, x = torch.empty(90, dtype=torch.int32), torch.empty(90, dtype=torch.bfloat16), torch.empty(40, 6)
+        grad_x, grad_values = ops.spmm_extreme_backward(grad_y, winners, col, values, x.bfloat16(), *needs)
+        assert grad_x.dtype == grad_values.dtype == torch.float32
+        assert grad_x.shape == ((40 if needs[0] else 0), 6) and grad_values.shape == ((90 if needs[1] else 0),)
+
+
 @pytest.mark.parametrize("reduce", ["max", "min"])
 def test_nan_product_wins(reduce):
     # Row 0: the first NaN wins; row 1: all products -inf, the first wins; row 2: empty.
