@@ -10,8 +10,9 @@ wins among NaNs, so the result does not depend on the order of the work. Product
 the float64 extreme rounded to X's dtype.
 
 Two paths: "rows", the CUDA-core kernel of ``csrc/reduce_rows.h`` (a group of lanes per row over
-the canonical CSR, long rows in pieces merged in order), and "reference", torch ops on any device
-and dtype.
+the canonical CSR, long rows in pieces merged in order) and for the backward its scatter by fp32
+atomics, torch ops under deterministic algorithms; and "reference", torch ops on any device and
+dtype.
 """
 from __future__ import annotations
 
