@@ -212,6 +212,73 @@ def test_max_min_gradient_goes_to_one_winner(reduce):
     torch.testing.assert_close(x.grad, torch.tensor([[1.0], [3.0]]))
 
 
+def _atomic_sums_on_cpu(grad_y, winners, col, values, x, needs_x, needs_values):
+    """What the "rows" backward kernel returns, by index_add_ in float32 (a stand-in on the CPU)."""
+    won = winners >= 0
+    edge = winners.clamp(min=0).long()
+    g = torch.where(won, grad_y.float(), 0.0)
+    n = x.shape[1]
+    grad_x = torch.zeros(x.shape[0] if needs_x else 0, n)
+    grad_values = torch.zeros(values.numel() if needs_values else 0)
+    if needs_x:
+        grad_x.view(-1).index_add_(0, (col.long()[edge] * n + torch.arange(n)).view(-1),
+                                   (values.float()[edge] * g).view(-1))
+    if needs_values:
+        grad_values.index_add_(0, edge.view(-1), (x.float()[col.long()[edge], torch.arange(n)] * g).view(-1))
+    return grad_x, grad_values
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+def test_rows_backward_takes_the_atomic_sums_outside_deterministic_mode(needs, dtype):
+    """The "rows" path's backward hands the kernel's float32 sums back in the operands' dtypes and
+    sends what it does not want as None; deterministic mode and the "reference" path keep the torch
+    ops. The kernel's own results are checked on the GPU (tests/gpu/test_reduce_backward.py)."""
+    row, col, values, shape = graph("empty_rows", seed=4, dtype=dtype)
+    a = build(row, col, values, shape)
+    s, v = a._structure, a.csr.values
+    x = torch.randn(shape[1], 5).to(dtype)
+    _, winners = extreme.forward(x, v, s.rowptr, s.col, "max", "reference")
+    grad_y = torch.randn(shape[0], 5).to(dtype)
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return _atomic_sums_on_cpu(*args)
+
+    expected = extreme.backward(grad_y, x, v, s.col, winners, *needs, "reference", counted)
+    assert not calls
+    got = extreme.backward(grad_y, x, v, s.col, winners, *needs, "rows", counted)
+    assert len(calls) == 1
+    for g, e, wanted, like in zip(got, expected, needs, (x, v)):
+        assert (g is None) == (e is None) == (not wanted)
+        if wanted:
+            assert g.dtype == e.dtype == like.dtype and g.shape == e.shape == like.shape
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+    torch.use_deterministic_algorithms(True)
+    try:
+        extreme.backward(grad_y, x, v, s.col, winners, *needs, "rows", counted)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+def test_backward_op_fake_gives_float32_sums(needs):
+    """tcsparse::spmm_extreme_backward as a compiled backward graph sees it: float32 dX
+    [num_cols, N] and d(values) [nnz], each empty where not wanted."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from torch_tcsparse import ops
+
+    with FakeTensorMode():
+        grad_y, winners = torch.empty(30, 6, dtype=torch.bfloat16), torch.empty(30, 6, dtype=torch.int32)
+        col, values, x = torch.empty(90, dtype=torch.int32), torch.empty(90, dtype=torch.bfloat16), torch.empty(40, 6)
+        grad_x, grad_values = ops.spmm_extreme_backward(grad_y, winners, col, values, x.bfloat16(), *needs)
+        assert grad_x.dtype == grad_values.dtype == torch.float32
+        assert grad_x.shape == ((40 if needs[0] else 0), 6) and grad_values.shape == ((90 if needs[1] else 0),)
+
+
 @pytest.mark.parametrize("reduce", ["max", "min"])
 def test_nan_product_wins(reduce):
     # Row 0: the first NaN wins; row 1: all products -inf, the first wins; row 2: empty.

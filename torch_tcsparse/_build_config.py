@@ -28,6 +28,7 @@ SOURCES = (
     "csr_rows_spmm.cu",
     "grouped_spmm.cu",
     "reduce_rows.cu",
+    "reduce_rows_backward.cu",
     "attention.cu",
     "edge_softmax.cu",
 )

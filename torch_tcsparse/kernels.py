@@ -142,6 +142,13 @@ def reduce_rows(x, rowptr, col, values, is_max: bool, longest: int = -1) -> tupl
     return _ext.load().reduce_rows(x, rowptr, col, values, is_max, longest)
 
 
+def reduce_rows_backward(grad_y, winners, col, values, x, needs_x: bool,
+                         needs_values: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dX, d(values)) of the max/min product whose winners ``reduce_rows`` gave, as float32 sums
+    added atomically (``csrc/reduce_rows_backward.cu``); one not wanted comes back empty."""
+    return _ext.load().reduce_rows_backward(grad_y, winners, col, values, x, needs_x, needs_values)
+
+
 def metcf_row_map(perm, num_rows: int, window: int):
     """The conversion's first step (``csrc/metcf_convert.h``): window slot of every row and back."""
     return _ext.load().metcf_row_map(perm, num_rows, window)

@@ -12,7 +12,9 @@ Eager products do not go through the dispatcher (its boxing of a dozen arguments
 a whole product on a small graph): ``product.py`` calls the same engine functions directly.
 
 ``tcsparse::spmm_extreme`` is the max/min product (``engines/extreme.py``) on the canonical CSR;
-its backward sends each output's gradient to the nonzero it came from.
+its backward sends each output's gradient to the nonzero it came from, on the "rows" path through
+``tcsparse::spmm_extreme_backward``, the kernel's atomic sums as an op of its own so that the
+backward graph can hold it.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import kernels
 from .engines import ENGINES, extreme
 from .engines.autograd import backward, values_gradient
 from .engines.reference import csr_sddmm
@@ -144,14 +147,30 @@ def _(x, values, rowptr, col, reduce, path, longest):
     return x.new_empty(num_rows, x.shape[1]), x.new_empty(num_rows, x.shape[1], dtype=torch.int32)
 
 
+@torch.library.custom_op("tcsparse::spmm_extreme_backward", mutates_args=())
+def spmm_extreme_backward(grad_y: Tensor, winners: Tensor, col: Tensor, values: Tensor, x: Tensor, needs_x: bool,
+                          needs_values: bool) -> tuple[Tensor, Tensor]:
+    """(dX, d(values)) of a max/min product on the "rows" path as float32 sums
+    (``kernels.reduce_rows_backward``), each empty where not wanted."""
+    return kernels.reduce_rows_backward(grad_y, winners, col, values, x, needs_x, needs_values)
+
+
+@spmm_extreme_backward.register_fake
+def _(grad_y, winners, col, values, x, needs_x, needs_values):
+    return (x.new_empty(x.shape[0] if needs_x else 0, x.shape[1], dtype=torch.float32),
+            x.new_empty(values.shape[0] if needs_values else 0, dtype=torch.float32))
+
+
 def _extreme_setup_context(ctx, inputs, output):
     x, values, rowptr, col, reduce, path, longest = inputs
     ctx.save_for_backward(x, values, col, output[1])
+    ctx.path = path
 
 
 def _extreme_backward(ctx, grad_y, grad_winners):
     x, values, col, winners = ctx.saved_tensors
-    grad_x, grad_values = extreme.backward(grad_y, x, values, col, winners, *ctx.needs_input_grad[:2])
+    grad_x, grad_values = extreme.backward(grad_y, x, values, col, winners, *ctx.needs_input_grad[:2], ctx.path,
+                                           spmm_extreme_backward)
     return grad_x, grad_values, None, None, None, None, None
 
 

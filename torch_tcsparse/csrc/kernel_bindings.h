@@ -56,5 +56,9 @@ at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const 
 // The max/min SpMM (reduce_rows_binding.cpp): (Y, the winning nonzero of every output).
 std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
                                                const at::Tensor& values, bool is_max, int64_t longest);
+// Its backward: (dX, d(values)) as fp32 sums, each output's gradient sent to its winner.
+std::tuple<at::Tensor, at::Tensor> reduce_rows_backward(const at::Tensor& grad_y, const at::Tensor& winners,
+                                                        const at::Tensor& col, const at::Tensor& values,
+                                                        const at::Tensor& x, bool needs_x, bool needs_values);
 
 }  // namespace tcsparse_binding

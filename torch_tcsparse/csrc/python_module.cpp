@@ -16,6 +16,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("csr_rows_spmm", &tcsparse_binding::csr_rows_spmm);
     m.def("grouped_spmm", &tcsparse_binding::grouped_spmm);
     m.def("reduce_rows", &tcsparse_binding::reduce_rows);
+    m.def("reduce_rows_backward", &tcsparse_binding::reduce_rows_backward);
     m.def("attention_spmm", &tcsparse_binding::attention_spmm);
     m.def("attention_sddmm", &tcsparse_binding::attention_sddmm);
     m.def("attention_row_sums", &tcsparse_binding::attention_row_sums);

@@ -1,5 +1,5 @@
-// Launch API of the max/min SpMM (reduce="max"/"min"): raw pointers and a stream, no torch types
-// (reduce_rows_binding.cpp wraps it).
+// Launch API of the max/min SpMM (reduce="max"/"min") and its backward: raw pointers and a
+// stream, no torch types (reduce_rows_binding.cpp wraps them).
 //
 // Y[i, c] = max (min) over the nonzeros k of row i of values[k] * X[col[k], c], and winners[i, c]
 // = that k (the first one on a tie; a NaN product beats every number, the first NaN wins). An
@@ -39,5 +39,16 @@ template <typename T>
 cudaError_t reduce_rows(const int32_t* rowptr, const int32_t* col, int64_t num_rows, int64_t num_chunks,
                         const T* values, const T* x, int64_t ldx, int64_t n, bool is_max, float* partial_best,
                         int32_t* partial_win, int32_t* first_of, T* y, int32_t* winners, cudaStream_t stream);
+
+// The backward (reduce_rows_backward.cu): for every output (i, c) with winner k = winners[i, c] >= 0,
+// grad_x[col[k], c] += values[k] * grad_y[i, c] and grad_values[k] += X[col[k], c] * grad_y[i, c],
+// in fp32 by atomics (the order of the adds is not fixed). grad_y and winners are contiguous
+// [num_rows, n]; X rows have stride ldx; grad_x [num_cols, n] and grad_values [nnz] are fp32,
+// zeroed by the caller, 16-byte aligned, either may be null (not wanted). vector_rows: grad_y and
+// winners start 16-byte aligned, so rows of a multiple of 4 elements are read 4 at a time.
+template <typename T>
+cudaError_t reduce_rows_backward(const T* grad_y, const int32_t* winners, const int32_t* col, const T* values,
+                                 const T* x, int64_t ldx, int64_t num_rows, int64_t n, bool vector_rows,
+                                 float* grad_x, float* grad_values, cudaStream_t stream);
 
 }  // namespace tcsparse

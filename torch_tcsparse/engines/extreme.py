@@ -10,8 +10,9 @@ wins among NaNs, so the result does not depend on the order of the work. Product
 the float64 extreme rounded to X's dtype.
 
 Two paths: "rows", the CUDA-core kernel of ``csrc/reduce_rows.h`` (a group of lanes per row over
-the canonical CSR, long rows in pieces merged in order), and "reference", torch ops on any device
-and dtype.
+the canonical CSR, long rows in pieces merged in order) and for the backward its scatter by fp32
+atomics, torch ops under deterministic algorithms; and "reference", torch ops on any device and
+dtype.
 """
 from __future__ import annotations
 
@@ -104,16 +105,28 @@ def _torch_forward(x: Tensor, values: Tensor, rowptr: Tensor, col: Tensor, is_ma
 
 
 def backward(grad_y: Tensor, x: Tensor, values: Tensor, col: Tensor, arg: Tensor, needs_x: bool,
-             needs_values: bool) -> tuple[Tensor | None, Tensor | None]:
+             needs_values: bool, path: str,
+             atomic_sums=kernels.reduce_rows_backward) -> tuple[Tensor | None, Tensor | None]:
     """(dX, d(values)) of a max/min product whose winners are ``arg``: each output's gradient goes
-    to its one nonzero. Sums are float32 (float64 for float64); under deterministic algorithms
-    ``index_put_`` sorts instead of adding atomically."""
+    to its one nonzero. Sums are float32 (float64 for float64). The "rows" path adds them by
+    atomics (``atomic_sums``: ``kernels.reduce_rows_backward``, or in a traced graph the op that
+    wraps it), in no fixed order; deterministic algorithms and the "reference" path take the torch
+    ops, where ``index_put_`` sorts the adds into a fixed order."""
+    nnz, (num_cols, n) = values.numel(), x.shape
+    if nnz == 0 or grad_y.numel() == 0 or not (needs_x or needs_values):
+        return (x.new_zeros(num_cols, n) if needs_x else None), (values.new_zeros(nnz) if needs_values else None)
+    if path == "rows" and not torch.are_deterministic_algorithms_enabled():
+        sums_x, sums_values = atomic_sums(grad_y.to(x.dtype), arg, col, values, x, needs_x, needs_values)
+        return (sums_x.to(x.dtype) if needs_x else None), (sums_values.to(values.dtype) if needs_values else None)
+    return _torch_backward(grad_y, x, values, col, arg, needs_x, needs_values)
+
+
+def _torch_backward(grad_y: Tensor, x: Tensor, values: Tensor, col: Tensor, arg: Tensor, needs_x: bool,
+                    needs_values: bool) -> tuple[Tensor | None, Tensor | None]:
+    """``backward`` in torch ops, for a product with nonzeros and outputs."""
     nnz, (num_cols, n) = values.numel(), x.shape
     acc = _accumulate_dtype(x.dtype)
-    grad_x = x.new_zeros(num_cols, n) if needs_x else None
-    grad_values = values.new_zeros(nnz) if needs_values else None
-    if nnz == 0 or grad_y.numel() == 0 or not (needs_x or needs_values):
-        return grad_x, grad_values
+    grad_x, grad_values = None, None
     with torch.autocast(grad_y.device.type, enabled=False):
         won = arg >= 0
         edge = arg.clamp(min=0).long()
@@ -139,10 +152,11 @@ class ExtremeProduct(torch.autograd.Function):
     def forward(ctx, x, values, rowptr, col, reduce, path, longest):
         y, arg = forward(x, values, rowptr, col, reduce, path, longest)
         ctx.save_for_backward(x, values, col, arg)
+        ctx.path = path
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
         x, values, col, arg = ctx.saved_tensors
-        grad_x, grad_values = backward(grad_y, x, values, col, arg, *ctx.needs_input_grad[:2])
+        grad_x, grad_values = backward(grad_y, x, values, col, arg, *ctx.needs_input_grad[:2], ctx.path)
         return grad_x, grad_values, None, None, None, None, None
