@@ -256,3 +256,22 @@ def test_other_reads_of_learnable_values_carry_the_gradient(case, read):
         return weights.grad
 
     torch.testing.assert_close(gradient(torch.compile(fn, backend="aot_eager")), gradient(fn))
+
+
+def test_matrix_input_that_gets_no_gradient_leaves_its_values_none(case):
+    """A compiled function that reads only the index arrays of a matrix with learnable values
+    gives the matrix no gradient: backward reaches X, and the values get none (not a dense zero
+    matrix read as the matrix's gradient)."""
+    a, x = case
+    fn = lambda a, x: x[a.col_indices().long()] * a.crow_indices()[1:].sum()
+
+    def gradients(f):
+        weights = a.csr.values.detach().clone().requires_grad_()
+        x_ = x.detach().clone().requires_grad_()
+        f(a.with_values(weights), x_).square().sum().backward()
+        return weights.grad, x_.grad
+
+    compiled_weights, compiled_x = gradients(torch.compile(fn, backend="aot_eager"))
+    eager_weights, eager_x = gradients(fn)
+    assert compiled_weights is None and eager_weights is None
+    torch.testing.assert_close(compiled_x, eager_x)

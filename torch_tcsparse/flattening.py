@@ -280,6 +280,10 @@ class Wrap(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, make, structure, values):
+        # A compiled function that reads only the matrix's index arrays, or its values through
+        # another input, gives the matrix no gradient: backward then gets None, not the dense
+        # M x K zero tensor autograd would make in its place.
+        ctx.set_materialize_grads(False)
         return make(structure, values)
 
     @staticmethod
