@@ -58,13 +58,16 @@ def sampled_csr(edge_index: torch.Tensor, num_sources: int, num_targets: int) ->
     targets as they come. The leading rows and nonzeros of the result are the CSR of any block
     of the batch's first hops (``sampled_structure``)."""
     num_edges, device = edge_index.shape[1], edge_index.device
-    index_dtype = index_dtype_for(num_targets, num_sources, num_edges)
-    source, target = edge_index
+    narrow = index_dtype_for(num_targets, num_sources, num_edges) == torch.int32
+    source, target = edge_index.unbind()
+    rowptr = torch.searchsorted(target, torch.arange(num_targets + 1, device=device), out_int32=narrow)
+    if narrow:
+        # Every index fits 31 bits: the key target * 2**32 + source sorts as the row-major key,
+        # and its cast to int32 keeps its low 32 bits, the source (one op where a remainder and a
+        # cast were two).
+        return rowptr, torch.sort(torch.add(source, target, alpha=2**32)).values.to(torch.int32)
     key = torch.sort(torch.add(source, target, alpha=num_sources)).values
-    rowptr = torch.searchsorted(target, torch.arange(num_targets + 1, device=device),
-                                out_int32=index_dtype == torch.int32)
-    col = torch.remainder(key, max(num_sources, 1)).to(index_dtype)
-    return rowptr, col
+    return rowptr, torch.remainder(key, max(num_sources, 1))
 
 
 def sampled_structure(rowptr: torch.Tensor, col: torch.Tensor, num_sources: int, num_targets: int, num_edges: int,

@@ -89,6 +89,20 @@ def test_a_block_narrower_than_the_one_that_holds_it_gets_int32_indices():
     assert values.dtype == torch.float32 and values.numel() == edges.size(1)
 
 
+def test_blocks_beyond_int32_sort_their_edges_as_any_row_major_key(monkeypatch):
+    """Where an index needs int64 the key is target * num_sources + source (the int32 route's
+    target * 2**32 + source would overflow): the same CSR, in int64."""
+    from torch_tcsparse import conversion
+
+    monkeypatch.setattr(conversion, "index_dtype_for", lambda *sizes: torch.int64)
+    batch = sampled([15, 10, 5])
+    for block, (edge_index, sizes) in zip(batch.blocks(), batch.layer_edges(), strict=True):
+        checked = TCSparseTensor.from_batch(edge_index, num_nodes=sizes)._structure
+        ours = block._structure
+        assert ours.rowptr.dtype == ours.col.dtype == torch.int64
+        assert torch.equal(ours.rowptr, checked.rowptr.long()) and torch.equal(ours.col, checked.col.long())
+
+
 @pytest.mark.parametrize("fanout", [[15, 10, 5], [-1, 2]])
 def test_blocks_of_a_sampled_batch_wait_for_no_device(fanout):
     batch = sampled(fanout).to("cpu")

@@ -53,9 +53,8 @@ class SampledBatch:
         """Per layer, first layer first: ``(edge_index, (num_sources, num_targets))`` of its
         bipartite block (sources and targets both the batch's first nodes; a view of
         ``edge_index``), the form PyG's layers take with ``x = (x_sources, x_targets)``."""
-        nodes, edges = _running_sums(self.num_sampled_nodes), _running_sums(self.num_sampled_edges)
-        return [(self.edge_index[:, : edges[hops]], (nodes[hops + 1], nodes[hops]))
-                for hops in range(self.num_layers, 0, -1)]
+        return [(self.edge_index[:, :num_edges], (num_sources, num_targets))
+                for num_sources, num_targets, num_edges in self._layer_sizes()]
 
     def blocks(self, dtype: torch.dtype | None = None) -> list[TCSparseTensor]:
         """Per layer, first layer first, its block as a ``[num_targets, num_sources]``
@@ -63,28 +62,35 @@ class SampledBatch:
         has run enough products to pay for it), unit weights in ``dtype`` (float32 by default).
         A batch the sampler drew sorts its edges once for all of them: the first layer's CSR
         holds every later layer's (``conversion.sampled_structure``)."""
-        if self.num_layers == 0:
+        sizes = self._layer_sizes()
+        if not sizes:
             return []
-        first = self._block(0, dtype)
+        first = self._block(0, sizes[0], dtype)
         held = (first._structure.rowptr, first._structure.col)
-        return [first] + [self._block(layer, dtype, held) for layer in range(1, self.num_layers)]
+        return [first] + [self._block(layer, sizes[layer], dtype, held) for layer in range(1, len(sizes))]
 
     def block(self, layer: int, dtype: torch.dtype | None = None) -> TCSparseTensor:
         """Layer ``layer``'s block (0: the first layer), as ``blocks`` gives it."""
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
-        return self._block(layer, dtype)
+        return self._block(layer, self._layer_sizes()[layer], dtype)
 
-    def _block(self, layer: int, dtype, held: tuple[torch.Tensor, torch.Tensor] | None = None) -> TCSparseTensor:
-        """Layer ``layer``'s block; ``held``: rowptr and col of a block of this batch that holds it."""
-        hops = self.num_layers - layer
+    def _layer_sizes(self) -> list[tuple[int, int, int]]:
+        """Per layer, first layer first: ``(num_sources, num_targets, num_edges)`` of its block."""
         nodes, edges = _running_sums(self.num_sampled_nodes), _running_sums(self.num_sampled_edges)
-        num_sources, num_targets, num_edges = nodes[hops + 1], nodes[hops], edges[hops]
+        return [(nodes[hops + 1], nodes[hops], edges[hops]) for hops in range(self.num_layers, 0, -1)]
+
+    def _block(self, layer: int, sizes: tuple[int, int, int], dtype,
+               held: tuple[torch.Tensor, torch.Tensor] | None = None) -> TCSparseTensor:
+        """Layer ``layer``'s block of ``sizes`` (``_layer_sizes``); ``held``: rowptr and col of a
+        block of this batch that holds it."""
+        num_sources, num_targets, num_edges = sizes
         if self._longest_rows is None or (dtype is not None and dtype not in VALUE_DTYPES):
             return TCSparseTensor.from_batch(self.edge_index[:, :num_edges], num_nodes=(num_sources, num_targets),
                                              dtype=dtype)
         # The block holds the edges of the first ``hops`` hops; each target's edges come from one
         # hop, so its longest row is the longest of those hops'.
+        hops = self.num_layers - layer
         longest = max(self._longest_rows[:hops], default=0)
         if held is None:
             edge_index = self.edge_index
