@@ -63,8 +63,8 @@ def sampled_csr(edge_index: torch.Tensor, num_sources: int, num_targets: int) ->
     rowptr = torch.searchsorted(target, torch.arange(num_targets + 1, device=device), out_int32=narrow)
     if narrow:
         # Every index fits 31 bits: the key target * 2**32 + source sorts as the row-major key,
-        # and its cast to int32 keeps its low 32 bits, the source (one op where a remainder and a
-        # cast were two).
+        # and its cast to int32 keeps its low 32 bits, the source: one op, where the key of the
+        # int64 route needs a remainder (and would need a cast).
         return rowptr, torch.sort(torch.add(source, target, alpha=2**32)).values.to(torch.int32)
     key = torch.sort(torch.add(source, target, alpha=num_sources)).values
     return rowptr, torch.remainder(key, max(num_sources, 1))
