@@ -76,6 +76,18 @@ def test_the_blocks_share_one_sort_of_the_batchs_edges():
                for b in blocks)
 
 
+def test_a_saved_block_holds_its_own_indices_alone(tmp_path):
+    """A later block's indices are views of the first block's; its file stores its own."""
+    import torch_tcsparse
+
+    blocks = sampled([15, 10, 5]).blocks()
+    torch.save(blocks[-1], tmp_path / "block.pt")
+    loaded = torch_tcsparse.load(tmp_path / "block.pt")
+    pairs = ((loaded.crow_indices(), blocks[-1].crow_indices()), (loaded.col_indices(), blocks[-1].col_indices()))
+    for got, want in pairs:
+        assert torch.equal(got, want) and got.untyped_storage().nbytes() == want.numel() * want.element_size()
+
+
 def test_a_block_narrower_than_the_one_that_holds_it_gets_int32_indices():
     """A block whose sizes fit int32 takes int32 indices even from an int64 CSR that holds it."""
     batch = sampled([4, 3])
