@@ -10,8 +10,10 @@ yields) and one bipartite block per layer ([targets, sources]; ``layer1`` feeds 
 
 ``batch.csv``, per matrix and route:
 
-- routes: ``ours-sampled`` (a layer's block as ``SampledBatch.block`` builds it: ``from_batch``'s
-  matrix from what the sampler guarantees, with no read of the device; not for the subgraph),
+- routes: ``ours-sampled`` (a layer's block as ``SampledBatch.blocks`` builds it: ``from_batch``'s
+  matrix from what the sampler guarantees, with no read of the device; the blocks share one
+  sort of the batch's edges, so its ``convert_us`` is ``blocks()`` over the number of layers;
+  not for the subgraph),
   ``ours-batch`` (``TCSparseTensor.from_batch``: CSR only, the Tensor-Core layout left
   until ``BUILD_AFTER_USES`` products), ``ours-full`` (``from_edge_index``: the layout built at
   conversion), ``pyg-csr`` (PyG's ``to_torch_csr_tensor``, multiplied by ``torch.sparse.mm``);
@@ -131,10 +133,15 @@ def timed_s(fn, device: torch.device):
 # batch.csv: conversions and products of one batch's matrices.
 
 def converter(route: str, edge_index: torch.Tensor, sizes: tuple[int, int], sampled=None):
-    """The route's conversion of edge_index into its [targets, sources] matrix (``sampled``: the
-    batch's own conversion of its block, for ``ours-sampled``)."""
+    """The route's conversion of edge_index into its [targets, sources] matrix, and the number of
+    matrices one conversion builds (``sampled``: the batch's block and its number of layers, for
+    ``ours-sampled``, whose conversion builds every layer's block)."""
     if route == "ours-sampled":
         return sampled
+    return _converter(route, edge_index, sizes), 1
+
+
+def _converter(route: str, edge_index: torch.Tensor, sizes: tuple[int, int]):
     if route == "ours-batch":
         return lambda: TCSparseTensor.from_batch(edge_index, num_nodes=sizes)
     if route == "ours-full":
@@ -166,10 +173,10 @@ def measure(route: str, edge_index: torch.Tensor, sizes: tuple[int, int], args, 
             sampled=None) -> dict:
     """A row of batch.csv: conversions timed alone, then fresh matrices each timed over its first
     product and its next ``BUILD_AFTER_USES - 1`` (which ``from_batch`` runs on the CSR)."""
-    convert, multiply = converter(route, edge_index, sizes, sampled), product(route)
+    (convert, built), multiply = converter(route, edge_index, sizes, sampled), product(route)
     x = torch.randn(sizes[0], args.n, device=device)
     convert()
-    converts = [timed_s(convert, device)[1] for _ in range(args.reps)]
+    converts = [timed_s(convert, device)[1] / built for _ in range(args.reps)]
     uses = BUILD_AFTER_USES - 1
     firsts, steadies, hosts = [], [], []
     for _ in range(max(3, args.reps // 4)):
@@ -205,7 +212,7 @@ def conversion_table(sampler, train_idx, args, device, name) -> list[dict]:
         batch = sampler.sample(seeds, gen)
         n = batch.nodes.numel()
         matrices = [("subgraph", batch.edge_index, (n, n), None)] + [
-            (f"layer{i + 1}", edges, sizes, lambda i=i: batch.block(i))
+            (f"layer{i + 1}", edges, sizes, (lambda i=i: batch.blocks()[i], batch.num_layers))
             for i, (edges, sizes) in enumerate(batch.layer_edges())]
         for matrix, edges, sizes, sampled in matrices:
             results = {route: measure(route, edges, sizes, args, device, sampled) for route in args.routes

@@ -50,21 +50,42 @@ def build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window) -> 
     return CsrStructure(csr, window, longest), csr.values
 
 
-def build_sampled_structure(edge_index: torch.Tensor, num_sources: int, num_targets: int, longest: int,
-                            dtype: torch.dtype | None, window: int = 16) -> tuple[CsrStructure, torch.Tensor]:
-    """``build_batch_structure`` for a block that ``loader.NeighborSampler`` drew, unit weights in
-    ``dtype``: the sampler guarantees what the public route checks with a host read (indices in
-    range, no repeated edge, the targets ascending) and read the longest row with its edge
-    counts, so nothing here waits for the device. The row-major keys' sort orders each row's
-    columns; the rows are the targets as they come."""
+def sampled_csr(edge_index: torch.Tensor, num_sources: int, num_targets: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """rowptr and col of the ``[num_targets, num_sources]`` block that ``edge_index``, edges
+    ``loader.NeighborSampler`` drew, make. The sampler guarantees what the public route checks
+    with a host read (indices in range, no repeated edge, the targets ascending), so nothing here
+    waits for the device. The row-major keys' sort orders each row's columns; the rows are the
+    targets as they come. The leading rows and nonzeros of the result are the CSR of any block
+    of the batch's first hops (``sampled_structure``)."""
     num_edges, device = edge_index.shape[1], edge_index.device
-    index_dtype = index_dtype_for(num_targets, num_sources, num_edges)
-    source, target = edge_index
+    narrow = index_dtype_for(num_targets, num_sources, num_edges) == torch.int32
+    source, target = edge_index.unbind()
+    rowptr = torch.searchsorted(target, torch.arange(num_targets + 1, device=device), out_int32=narrow)
+    if narrow:
+        # Every index fits 31 bits: the key target * 2**32 + source sorts as the row-major key,
+        # and its cast to int32 keeps its low 32 bits, the source: one op, where the key of the
+        # int64 route needs a remainder (and would need a cast).
+        return rowptr, torch.sort(torch.add(source, target, alpha=2**32)).values.to(torch.int32)
     key = torch.sort(torch.add(source, target, alpha=num_sources)).values
-    rowptr = torch.searchsorted(target, torch.arange(num_targets + 1, device=device),
-                                out_int32=index_dtype == torch.int32)
-    col = torch.remainder(key, max(num_sources, 1)).to(index_dtype)
-    values = torch.ones(num_edges, dtype=dtype or torch.float32, device=device)
+    return rowptr, torch.remainder(key, max(num_sources, 1))
+
+
+def sampled_structure(rowptr: torch.Tensor, col: torch.Tensor, num_sources: int, num_targets: int, num_edges: int,
+                      longest: int, dtype: torch.dtype | None, window: int = 16) -> tuple[CsrStructure, torch.Tensor]:
+    """``build_batch_structure`` for a block of a sampled batch, unit weights in ``dtype``: its
+    CSR is the first ``num_targets`` rows and ``num_edges`` nonzeros of ``sampled_csr`` of a block
+    that holds it (hops are appended in order, and hop h's targets are the nodes hop h - 1
+    found, so a block of fewer hops is a prefix of one of more, in rows and in the row-major
+    sort). Views of those arrays: the values are its one new array; the indices are never
+    written. ``longest``: its longest row, which the sampler read."""
+    index_dtype = index_dtype_for(num_targets, num_sources, num_edges)
+    if rowptr.numel() != num_targets + 1:
+        rowptr = rowptr[: num_targets + 1]
+    if col.numel() != num_edges:
+        col = col[:num_edges]
+    if col.dtype != index_dtype:  # int32 fits this block, not the one that holds it
+        rowptr, col = rowptr.to(index_dtype), col.to(index_dtype)
+    values = torch.ones(num_edges, dtype=dtype or torch.float32, device=col.device)
     return CsrStructure(CSR(rowptr, col, values, num_targets, num_sources), window, longest), values
 
 

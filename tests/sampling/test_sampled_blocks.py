@@ -6,10 +6,23 @@ import torch
 
 from graph_data import synthetic
 from torch_tcsparse import TCSparseTensor
-from torch_tcsparse.conversion import _distinct_edges_csr
+from torch_tcsparse.conversion import _distinct_edges_csr, sampled_csr, sampled_structure
 from torch_tcsparse.loader import NeighborSampler, SampledBatch
 
 from device_reads import DeviceReads
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class OpCounts(TorchDispatchMode):
+    """The aten operations dispatched while it is active, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
 
 
 def sampled(fanout, num_seeds=40, scale=10):
@@ -32,6 +45,74 @@ def test_blocks_equal_from_batch_of_their_edges(fanout, dtype):
         assert ours.layout_pending and ours.linked_transpose() is None
         degree = theirs.rowptr[1:] - theirs.rowptr[:-1]
         assert ours.max_row_nnz() == (int(degree.max()) if degree.numel() else 0)
+
+
+@pytest.mark.parametrize("fanout", [[15, 10, 5], [-1, 2], [3, 1, 2]])
+def test_a_block_alone_equals_it_among_the_blocks(fanout):
+    batch = sampled(fanout)
+    for layer, block in enumerate(batch.blocks(torch.float64)):
+        alone = batch.block(layer, torch.float64)
+        ours, theirs = block._structure, alone._structure
+        assert block.shape == alone.shape and ours.max_row_nnz() == theirs.max_row_nnz()
+        for got, want in ((ours.rowptr, theirs.rowptr), (ours.col, theirs.col), (block._values, alone._values)):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_the_blocks_share_one_sort_of_the_batchs_edges():
+    """Every later layer's CSR is a prefix of the first's: the batch sorts once, and each later
+    block adds its values alone (and views of the first's indices)."""
+    batch = sampled([15, 10, 5])
+    with OpCounts() as first:
+        batch.block(0)
+    with OpCounts() as every:
+        blocks = batch.blocks()
+    assert every.ops.count("aten.sort.default") == 1
+    later = list(every.ops)
+    for op in first.ops:
+        later.remove(op)
+    assert sorted(later) == sorted(["aten.ones.default"] * 2 + ["aten.slice.Tensor"] * 4)
+    # Views of one array: no later block copies the indices.
+    assert all(b._structure.col.untyped_storage().data_ptr() == blocks[0]._structure.col.untyped_storage().data_ptr()
+               for b in blocks)
+
+
+def test_a_saved_block_holds_its_own_indices_alone(tmp_path):
+    """A later block's indices are views of the first block's; its file stores its own."""
+    import torch_tcsparse
+
+    blocks = sampled([15, 10, 5]).blocks()
+    torch.save(blocks[-1], tmp_path / "block.pt")
+    loaded = torch_tcsparse.load(tmp_path / "block.pt")
+    pairs = ((loaded.crow_indices(), blocks[-1].crow_indices()), (loaded.col_indices(), blocks[-1].col_indices()))
+    for got, want in pairs:
+        assert torch.equal(got, want) and got.untyped_storage().nbytes() == want.numel() * want.element_size()
+
+
+def test_a_block_narrower_than_the_one_that_holds_it_gets_int32_indices():
+    """A block whose sizes fit int32 takes int32 indices even from an int64 CSR that holds it."""
+    batch = sampled([4, 3])
+    (_, (num_sources, num_targets)), (edges, (inner_sources, inner_targets)) = batch.layer_edges()
+    rowptr, col = sampled_csr(batch.edge_index, num_sources, num_targets)
+    structure, values = sampled_structure(rowptr.long(), col.long(), inner_sources, inner_targets, edges.size(1),
+                                          3, None)
+    checked = TCSparseTensor.from_batch(edges, num_nodes=(inner_sources, inner_targets))._structure
+    assert structure.rowptr.dtype == structure.col.dtype == torch.int32
+    assert torch.equal(structure.rowptr, checked.rowptr) and torch.equal(structure.col, checked.col)
+    assert values.dtype == torch.float32 and values.numel() == edges.size(1)
+
+
+def test_blocks_beyond_int32_sort_their_edges_as_any_row_major_key(monkeypatch):
+    """Where an index needs int64 the key is target * num_sources + source (the int32 route's
+    target * 2**32 + source would overflow): the same CSR, in int64."""
+    from torch_tcsparse import conversion
+
+    monkeypatch.setattr(conversion, "index_dtype_for", lambda *sizes: torch.int64)
+    batch = sampled([15, 10, 5])
+    for block, (edge_index, sizes) in zip(batch.blocks(), batch.layer_edges(), strict=True):
+        checked = TCSparseTensor.from_batch(edge_index, num_nodes=sizes)._structure
+        ours = block._structure
+        assert ours.rowptr.dtype == ours.col.dtype == torch.int64
+        assert torch.equal(ours.rowptr, checked.rowptr.long()) and torch.equal(ours.col, checked.col.long())
 
 
 @pytest.mark.parametrize("fanout", [[15, 10, 5], [-1, 2]])

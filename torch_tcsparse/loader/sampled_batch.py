@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..conversion import build_sampled_structure
+from ..conversion import sampled_csr, sampled_structure
 from ..paths import VALUE_DTYPES
 from ..tensor import TCSparseTensor
 
@@ -53,31 +53,50 @@ class SampledBatch:
         """Per layer, first layer first: ``(edge_index, (num_sources, num_targets))`` of its
         bipartite block (sources and targets both the batch's first nodes; a view of
         ``edge_index``), the form PyG's layers take with ``x = (x_sources, x_targets)``."""
-        nodes, edges = _running_sums(self.num_sampled_nodes), _running_sums(self.num_sampled_edges)
-        return [(self.edge_index[:, : edges[hops]], (nodes[hops + 1], nodes[hops]))
-                for hops in range(self.num_layers, 0, -1)]
+        return [(self.edge_index[:, :num_edges], (num_sources, num_targets))
+                for num_sources, num_targets, num_edges in self._layer_sizes()]
 
     def blocks(self, dtype: torch.dtype | None = None) -> list[TCSparseTensor]:
         """Per layer, first layer first, its block as a ``[num_targets, num_sources]``
         ``TCSparseTensor`` (``from_batch``: CSR only, the Tensor-Core layout left until the matrix
-        has run enough products to pay for it), unit weights in ``dtype`` (float32 by default)."""
-        return [self._block(edge_index, sizes, self.num_layers - layer, dtype)
-                for layer, (edge_index, sizes) in enumerate(self.layer_edges())]
+        has run enough products to pay for it), unit weights in ``dtype`` (float32 by default).
+        A batch the sampler drew sorts its edges once for all of them: the first layer's CSR
+        holds every later layer's (``conversion.sampled_structure``)."""
+        sizes = self._layer_sizes()
+        if not sizes:
+            return []
+        first = self._block(0, sizes[0], dtype)
+        held = (first._structure.rowptr, first._structure.col)
+        return [first] + [self._block(layer, sizes[layer], dtype, held) for layer in range(1, len(sizes))]
 
     def block(self, layer: int, dtype: torch.dtype | None = None) -> TCSparseTensor:
         """Layer ``layer``'s block (0: the first layer), as ``blocks`` gives it."""
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
-        edge_index, sizes = self.layer_edges()[layer]
-        return self._block(edge_index, sizes, self.num_layers - layer, dtype)
+        return self._block(layer, self._layer_sizes()[layer], dtype)
 
-    def _block(self, edge_index: torch.Tensor, sizes: tuple[int, int], hops: int, dtype) -> TCSparseTensor:
+    def _layer_sizes(self) -> list[tuple[int, int, int]]:
+        """Per layer, first layer first: ``(num_sources, num_targets, num_edges)`` of its block."""
+        nodes, edges = _running_sums(self.num_sampled_nodes), _running_sums(self.num_sampled_edges)
+        return [(nodes[hops + 1], nodes[hops], edges[hops]) for hops in range(self.num_layers, 0, -1)]
+
+    def _block(self, layer: int, sizes: tuple[int, int, int], dtype,
+               held: tuple[torch.Tensor, torch.Tensor] | None = None) -> TCSparseTensor:
+        """Layer ``layer``'s block of ``sizes`` (``_layer_sizes``); ``held``: rowptr and col of a
+        block of this batch that holds it."""
+        num_sources, num_targets, num_edges = sizes
         if self._longest_rows is None or (dtype is not None and dtype not in VALUE_DTYPES):
-            return TCSparseTensor.from_batch(edge_index, num_nodes=sizes, dtype=dtype)
+            return TCSparseTensor.from_batch(self.edge_index[:, :num_edges], num_nodes=(num_sources, num_targets),
+                                             dtype=dtype)
         # The block holds the edges of the first ``hops`` hops; each target's edges come from one
         # hop, so its longest row is the longest of those hops'.
+        hops = self.num_layers - layer
         longest = max(self._longest_rows[:hops], default=0)
-        return TCSparseTensor(*build_sampled_structure(edge_index, *sizes, longest, dtype))
+        if held is None:
+            edge_index = self.edge_index
+            held = sampled_csr(edge_index if edge_index.size(1) == num_edges else edge_index[:, :num_edges],
+                               num_sources, num_targets)
+        return TCSparseTensor(*sampled_structure(*held, num_sources, num_targets, num_edges, longest, dtype))
 
     def to(self, device) -> "SampledBatch":
         return SampledBatch(self.nodes.to(device), self.edge_index.to(device), self.num_sampled_nodes,
