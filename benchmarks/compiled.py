@@ -31,6 +31,7 @@ other benchmarks read (``graph_data.corpus.real_loader``); a graph whose file is
 replaced by a generated one of about its size. Without a GPU the benchmark says so and stops,
 unless ``--device cpu`` is given: the times are then wall-clock medians, without CUDA graphs, and
 ``--backend aot_eager`` checks the compiled path without inductor's minutes of compilation.
+``benchmarks.compiled_profile`` shows where the host time of these calls goes.
 
     python -m benchmarks.compiled --graphs planetoid_cora,planetoid_citeseer,planetoid_pubmed
     python -m benchmarks.compiled --device cpu --backend aot_eager --graphs planetoid_cora   # no GPU
