@@ -154,7 +154,7 @@ def epoch_function(adj, x, labels, hidden: int, classes: int, options: dict | No
         return torch.nn.functional.cross_entropy(model(x, adj), labels)
 
     if whole:
-        return whole_step(model, optimizer, loss_of, (x, adj, labels), options, cudagraphs)
+        return whole_step(optimizer, loss_of, (x, adj, labels), options, cudagraphs)
     compiled = loss_of if options is None else torch.compile(loss_of, fullgraph=True, **options)
 
     def epoch():
@@ -171,7 +171,7 @@ def epoch_function(adj, x, labels, hidden: int, classes: int, options: dict | No
     return epoch
 
 
-def whole_step(model, optimizer, loss_of, inputs: tuple, options: dict, cudagraphs: bool):
+def whole_step(optimizer, loss_of, inputs: tuple, options: dict, cudagraphs: bool):
     """The epoch as one compiled function. Compiled autograd is on for the functions compiled
     while ``torch._dynamo.config.compiled_autograd`` is set: the flag is read by
     ``torch.compile``, not at each call. Not ``fullgraph``: Dynamo breaks the graph at
