@@ -195,6 +195,50 @@ def test_whole_training_step_compiles_around_backward():
     torch.testing.assert_close(losses(True), losses(False))
 
 
+class LearnedWeightsGCN(TwoLayerGCN):
+    """The GCN on the graph's edges with weights it learns: the matrix is built inside the step."""
+
+    def __init__(self, adj):
+        super().__init__()
+        self.weights = torch.nn.Parameter(adj.csr.values.detach().clone())
+
+    def forward(self, x, adj):
+        return super().forward(x, adj.with_values(self.weights))
+
+
+@pytest.mark.parametrize("model_class", [TwoLayerGCN, LearnedWeightsGCN])
+def test_whole_training_step_with_compiled_autograd_matches_eager(model_class):
+    """The whole step compiled with compiled autograd on (read when ``torch.compile`` is called):
+    the backward is a compiled graph of its own, and losses and parameters after a few Adam
+    steps are the eager ones, learned edge weights included."""
+    from torch._dynamo.utils import counters
+
+    def train(compile_step):
+        adj, x, labels = gcn_case()
+        model = model_class(adj) if model_class is LearnedWeightsGCN else model_class()
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+
+        def step(x, adj, labels):
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x, adj), labels)
+            loss.backward()
+            optimizer.step()
+            return loss.detach()
+
+        if compile_step:
+            with torch._dynamo.config.patch(compiled_autograd=True):
+                step = torch.compile(step, backend="aot_eager")
+        losses = [step(x, adj, labels) for _ in range(4)]
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    counters.clear()
+    losses, parameters = train(True)
+    assert counters["compiled_autograd"]["captures"] >= 1
+    eager_losses, eager_parameters = train(False)
+    torch.testing.assert_close(losses, eager_losses)
+    torch.testing.assert_close(parameters, eager_parameters)
+
+
 def forced_rows(monkeypatch):
     """Products of float32 choose the "rows" path, as the selector may on a GPU."""
     from torch_tcsparse.selector.cache import SelectionCache

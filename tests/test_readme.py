@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,14 @@ def test_readme_has_snippets():
 
 
 @pytest.mark.parametrize("index", range(len(SNIPPETS)))
-def test_snippet_runs(index):
+def test_snippet_runs(index, monkeypatch):
     if "torch_tcsparse.nn" in SNIPPETS[index]:
         pytest.importorskip("torch_geometric", reason="torch_tcsparse.nn needs PyG (the [pyg] extra)")
-    exec(compile(SNIPPETS[index], f"README.md snippet {index}", "exec"), {"__name__": "readme"})
+    # A module of its own, importable as a script's is: torch.compile imports the module of the
+    # function it compiles.
+    module = types.ModuleType("readme")
+    monkeypatch.setitem(sys.modules, "readme", module)
+    exec(compile(SNIPPETS[index], f"README.md snippet {index}", "exec"), module.__dict__)
 
 
 def test_commands_name_existing_modules():

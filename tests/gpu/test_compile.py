@@ -1,7 +1,8 @@
 """torch.compile on a GPU with a TCSparseTensor as an input of the compiled function: no graph
 break, eager-equal products and gradients (X and values) on every path the selector can choose,
-and a GCN training step under CUDA graphs (``mode="reduce-overhead"``) whose losses equal the
-eager ones step for step. Each path is forced by answering the selector's choice with it."""
+and GCN and GraphSAGE training steps under CUDA graphs (``mode="reduce-overhead"``; forward and
+loss compiled, or the whole step) whose losses equal the eager ones step for step. Each path is
+forced by answering the selector's choice with it."""
 import json
 import os
 import subprocess
@@ -81,13 +82,14 @@ def test_compiled_product_matches_eager_on_every_path(kernels, forced, path, rou
         torch.testing.assert_close(got, expected, **TOLERANCE)
 
 
-def gcn_losses(adj, compiled: bool, steps: int = 5):
-    """The losses of ``steps`` training steps of the benchmark's 2-layer GCN (16 -> 32 -> 4)."""
+def gcn_losses(adj, compiled: bool, steps: int = 5, model: str = "gcn", mode: str = "compiled"):
+    """The losses of ``steps`` training steps of the benchmark's 2-layer ``model`` (16 -> 32 -> 4),
+    compiled in ``mode`` (``benchmarks.compiled.MODES``) or eager."""
     torch.manual_seed(0)
     x = torch.randn(adj.shape[0], 16, device="cuda")
     labels = torch.randint(0, 4, (adj.shape[0],), device="cuda")
     epoch = epoch_function(adj, x, labels, hidden=32, classes=4,
-                           options={"mode": "reduce-overhead"} if compiled else None)
+                           options={"mode": "reduce-overhead"} if compiled else None, model=model, mode=mode)
     return torch.stack([epoch().detach().clone() for _ in range(steps)])
 
 
@@ -101,6 +103,23 @@ def test_reduce_overhead_gcn_step_matches_eager_on_every_path(kernels, forced, p
 def test_reduce_overhead_gcn_step_on_the_selectors_choice(kernels):
     adj = graph(hub=False)
     torch.testing.assert_close(gcn_losses(adj, compiled=True), gcn_losses(adj, compiled=False), **TOLERANCE)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_reduce_overhead_whole_step_matches_eager(kernels, model):
+    """The benchmark's "whole" mode: zero_grad, forward, backward (compiled autograd) and Adam in
+    one compiled function under CUDA graphs, step for step the eager losses."""
+    adj = graph(hub=False)
+    torch.testing.assert_close(gcn_losses(adj, compiled=True, model=model, mode="whole"),
+                               gcn_losses(adj, compiled=False, model=model), **TOLERANCE)
+
+
+@pytest.mark.parametrize("path", SELECTOR_PATHS)
+def test_reduce_overhead_whole_step_matches_eager_on_every_path(kernels, forced, path):
+    forced(path)
+    adj = graph()
+    torch.testing.assert_close(gcn_losses(adj, compiled=True, mode="whole"), gcn_losses(adj, compiled=False),
+                               **TOLERANCE)
 
 
 def test_learnable_edge_weights_get_the_eager_gradient_under_cuda_graphs(kernels):
