@@ -55,6 +55,10 @@ class TensorCoreEngine(Engine):
     def operands(self, layout, values):
         return TensorCoreOperands(values.contiguous(), layout, kernels.layout_arguments(layout))
 
+    def reads_in_place(self, operands, values):
+        # The operands hold the values themselves unless they had to be made contiguous.
+        return operands.values.data_ptr() == values.data_ptr() and operands.values.stride() == values.stride()
+
     def run(self, x, operands, bias):
         o = operands
         if o.values.numel() == 0 or x.shape[1] == 0:
