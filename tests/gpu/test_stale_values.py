@@ -6,6 +6,8 @@ import torch
 
 from stale_writers import WRITERS, assert_writes_reach_every_product
 
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
 
 @pytest.mark.parametrize("path", ["base", "balanced", "grouped", "rows", "csr", "reference"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda dtype: str(dtype)[6:])
