@@ -153,7 +153,8 @@ def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: 
         operands = matrix._cache.get((engine.operand_key, index_key), lambda: engine.operands(indices, detached),
                                      lambda built: engine.reads_in_place(built, detached))
     if torch.is_grad_enabled() and (needs_x or needs_values):
-        return Product.apply(x, values, bias, engine, operands, lambda: _transposed_operands(s, engine, values, x.dtype), s)
+        return Product.apply(x, values, bias, engine, operands,
+                             lambda: _transposed_operands(s, engine, values, x.dtype), s)
     return engine.run(x, operands, bias)
 
 

@@ -29,7 +29,8 @@ def graph(dtype, seed=0):
     row = torch.randint(0, M, (8 * M,), generator=generator)
     row = row[row % 10 != 3]
     row = torch.cat([row, torch.full((300,), 7)])
-    col = torch.cat([torch.randint(0, K, (row.numel() - 300,), generator=generator), torch.randperm(K, generator=generator)[:300]])
+    col = torch.cat([torch.randint(0, K, (row.numel() - 300,), generator=generator),
+                     torch.randperm(K, generator=generator)[:300]])
     key = torch.unique(row * K + col)
     if key.numel() % 2 == 0:
         key = key[1:]

@@ -5,7 +5,8 @@ it: an eager product (``product.py``) with the indices its matrix keeps, or the 
 op (``ops.py``) with the indices a compiled function takes as inputs. Indices depend on the
 sparsity pattern alone and are built once per matrix structure (``Structure.kept``); operands are
 derived from the values in canonical CSR order at every product, except those that read the
-values where they lie (``Engine.reads_in_place``), which the matrix keeps (``operands.OperandCache``).
+values where they lie (``Engine.reads_in_place``), which the matrix keeps
+(``operands.OperandCache``).
 """
 from __future__ import annotations
 
