@@ -83,3 +83,12 @@ def test_every_build_gives_the_same_starts():
     rebuilt = chunk_row_starts(native.window_offsets, native.chunk_offsets, native.block_bitmap, native.row_map,
                                native.csr_rowptr, 16, int(native.chunk_offsets[-1]))
     assert torch.equal(rebuilt, native.chunk_row_starts)
+
+
+@pytest.mark.parametrize("entries", [1, 3 * 64])
+def test_starts_built_a_few_rows_at_a_time_are_the_same(monkeypatch, entries):
+    row, col, values = random_coo(300, 2000, 0.05, 3, torch.float32, dense_row=5)
+    csr = csr_mod.from_coo(row, col, values, 300, 2000)
+    whole = build_layout(csr, 16)
+    monkeypatch.setattr("torch_tcsparse.formats.metcf._ROW_COUNT_ENTRIES", entries * whole.num_blocks // 64)
+    assert torch.equal(build_layout(csr, 16).chunk_row_starts, whole.chunk_row_starts)

@@ -305,23 +305,30 @@ _BYTE_POPCOUNT = torch.tensor([bin(b).count("1") for b in range(256)], dtype=tor
 def chunk_row_starts(window_offsets, chunk_offsets, block_bitmap, row_map, rowptr, window: int,
                      num_chunks: int) -> torch.Tensor:
     """``MetcfLayout.chunk_row_starts`` (int32 [num_chunks * window]) from the structure alone:
-    for each window row, the running count of its entries over the window's blocks (one row at a
-    time, so the work arrays are per block, not per block and row), read at each chunk's first
-    block and offset by the row's CSR start."""
+    for each window row, the running count of its entries over the blocks, read at each chunk's
+    first block less at its window's, offset by the row's CSR start. A few rows at a time, so the
+    work arrays stay near ``_ROW_COUNT_ENTRIES`` entries on large matrices while a small one (a
+    sampled mini-batch) takes one pass of a few kernels."""
     device = window_offsets.device
     num_blocks = block_bitmap.numel() // 4
     rows_bytes = block_bitmap.contiguous().view(torch.uint8).view(num_blocks, BITMAP_BITS // 8)
     popcount = _BYTE_POPCOUNT.to(device)
     window_of_chunk = segment_ids(chunk_offsets, num_chunks)
     window_first = window_offsets.long()[window_of_chunk]
-    chunk_first = window_first + (torch.arange(num_chunks, device=device) - chunk_offsets.long()[window_of_chunk]) * BALANCE_CHUNK
-    rows = row_map.long().view(-1, window)[window_of_chunk]
-    starts = rowptr.long()[rows.clamp(min=0)]
-    before = torch.zeros(num_blocks + 1, dtype=torch.int64, device=device)
-    for r in range(window):
-        torch.cumsum(popcount[rows_bytes[:, r].long()], 0, out=before[1:])
-        starts[:, r] += before[chunk_first] - before[window_first]
+    chunk_first = window_first + (torch.arange(num_chunks, device=device)
+                                  - chunk_offsets.long()[window_of_chunk]) * BALANCE_CHUNK
+    starts = rowptr.long()[row_map.long().view(-1, window)[window_of_chunk].clamp_(min=0)]
+    step = max(1, min(window, _ROW_COUNT_ENTRIES // max(num_blocks, 1)))
+    for first in range(0, window, step):
+        counts = popcount[rows_bytes[:, first : first + step].long()]
+        before = torch.zeros(num_blocks + 1, counts.shape[1], dtype=torch.int32, device=device)
+        torch.cumsum(counts, 0, out=before[1:])
+        starts[:, first : first + step] += before[chunk_first] - before[window_first]
     return starts.view(-1).to(torch.int32)
+
+
+# Entries of the per-block row counts ``chunk_row_starts`` holds at once (int64 indices: 32 MB).
+_ROW_COUNT_ENTRIES = 1 << 22
 
 
 def _builder(csr: CSR, window: int, row_perm: torch.Tensor | None, use_kernels: bool | None = None):
