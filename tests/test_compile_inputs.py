@@ -72,8 +72,8 @@ def test_the_plan_follows_the_matrix_not_the_grad_mode():
 def test_learnable_values_add_the_layout_their_gradient_reads():
     adj = directed_graph()
     weights = adj.csr.values.detach().clone().requires_grad_()
-    # The 8 kernel arrays of the layout, one of them (csr_gather) travelling already.
-    assert len(adj.with_values(weights).__tensor_flatten__()[0]) == 1 + 8 + 7
+    # The 9 kernel arrays of the layout, one of them (csr_gather) travelling already.
+    assert len(adj.with_values(weights).__tensor_flatten__()[0]) == 1 + 8 + 8
 
 
 def test_a_symmetric_pattern_shares_its_arrays_with_its_transpose():

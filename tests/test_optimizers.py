@@ -2,12 +2,14 @@
 optimizers (plain, foreach, fused) on a learnable adjacency against a matrix built fresh from the
 same values, on every path, dtype and device; and the writers that bypass the version counter
 (``.data``, a copy into the storage). Fused steps move no version counter, so a kept operand
-would go stale unseen."""
+would go stale unseen. The same writers on values that need no gradient (a parameter's
+``.detach()``), whose operands a matrix could keep: ``stale_writers``."""
 import itertools
 
 import pytest
 import torch
 
+from stale_writers import WRITERS, assert_writes_reach_every_product
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.testing import random_dense
 
@@ -107,3 +109,11 @@ def test_values_without_grad_changed_in_place_reach_the_next_product(device, pat
     assert_fresh(a, values, x, path)
     values.set_(torch.rand_like(values) + 0.5)  # new storage, same tensor
     assert_fresh(a, values, x, path)
+
+
+@pytest.mark.parametrize("path", CPU_PATHS)
+@pytest.mark.parametrize("dtype", [torch.float64, *DTYPES], ids=lambda dtype: str(dtype)[6:])
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("reorder", [False, True], ids=["natural", "reordered"])
+def test_writes_to_values_without_grad_reach_products_and_gradients(path, dtype, writer, reorder):
+    assert_writes_reach_every_product(torch.device("cpu"), path, dtype, writer, reorder)

@@ -2,7 +2,7 @@
 (``_ext``), with their build state, precision mode and launch shapes.
 
 X and Y are float32, float16 or bfloat16 (Y has X's dtype), and every product is accumulated in
-fp32. Precision of the ME-TCF Tensor-Core kernels (``csrc/metcf_spmm.h``, values as float32):
+fp32. Precision of the ME-TCF Tensor-Core kernels (``csrc/metcf_spmm.h``, values in X's dtype):
 
 * float32 with TF32 allowed (``torch.backends.cuda.matmul.allow_tf32`` or float32 matmul
   precision "high"/"medium"): operands rounded to TF32; relative error ~1e-4..1e-3 of
@@ -63,13 +63,14 @@ def exact(x: torch.Tensor) -> bool:
 def layout_arguments(layout) -> tuple:
     """The ME-TCF layout as the Tensor-Core bindings take it."""
     return (layout.window_offsets, layout.block_offsets, layout.local_ids, layout.block_cols, layout.block_bitmap,
-            layout.row_map, layout.chunk_offsets, layout.window, layout.num_rows, layout.num_cols,
+            layout.row_map, layout.chunk_offsets, layout.chunk_row_starts, layout.window, layout.num_rows, layout.num_cols,
             _metcf.BALANCE_CHUNK)
 
 
-def metcf_spmm(x: torch.Tensor, block_values: torch.Tensor, arguments: tuple, balanced: bool) -> torch.Tensor:
-    """Y = A @ x for A given by ``layout_arguments`` and its float32 block-order values."""
-    return _ext.load().spmm(x, block_values, *arguments, balanced, torch.are_deterministic_algorithms_enabled(),
+def metcf_spmm(x: torch.Tensor, values: torch.Tensor, arguments: tuple, balanced: bool) -> torch.Tensor:
+    """Y = A @ x for A given by ``layout_arguments`` and its values in canonical CSR order, 1-D,
+    contiguous and of x's dtype: the kernels read them in place."""
+    return _ext.load().spmm(x, values, *arguments, balanced, torch.are_deterministic_algorithms_enabled(),
                             exact(x))
 
 

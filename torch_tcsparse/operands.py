@@ -1,4 +1,4 @@
-"""What a matrix derives from its values, kept in one place with one rule for when it may be."""
+"""What a matrix keeps of the operands it derives from its values, with one rule for when it may."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
@@ -7,15 +7,13 @@ import torch
 
 
 class OperandCache:
-    """Values-derived operands of one matrix (each engine's, its transpose's for backward passes,
-    the mean's row-scaled values, casts for autocast), built on first need and kept: a product on
-    a small graph costs less than rebuilding them. They must never outlive the values they came
-    from, whatever wrote them, and not every writer tells: a fused optimizer step
-    (``torch.optim.Adam(fused=True)``) and writes through ``w.data`` leave the version counter
-    as it was. So values that require grad, the ones optimizers and training code write, are
-    never kept: their operands are derived at every product (a gather of the values, small beside
-    the product and its backward). Other values are kept while their version counter and storage
-    stay: any in-place torch operation on them moves the counter."""
+    """The operands of one matrix that read its values where they lie (torch's CSR tensor over
+    them, the rows kernel's values when its order is the canonical one): such an operand sees
+    every write, whatever made it (an in-place op, ``w.data``, a fused optimizer step, the
+    storage, a numpy or DLPack view, a custom kernel), so it is kept while the values keep their
+    storage. An operand that copies the values (a gather, a cast, a block order) would hold them
+    as they were when it was made, and no writer but torch's own in-place ops tells: those are
+    derived at every product and never kept (a pass over the values, small beside the product)."""
 
     __slots__ = ("_values", "_stamp", "_entries")
 
@@ -24,20 +22,18 @@ class OperandCache:
         self._stamp = None  # read on first need: a traced matrix's stand-in values have no storage
         self._entries: dict = {}
 
-    def get(self, key: Hashable, build: Callable[[], object]):
-        """The entry ``key``: built by ``build()`` if absent or if the values changed since, and
-        every time for values that require grad (then as part of autograd's graph, where
-        ``build`` reads them so)."""
-        values = self._values
-        if values.requires_grad:
-            return build()
-        stamp = _stamp(values)
+    def get(self, key: Hashable, build: Callable[[], object], reads_in_place: Callable[[object], bool]):
+        """The operand ``key``: kept from an earlier product if the values still lie where it read
+        them, else ``build()``, kept if ``reads_in_place(operand)`` (it holds no copy)."""
+        stamp = _stamp(self._values)
         if stamp != self._stamp:
             self._entries.clear()
             self._stamp = stamp
         entry = self._entries.get(key)
         if entry is None:
-            entry = self._entries[key] = build()
+            entry = build()
+            if reads_in_place(entry):
+                self._entries[key] = entry
         return entry
 
     def __len__(self) -> int:
@@ -45,7 +41,5 @@ class OperandCache:
 
 
 def _stamp(values: torch.Tensor) -> tuple:
-    """What every in-place torch operation on ``values`` changes, and what replacing their
-    storage (``w.data = ...``) changes."""
-    return values._version, values.data_ptr()
-
+    """Where the values lie: what replacing them (``w.data = ...``, ``w.set_(...)``) changes."""
+    return values.data_ptr(), values.dtype, values.stride()

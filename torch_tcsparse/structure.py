@@ -118,7 +118,7 @@ class Structure:
         return item
 
     def to_block_order(self, csr_values: torch.Tensor) -> torch.Tensor:
-        """CSR-order values in the layout's block order (the Tensor-Core kernels')."""
+        """CSR-order values in the layout's block order (the order ``transpose_gather`` links)."""
         return block_order(csr_values, self.layout)
 
     def transpose_values(self, csr_values: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,8 @@ plain dense tensor in the user's row order (``reduce=`` on ``matmul``, ``torch.s
 ``layout == torch.sparse_csr`` and gives its canonical CSR arrays through ``crow_indices()``,
 ``col_indices()`` and ``values()``: what PyG reads to take it as a sparse ``adj_t``. Any other
 torch operation raises a TypeError that says what to do instead: the subclass holds no dense
-storage, so nothing may silently compute on it. The class holds the constructors, views, the torch-function table and ``matmul``; what it
-derives from its values lives in its ``OperandCache``.
+storage, so nothing may silently compute on it. The class holds the constructors, views, the torch-function table and ``matmul``; the operands
+it keeps across products (those that read its values in place) live in its ``OperandCache``.
 """
 from __future__ import annotations
 

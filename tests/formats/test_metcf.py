@@ -158,6 +158,7 @@ def test_documented_dtypes():
         block_bitmap=torch.int32,
         row_map=torch.int32,
         chunk_offsets=torch.int32,
+        chunk_row_starts=torch.int32,
         transpose_gather=torch.int32,
         csr_gather=torch.int32,
     )

@@ -114,5 +114,7 @@ def tf32_tolerance(row, col, values, x, m, ref):
 
 def tensor_core_spmm(x, block_values, layout, kernel):
     """A @ x through the Tensor-Core engine ``kernel`` ("base" or "balanced") on an ME-TCF layout
-    and its block-order values, as the ``tcsparse::spmm`` op runs it."""
-    return kernels.metcf_spmm(x, block_values.float(), kernels.layout_arguments(layout), kernel == "balanced")
+    and its block-order values (``build_metcf``'s), as the ``tcsparse::spmm`` op runs it: the
+    kernels read CSR-order values in x's dtype, which ``csr_gather`` gives back."""
+    values = block_values[layout.csr_gather.long()].to(x.dtype)
+    return kernels.metcf_spmm(x, values, kernels.layout_arguments(layout), kernel == "balanced")

@@ -38,8 +38,8 @@ struct Layout {
 
 Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_offsets, const at::Tensor& local_ids,
                    const at::Tensor& block_cols, const at::Tensor& block_bitmap, const at::Tensor& row_map,
-                   const at::Tensor& chunk_offsets, int64_t window, int64_t num_rows, int64_t chunk,
-                   const at::Device& device) {
+                   const at::Tensor& chunk_offsets, const at::Tensor& chunk_row_starts, int64_t window,
+                   int64_t num_rows, int64_t chunk, const at::Device& device) {
     TCS_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
     TCS_CHECK(chunk >= 1, "chunk must be positive, got ", chunk);
     TCS_CHECK(num_rows >= 0, "num_rows must be non-negative, got ", num_rows);
@@ -54,6 +54,13 @@ Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_off
     check_index(block_bitmap, "block_bitmap", at::kInt, num_blocks * 4, device);
     check_index(row_map, "row_map", at::kInt, num_windows * window, device);
     check_index(chunk_offsets, "chunk_offsets", at::kInt, num_windows + 1, device);
+    // One entry per window row of every chunk; the chunk count is on the device, but every chunk
+    // holds at most `chunk` blocks, so there are at least num_blocks / chunk of them.
+    const int64_t min_chunks = (num_blocks + chunk - 1) / chunk;
+    const int64_t starts = chunk_row_starts.numel();
+    TCS_CHECK(starts % window == 0 && starts / window >= min_chunks, "chunk_row_starts must hold window (", window,
+              ") entries for each of at least ", min_chunks, " chunks, got ", starts);
+    check_index(chunk_row_starts, "chunk_row_starts", at::kInt, starts, device);
     Layout layout;
     layout.block_bitmap = aligned(block_bitmap, 16);
     layout.arrays = tcsparse::MetcfArrays{window_offsets.data_ptr<int32_t>(),
@@ -63,6 +70,7 @@ Layout make_layout(const at::Tensor& window_offsets, const at::Tensor& block_off
                                           reinterpret_cast<const uint32_t*>(layout.block_bitmap.data_ptr<int32_t>()),
                                           row_map.data_ptr<int32_t>(),
                                           chunk_offsets.data_ptr<int32_t>(),
+                                          chunk_row_starts.data_ptr<int32_t>(),
                                           num_windows,
                                           num_blocks,
                                           nnz,
@@ -81,9 +89,11 @@ void check_dense(const at::Tensor& t, const char* name, int64_t rows, const at::
     TCS_CHECK(t.size(0) == rows, name, " must have ", rows, " rows, got ", t.size(0));
 }
 
-void check_values(const at::Tensor& values, int64_t nnz) {
+// The values are read in place in X's dtype; any offset of a contiguous tensor of that dtype is
+// aligned enough (the 16-bit kernels copy the aligned 4-byte word that holds an element).
+void check_values(const at::Tensor& values, int64_t nnz, at::ScalarType dtype) {
     TCS_CHECK(values.is_cuda(), "values must be a CUDA tensor, got device ", values.device());
-    TCS_CHECK(values.scalar_type() == at::kFloat, "values must be float32, got ", values.scalar_type());
+    TCS_CHECK(values.scalar_type() == dtype, "values must have x's dtype ", dtype, ", got ", values.scalar_type());
     TCS_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
                 values.sizes());
     TCS_CHECK(values.is_contiguous(), "values must be contiguous");
@@ -96,7 +106,8 @@ namespace tcsparse_binding {
 at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& window_offsets,
                  const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
                  const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
-                 int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk) {
+                 const at::Tensor& chunk_row_starts, int64_t window, int64_t num_rows, int64_t num_cols,
+                 int64_t chunk) {
     const at::Device device = x.device();
     check_dense(x, "x", num_cols, device);
     check_dense(grad_y, "grad_y", num_rows, device);
@@ -105,7 +116,7 @@ at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor
                 x.scalar_type());
     const c10::cuda::CUDAGuard guard(device);
     Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
-                                chunk_offsets, window, num_rows, chunk, device);
+                                chunk_offsets, chunk_row_starts, window, num_rows, chunk, device);
     const at::Tensor xc = x.contiguous();
     const at::Tensor gc = grad_y.contiguous();
     at::Tensor out = at::empty({local_ids.numel()}, xc.options().dtype(at::kFloat));
@@ -276,14 +287,14 @@ std::vector<at::Tensor> metcf_fill(const at::Tensor& rowptr, const at::Tensor& c
 at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
                 const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
                 const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
-                int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk, bool balanced, bool deterministic,
-                bool exact) {
-    check_values(values, local_ids.numel());
+                const at::Tensor& chunk_row_starts, int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk,
+                bool balanced, bool deterministic, bool exact) {
     const at::Device device = values.device();
     check_dense(x, "x", num_cols, device);
+    check_values(values, local_ids.numel(), x.scalar_type());
     const c10::cuda::CUDAGuard guard(device);
     Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
-                                chunk_offsets, window, num_rows, chunk, device);
+                                chunk_offsets, chunk_row_starts, window, num_rows, chunk, device);
     const at::Tensor xc = x.contiguous();
     const int64_t n = xc.size(1);
     TCS_CHECK(n <= 65535 * 32, "x has ", n, " columns; at most ", 65535 * 32, " are supported");
@@ -291,11 +302,11 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
     if (num_rows == 0 || n == 0) return y;
     const auto precision = exact ? tcsparse::Precision::kTF32x3 : tcsparse::Precision::kTF32;
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const float* vp = values.data_ptr<float>();
     const auto& a = layout.arrays;
     with_element_type(xc.scalar_type(), [&](auto element) {
         using T = decltype(element);
         const T* xp = reinterpret_cast<const T*>(xc.const_data_ptr());
+        const T* vp = reinterpret_cast<const T*>(values.const_data_ptr());
         T* yp = reinterpret_cast<T*>(y.mutable_data_ptr());
         if (balanced && deterministic) {
             const int64_t floats = tcsparse::metcf_balanced_workspace_floats(a, n);

@@ -17,13 +17,14 @@ namespace tcsparse_binding {
 at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor& window_offsets,
                 const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
                 const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
-                int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk, bool balanced, bool deterministic,
-                bool exact);
+                const at::Tensor& chunk_row_starts, int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk,
+                bool balanced, bool deterministic, bool exact);
 
 at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& window_offsets,
                  const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
                  const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
-                 int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk);
+                 const at::Tensor& chunk_row_starts, int64_t window, int64_t num_rows, int64_t num_cols,
+                 int64_t chunk);
 
 // (resident warps per SM, column slices) of the ME-TCF SpMM's launch on the current CUDA device.
 std::vector<int64_t> launch_shape(int64_t window, int64_t num_windows, int64_t n, bool balanced, bool exact,

@@ -12,12 +12,16 @@
 // of S stages (registers hold no data in flight, so S - 1 blocks of gathers stay in flight):
 //   - rows of X for two of the block's columns, 16 bytes per copy (DTC-SpMM gathers these
 //     into registers, 4.4.1; an asynchronous copy keeps them in flight without registers);
-//   - the lane's A fragment straight from the values: the block's 128-bit occupancy bitmap (bit
-//     r * 8 + c set when entry (r, c) is a nonzero) gives, by popcount, where each fragment entry
-//     sits among the block's values (stored in bit order), so no tile is scattered in shared
-//     memory and absent entries are zero-filled by the copy.
-// The metadata of a block (columns, bitmap, value offset) is loaded one step before its copies
-// start, so its latency hides behind the current multiply.
+//   - the lane's A fragment straight from the matrix's values, read where they are (CSR order,
+//     X's element type, no copy): a row's CSR entries are sorted by column and a window's block
+//     columns are its distinct columns ascending, so entry (r, c) of a block sits at the CSR
+//     position where row r's entries of the warp's range start (chunk_row_starts), plus row r's
+//     entries in the range's earlier blocks (a running count the lane keeps for its rows g and
+//     g + 8, blocks being issued in order), plus the bits of row r below c in the block's 128-bit
+//     occupancy bitmap (bit r * 8 + c set when entry (r, c) is a nonzero). No tile is scattered
+//     in shared memory and absent entries are zero-filled by the copy.
+// The metadata of a block (columns, bitmap) is loaded one step before its copies start, so its
+// latency hides behind the current multiply.
 //
 // Column mapping (why one 16-byte copy per lane feeds E mma and stores come out as 16-byte
 // vectors): lane (g, t) copies X[col[k0]][c0 + E g .. E g + E - 1] and X[col[k1]][...], k0 and k1
@@ -58,17 +62,15 @@ using Acc = float[NV][kPerCopy<T>][4];
 struct BlockMeta {
     int32_t col[2];  // original ids of the lane's two block columns; -1 for padding or no block
     uint4 bits;      // occupancy bitmap
-    int32_t offset;  // first value of the block
 };
 
 template <typename T>
 __device__ __forceinline__ BlockMeta load_meta(const MetcfArrays& a, int64_t b, int64_t re, int t) {
-    BlockMeta m{{-1, -1}, make_uint4(0, 0, 0, 0), 0};
+    BlockMeta m{{-1, -1}, make_uint4(0, 0, 0, 0)};
     if (b < re) {
         m.col[0] = __ldg(a.block_cols + b * kBlockCols + Element<T>::block_col(t, 0));
         m.col[1] = __ldg(a.block_cols + b * kBlockCols + Element<T>::block_col(t, 1));
         m.bits = __ldg(reinterpret_cast<const uint4*>(a.block_bitmap) + b);
-        m.offset = __ldg(a.block_offsets + b);
     }
     return m;
 }
@@ -79,9 +81,46 @@ __device__ __forceinline__ BlockMeta load_meta(const MetcfArrays& a, int64_t b, 
 template <int NV, int S>
 struct alignas(16) WarpRing {
     uint4 x[S][2][NV][32];  // 16 bytes of X[col[h]] at the lane's columns for each step s
-    float a[S][4][32];      // entry k of the lanes' A fragments (zero where the block has none):
-                            // lanes side by side, so the 4-byte copies hit 32 distinct banks
+    uint32_t a[S][4][32];   // entry k of the lanes' A fragments (zero where the block has none):
+                            // lanes side by side, so the 4-byte copies hit 32 distinct banks. A
+                            // 16-bit entry comes with the other half of its aligned 4-byte word
+                            // (cp.async copies 4 bytes at least); the lane's `halves` says which.
 };
+
+// Where a lane is in the values of its two rows (g and g + 8 of the window): the CSR position
+// of each row's next entry in the blocks still to be issued, and for 16-bit values which half
+// of each copied word is the entry (bit stage * 4 + k).
+struct ValueCursor {
+    uint32_t next[2];
+    uint32_t halves;
+};
+
+// The cursor at the first block of chunk c (a window's blocks start at its first chunk).
+template <int WINDOW>
+__device__ __forceinline__ ValueCursor start_cursor(const MetcfArrays& a, int64_t c, int lane) {
+    const int g = lane >> 2;
+    const int32_t* starts = a.chunk_row_starts + c * WINDOW;
+    return ValueCursor{{static_cast<uint32_t>(__ldg(starts + g)),
+                        WINDOW == 16 ? static_cast<uint32_t>(__ldg(starts + g + 8)) : 0u},
+                       0u};
+}
+
+// Copy the value at CSR position `pos` (or zero-fill) into the lane's entry k of `stage`.
+template <typename T, int NV, int S>
+__device__ __forceinline__ void copy_value(WarpRing<NV, S>& ring, int stage, int k, int lane, const T* values,
+                                           bool present, uint32_t pos, uint32_t& halves) {
+    if constexpr (sizeof(T) == 4) {
+        ptx::cp_async_4(&ring.a[stage][k][lane], present ? values + pos : values, present ? 4 : 0);
+    } else {
+        // The 4-byte word holding the element: any 2-byte aligned element lies in one, inside
+        // the same page as the element itself.
+        const uintptr_t address = reinterpret_cast<uintptr_t>(present ? values + pos : values);
+        ptx::cp_async_4(&ring.a[stage][k][lane], reinterpret_cast<const void*>(address & ~uintptr_t{3}),
+                        present ? 4 : 0);
+        const int bit = stage * 4 + k;
+        halves = (halves & ~(1u << bit)) | (static_cast<uint32_t>((address >> 1) & 1u) << bit);
+    }
+}
 
 // 16 bytes of a row of X without cp.async (n not a multiple of the copy, or X misaligned):
 // element by element, zero past n or for padding. fp32 elements still go asynchronously; 2-byte
@@ -104,14 +143,14 @@ __device__ __forceinline__ void copy_elements(uint4* dst, const T* __restrict__ 
     }
 }
 
-// Start the copies of one block into `stage`. A fragment entry (r, c) of lane (g, t) is one of
-// (g, k0), (g + 8, k0), (g, k1), (g + 8, k1); it is bit (r % 4) * 8 + c of bitmap word r / 4,
-// and its value's index in the block is the number of set bits before it. Missing entries,
-// padding columns and columns past n are zero-filled by the copies themselves.
+// Start the copies of one block into `stage` and move the cursor past it. A fragment entry (r, c)
+// of lane (g, t) is one of (g, k0), (g + 8, k0), (g, k1), (g + 8, k1); it is bit (r % 4) * 8 + c
+// of bitmap word r / 4, and its CSR position is the cursor of row r plus the row's bits below c.
+// Missing entries, padding columns and columns past n are zero-filled by the copies themselves.
 template <typename T, int NV, int S, bool kVec>
 __device__ __forceinline__ void issue_block(WarpRing<NV, S>& ring, int stage, const BlockMeta& m,
-                                            const float* __restrict__ values, const T* __restrict__ x, int64_t n,
-                                            int64_t nbase, int lane) {
+                                            const T* __restrict__ values, const T* __restrict__ x, int64_t n,
+                                            int64_t nbase, int lane, ValueCursor& cursor) {
     constexpr int E = kPerCopy<T>;
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -131,50 +170,70 @@ __device__ __forceinline__ void issue_block(WarpRing<NV, S>& ring, int stage, co
         }
     }
     const int low = g >> 2;  // word of row g (0 or 1); row g + 8 is in word low + 2
-    const uint32_t w_low = low ? m.bits.y : m.bits.x;
-    const uint32_t w_high = low ? m.bits.w : m.bits.z;
-    const int before_low = low ? __popc(m.bits.x) : 0;
-    const int before_high = __popc(m.bits.x) + __popc(m.bits.y) + (low ? __popc(m.bits.z) : 0);
+    const int shift = (g & 3) * 8;
+    const uint32_t row_bits[2] = {((low ? m.bits.y : m.bits.x) >> shift) & 0xffu,
+                                  ((low ? m.bits.w : m.bits.z) >> shift) & 0xffu};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        const uint32_t w = (k & 1) ? w_high : w_low;
-        const int pos = (g & 3) * 8 + Element<T>::block_col(t, k >> 1);
-        const bool present = (w >> pos) & 1u;
-        const uint32_t index =
-            static_cast<uint32_t>(m.offset) + ((k & 1) ? before_high : before_low) + __popc(w & ((1u << pos) - 1u));
-        ptx::cp_async_4(&ring.a[stage][k][lane], values + (present ? index : 0u), present ? 4 : 0);
+        const uint32_t bits = row_bits[k & 1];
+        const int c = Element<T>::block_col(t, k >> 1);
+        const bool present = (bits >> c) & 1u;
+        const uint32_t pos = cursor.next[k & 1] + __popc(bits & ((1u << c) - 1u));
+        copy_value<T, NV, S>(ring, stage, k, lane, values, present, pos, cursor.halves);
+    }
+    cursor.next[0] += __popc(row_bits[0]);
+    cursor.next[1] += __popc(row_bits[1]);
+}
+
+// Entry k of the lane's A fragment in `stage`, as float.
+template <typename T, int NV, int S>
+__device__ __forceinline__ float stage_value(const WarpRing<NV, S>& ring, int stage, int k, int lane,
+                                             uint32_t halves) {
+    const uint32_t word = ring.a[stage][k][lane];
+    if constexpr (sizeof(T) == 4) {
+        return __uint_as_float(word);
+    } else {
+        const float2 pair = Element<T>::unpack2(word);
+        return (halves >> (stage * 4 + k)) & 1u ? pair.y : pair.x;
     }
 }
 
 template <typename T, int NV, int S, bool kSplit>
-__device__ __forceinline__ void multiply_stage(const WarpRing<NV, S>& ring, int stage, int lane, Acc<T, NV>& acc) {
-    const float e[4] = {ring.a[stage][0][lane], ring.a[stage][1][lane], ring.a[stage][2][lane], ring.a[stage][3][lane]};
+__device__ __forceinline__ void multiply_stage(const WarpRing<NV, S>& ring, int stage, int lane, uint32_t halves,
+                                               Acc<T, NV>& acc) {
+    const float e[4] = {stage_value<T>(ring, stage, 0, lane, halves), stage_value<T>(ring, stage, 1, lane, halves),
+                        stage_value<T>(ring, stage, 2, lane, halves), stage_value<T>(ring, stage, 3, lane, halves)};
     const Tile<T, kSplit> tile(e);
 #pragma unroll
     for (int s = 0; s < NV; ++s) tile.multiply(acc[s], ring.x[stage][0][s][lane], ring.x[stage][1][s][lane]);
 }
 
-// acc += the TC blocks [rb, re) of one window times X's columns from nbase on. Block
-// b + S - 1 is copied while block b multiplies (S - 1 blocks of gathers in flight per warp);
-// the metadata of the block after that is loaded one step ahead, so its latency hides too.
-template <typename T, int NV, int S, bool kVec, bool kSplit>
-__device__ __forceinline__ void warp_blocks(const MetcfArrays& a, const float* __restrict__ values,
-                                            const T* __restrict__ x, int64_t n, int64_t nbase, int64_t rb, int64_t re,
-                                            int lane, WarpRing<NV, S>& ring, Acc<T, NV>& acc) {
+// acc += the TC blocks [rb, re) of one window times X's columns from nbase on; rb is the first
+// block of chunk c. Block b + S - 1 is copied while block b multiplies (S - 1 blocks of gathers
+// in flight per warp); the metadata of the block after that is loaded one step ahead, so its
+// latency hides too.
+template <typename T, int WINDOW, int NV, int S, bool kVec, bool kSplit>
+__device__ __forceinline__ void warp_blocks(const MetcfArrays& a, const T* __restrict__ values,
+                                            const T* __restrict__ x, int64_t n, int64_t nbase, int64_t c, int64_t rb,
+                                            int64_t re, int lane, WarpRing<NV, S>& ring, Acc<T, NV>& acc) {
+    if (rb >= re) return;
     const int t = lane & 3;
+    ValueCursor cursor = start_cursor<WINDOW>(a, c, lane);
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-        if (rb + s < re) issue_block<T, NV, S, kVec>(ring, s, load_meta<T>(a, rb + s, re, t), values, x, n, nbase, lane);
+        if (rb + s < re) {
+            issue_block<T, NV, S, kVec>(ring, s, load_meta<T>(a, rb + s, re, t), values, x, n, nbase, lane, cursor);
+        }
         ptx::cp_async_commit();
     }
     BlockMeta next = load_meta<T>(a, rb + S - 1, re, t);
     int stage = 0, fill = S - 1;
     for (int64_t b = rb; b < re; ++b) {
-        if (b + S - 1 < re) issue_block<T, NV, S, kVec>(ring, fill, next, values, x, n, nbase, lane);
+        if (b + S - 1 < re) issue_block<T, NV, S, kVec>(ring, fill, next, values, x, n, nbase, lane, cursor);
         ptx::cp_async_commit();
         next = load_meta<T>(a, b + S, re, t);
         ptx::cp_async_wait<S - 1>();
-        multiply_stage<T, NV, S, kSplit>(ring, stage, lane, acc);
+        multiply_stage<T, NV, S, kSplit>(ring, stage, lane, cursor.halves, acc);
         stage = stage + 1 == S ? 0 : stage + 1;
         fill = fill + 1 == S ? 0 : fill + 1;
     }
@@ -270,7 +329,7 @@ constexpr int kMinBlocksPerSm = NV == 1 ? 6 : (sizeof(T) == 4 ? 5 : 4);
 // window's sparse data in L1.
 template <typename T, int WINDOW, int NV, int S, bool kVec, bool kSplit>
 __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
-    metcf_base_kernel(MetcfArrays a, const float* __restrict__ values, const T* __restrict__ x, T* __restrict__ y,
+    metcf_base_kernel(MetcfArrays a, const T* __restrict__ values, const T* __restrict__ x, T* __restrict__ y,
                       int64_t n, int slices) {
     __shared__ WarpRing<NV, S> rings[kWarps];
     const int64_t item = global_warp();
@@ -280,8 +339,8 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
     const int64_t nbase = (item % slices) * (kStep<T> * NV);
     Acc<T, NV> acc;
     zero_acc<T, NV>(acc);
-    warp_blocks<T, NV, S, kVec, kSplit>(a, values, x, n, nbase, a.window_offsets[w], a.window_offsets[w + 1], lane,
-                                        rings[threadIdx.x >> 5], acc);
+    warp_blocks<T, WINDOW, NV, S, kVec, kSplit>(a, values, x, n, nbase, a.chunk_offsets[w], a.window_offsets[w],
+                                                a.window_offsets[w + 1], lane, rings[threadIdx.x >> 5], acc);
     store_tile<T, WINDOW, NV, kVec>(acc, StoreMode::kStore, y, nullptr, a.row_map, w * WINDOW, n, nbase, lane);
 }
 
@@ -303,7 +362,7 @@ __device__ __forceinline__ int64_t items_per_warp(int64_t items, int64_t warps) 
 
 template <typename T, int WINDOW, int NV, int S, bool kVec, bool kSplit>
 __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
-    metcf_balanced_kernel(MetcfArrays a, const float* __restrict__ values, const T* __restrict__ x, T* y,
+    metcf_balanced_kernel(MetcfArrays a, const T* __restrict__ values, const T* __restrict__ x, T* y,
                           float* partial, int64_t n, int slices, int64_t warps) {
     __shared__ WarpRing<NV, S> rings[kWarps];
     const int lane = threadIdx.x & 31;
@@ -329,7 +388,8 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
         const int64_t nbase = s * (kStep<T> * NV);
         Acc<T, NV> acc;
         zero_acc<T, NV>(acc);
-        warp_blocks<T, NV, S, kVec, kSplit>(a, values, x, n, nbase, rb, re, lane, rings[threadIdx.x >> 5], acc);
+        warp_blocks<T, WINDOW, NV, S, kVec, kSplit>(a, values, x, n, nbase, c, rb, re, lane, rings[threadIdx.x >> 5],
+                                                    acc);
         const StoreMode mode = c == first && stop == last ? StoreMode::kStore : StoreMode::kAtomic;
         store_tile<T, WINDOW, NV, kVec>(acc, mode, y, partial, a.row_map, w * WINDOW, n, nbase, lane);
         item += stop - c;
@@ -378,7 +438,7 @@ __global__ void metcf_cut_windows_kernel(MetcfArrays a, float* __restrict__ part
 // metcf_sum_workspace_kernel adds up in chunk order.
 template <typename T, int WINDOW, int NV, int S, bool kVec, bool kSplit>
 __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
-    metcf_balanced_workspace_kernel(MetcfArrays a, const float* __restrict__ values, const T* __restrict__ x,
+    metcf_balanced_workspace_kernel(MetcfArrays a, const T* __restrict__ values, const T* __restrict__ x,
                                     T* __restrict__ y, int64_t n, int slices, int64_t warps,
                                     float* __restrict__ workspace) {
     __shared__ WarpRing<NV, S> rings[kWarps];
@@ -396,7 +456,8 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
         const int64_t re = rb + a.chunk < wend ? rb + a.chunk : wend;
         Acc<T, NV> acc;
         zero_acc<T, NV>(acc);
-        warp_blocks<T, NV, S, kVec, kSplit>(a, values, x, n, nbase, rb, re, lane, rings[threadIdx.x >> 5], acc);
+        warp_blocks<T, WINDOW, NV, S, kVec, kSplit>(a, values, x, n, nbase, c, rb, re, lane, rings[threadIdx.x >> 5],
+                                                    acc);
         const StoreMode mode = count == 1 ? StoreMode::kStore : StoreMode::kWorkspace;
         store_tile<T, WINDOW, NV, kVec>(acc, mode, y, workspace + c * WINDOW * n, a.row_map, w * WINDOW, n, nbase,
                                         lane);
@@ -479,7 +540,7 @@ int64_t slices_for(int64_t n) { return ceil_div(n, kStep<T> * NV); }
 template <typename T>
 struct BaseLaunch {
     const MetcfArrays& a;
-    const float* values;
+    const T* values;
     const T* x;
     T* y;
     int64_t n;
@@ -512,7 +573,7 @@ inline int64_t balanced_warps(const MetcfArrays& a, int64_t slices, int resident
 template <typename T>
 struct BalancedLaunch {
     const MetcfArrays& a;
-    const float* values;
+    const T* values;
     const T* x;
     T* y;
     int64_t n;
@@ -579,14 +640,14 @@ cudaError_t metcf_spmm_launch_shape(int window, int64_t num_windows, int64_t n, 
 }
 
 template <typename T>
-cudaError_t metcf_spmm_base(const MetcfArrays& a, const float* values, const T* x, T* y, int64_t n,
+cudaError_t metcf_spmm_base(const MetcfArrays& a, const T* values, const T* x, T* y, int64_t n,
                             Precision precision, cudaStream_t stream) {
     if (a.num_windows == 0 || n == 0) return cudaSuccess;
     return dispatch<T>(a, x, y, n, precision, BaseLaunch<T>{a, values, x, y, n, stream});
 }
 
 template <typename T>
-cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const float* values, const T* x, T* y, int64_t n,
+cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const T* values, const T* x, T* y, int64_t n,
                                 Precision precision, float* partial, float* workspace, cudaStream_t stream) {
     if (a.num_windows == 0 || n == 0) return cudaSuccess;
     if (a.chunk < 1 || (!workspace && !partial)) return cudaErrorInvalidValue;
@@ -602,9 +663,9 @@ cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const float* values, const
 // The explicit instantiations of the launch API for one element type (kernels_<type>.cu).
 #define TCSPARSE_INSTANTIATE_METCF_KERNELS(T)                                                                       \
     namespace tcsparse {                                                                                             \
-    template cudaError_t metcf_spmm_base<T>(const MetcfArrays&, const float*, const T*, T*, int64_t, Precision,     \
+    template cudaError_t metcf_spmm_base<T>(const MetcfArrays&, const T*, const T*, T*, int64_t, Precision,     \
                                             cudaStream_t);                                                           \
-    template cudaError_t metcf_spmm_balanced<T>(const MetcfArrays&, const float*, const T*, T*, int64_t, Precision, \
+    template cudaError_t metcf_spmm_balanced<T>(const MetcfArrays&, const T*, const T*, T*, int64_t, Precision, \
                                                 float*, float*, cudaStream_t);                                       \
     template cudaError_t metcf_spmm_launch_shape<T>(int, int64_t, int64_t, bool, Precision, int*, int64_t*);        \
     template cudaError_t metcf_sddmm<T>(const MetcfArrays&, const T*, const T*, float*, int64_t, cudaStream_t);     \

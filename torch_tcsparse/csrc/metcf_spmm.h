@@ -29,6 +29,8 @@ struct MetcfArrays {
     const uint32_t* block_bitmap;   // [num_blocks * 4], 16-byte aligned: bit r * 8 + c of a block
     const int32_t* row_map;         // [num_windows * window]
     const int32_t* chunk_offsets;   // [num_windows + 1]
+    const int32_t* chunk_row_starts;  // [chunks * window]: CSR position of each window row's first
+                                      // entry in the chunk's blocks (int32: nnz fits block_offsets)
     int64_t num_windows;
     int64_t num_blocks;
     int64_t nnz;
@@ -36,14 +38,16 @@ struct MetcfArrays {
     int chunk;        // TC blocks per balanced chunk
 };
 
-// The kernels are templates over T, the element type of X and Y: float (TF32 Tensor Cores),
-// __half or __nv_bfloat16 (16-bit Tensor Cores); the A values are always fp32 and every product
-// is accumulated in fp32. kernels_<type>.cu instantiate them.
+// The kernels are templates over T, the element type of X, Y and the A values: float (TF32
+// Tensor Cores), __half or __nv_bfloat16 (16-bit Tensor Cores); every product is accumulated in
+// fp32. The values are the matrix's own, in canonical CSR order (columns ascending inside a row),
+// read in place: any 2-byte aligned pointer for 16-bit T, 4-byte aligned for float.
+// kernels_<type>.cu instantiate them.
 
 // Y[num_rows, n] = A @ X[num_cols, n]; X and Y row-major with leading dimension n.
 // base: one warp per (row window, slice of columns), each row written once.
 template <typename T>
-cudaError_t metcf_spmm_base(const MetcfArrays& a, const float* values, const T* x, T* y, int64_t n,
+cudaError_t metcf_spmm_base(const MetcfArrays& a, const T* values, const T* x, T* y, int64_t n,
                             Precision precision, cudaStream_t stream);
 
 // balanced: a persistent grid in which every warp takes the same number of chunks (of
@@ -53,7 +57,7 @@ cudaError_t metcf_spmm_base(const MetcfArrays& a, const float* values, const T* 
 // With a workspace (deterministic), every chunk of a multi-chunk window writes its fp32 tile to
 // it and a second kernel sums them in chunk order; metcf_balanced_workspace_floats gives its size.
 template <typename T>
-cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const float* values, const T* x, T* y, int64_t n,
+cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const T* values, const T* x, T* y, int64_t n,
                                 Precision precision, float* partial, float* workspace, cudaStream_t stream);
 
 // Launch shape of the SpMM kernel that runs at this n on a matrix of num_windows row windows (for

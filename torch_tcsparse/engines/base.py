@@ -4,8 +4,9 @@ A product on an engine is ``engine.run(x, engine.operands(indices, values), bias
 it: an eager product (``product.py``) with the indices its matrix keeps, or the ``tcsparse::spmm``
 op (``ops.py``) with the indices a compiled function takes as inputs. Indices depend on the
 sparsity pattern alone and are built once per matrix structure (``Structure.kept``); operands are
-derived from the values in canonical CSR order, at every product or, where the values cannot
-change unseen, kept by the matrix (``operands.OperandCache``).
+derived from the values in canonical CSR order at every product, except those that read the
+values where they lie (``Engine.reads_in_place``), which the matrix keeps
+(``operands.OperandCache``).
 """
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ class Engine:
     def operands(self, indices, values: torch.Tensor):
         """What the launch reads, from ``indices`` and CSR-order ``values`` in X's dtype."""
         raise NotImplementedError
+
+    def reads_in_place(self, operands, values: torch.Tensor) -> bool:
+        """Whether ``operands`` (of ``values``) hold no copy of the values but read them where they
+        lie, so that every later write reaches them: what a matrix may keep across products."""
+        return False
 
     def run(self, x: torch.Tensor, operands, bias: torch.Tensor | None) -> torch.Tensor:
         """A @ x (+ bias on every row) for a 2-D x of the matrix's dtype and device."""

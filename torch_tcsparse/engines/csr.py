@@ -42,6 +42,10 @@ class CsrEngine(Engine):
         held = values.to(_held_dtype(values.dtype, values.device))
         return torch_csr(indices.rowptr, indices.col, held, (indices.num_rows, indices.num_cols))
 
+    def reads_in_place(self, operands, values):
+        # torch's CSR tensor holds the values themselves unless they were cast (16-bit on the CPU).
+        return operands.dtype == values.dtype and operands.values().data_ptr() == values.data_ptr()
+
     def run(self, x, operands, bias):
         matrix = operands
         if matrix.dtype == x.dtype:

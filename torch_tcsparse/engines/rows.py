@@ -57,6 +57,9 @@ class RowsEngine(Engine):
     def operands(self, indices, values):
         return RowsOperands(indices, values if indices.gather is None else values.index_select(0, indices.gather))
 
+    def reads_in_place(self, operands, values):
+        return operands.indices.gather is None  # else a gathered copy in the warps' order
+
     def run(self, x, operands, bias):
         i, values = operands
         return kernels.csr_rows_spmm(x, i.rowptr, i.col, values, i.pieces, i.num_cols, bias, i.row_map)

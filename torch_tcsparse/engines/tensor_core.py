@@ -1,8 +1,9 @@
 """The ``"base"`` and ``"balanced"`` paths: the ME-TCF Tensor-Core kernels of
 ``csrc/metcf_spmm.cuh`` (base: a warp per row window and column slice; balanced: fixed chunks of
 TC blocks per warp, cut windows summed with atomics). Their indices are the matrix's ME-TCF
-layout; the values reach the kernels as float32 in block order; products are summed in fp32
-(``kernels.py`` gives the precision)."""
+layout; the kernels read the values where they are, in CSR order and X's dtype (no copy: the
+operands alias the matrix's values, so they never go stale whatever writes the values); products
+are summed in fp32 (``kernels.py`` gives the precision)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -15,7 +16,7 @@ from .base import Engine
 
 
 class TensorCoreOperands(NamedTuple):
-    values: torch.Tensor  # float32, block order
+    values: torch.Tensor  # CSR order, contiguous: the matrix's own values where they are so
     layout: MetcfLayout
     arguments: tuple  # the layout as the binding takes it
 
@@ -52,14 +53,20 @@ class TensorCoreEngine(Engine):
         return structure.layout  # read as it is now: the transpose's link is set on it later
 
     def operands(self, layout, values):
-        return TensorCoreOperands(block_order(values, layout).float(), layout, kernels.layout_arguments(layout))
+        return TensorCoreOperands(values.contiguous(), layout, kernels.layout_arguments(layout))
+
+    def reads_in_place(self, operands, values):
+        # The operands hold the values themselves unless they had to be made contiguous.
+        return operands.values.data_ptr() == values.data_ptr() and operands.values.stride() == values.stride()
 
     def run(self, x, operands, bias):
         o = operands
         if o.values.numel() == 0 or x.shape[1] == 0:
             y = x.new_zeros(o.layout.num_rows, x.shape[1])
         else:
-            y = kernels.metcf_spmm(x, o.values, o.arguments, self.balanced)
+            # Values of another dtype than X (a product under autocast) are cast for this product.
+            values = o.values if o.values.dtype == x.dtype else o.values.to(x.dtype)
+            y = kernels.metcf_spmm(x, values, o.arguments, self.balanced)
         return y if bias is None else y + bias
 
     def flat(self, layout):

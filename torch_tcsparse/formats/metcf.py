@@ -24,6 +24,10 @@ row_map        int32    [windows * window]     original row written by each wind
                                                -1 past the last row
 chunk_offsets  int32    [windows + 1]          first balanced-kernel chunk of each window
                                                (``BALANCE_CHUNK`` blocks per chunk)
+chunk_row_starts int32  [chunks * window]      CSR position of the first entry of window row
+                                               r in the chunk's blocks (row_start + the row's
+                                               entries in the window's earlier chunks); any
+                                               value for rows past the last
 transpose_gather int32  [nnz] or [0]           values of the transpose's layout are
                                                ``values[t.transpose_gather]``; empty until
                                                the transpose is built
@@ -41,7 +45,11 @@ tensors alone (``from_tensors``) have none; the selector then reads them back on
 Index arrays over the nonzeros (the gathers) are int32, int64 only past 2**31 - 1 nonzeros: on a
 graph of 63M nonzeros each int64 gather would cost 0.5 GB of GPU memory.
 
-Values are stored in block order next to the layout. Row reordering is carried entirely by
+The kernels read the values where they are, in canonical CSR order: a row's entries are sorted
+by column, and the block columns of a window are its distinct columns ascending, so a row's
+entries come in the same order block after block, and a kernel finds an entry's CSR position
+from ``chunk_row_starts`` and the bitmaps alone (no index per nonzero). The block order is what
+the SDDMM writes (``csr_gather`` puts it in CSR order) and what ``transpose_gather`` links. Row reordering is carried entirely by
 ``row_map`` (and the choice of windows); ``block_cols`` always holds original column ids, so a
 kernel gathers X and stores Y in the user's order and a permutation costs no pass over X or Y.
 Column order does not change the number of blocks (columns are condensed per window), only
@@ -75,7 +83,7 @@ BITMAP_BITS = 128
 
 @dataclass(frozen=True)
 class MetcfLayout:
-    """Index arrays of an ME-TCF matrix; the values travel separately (block order)."""
+    """Index arrays of an ME-TCF matrix; the values travel separately (CSR order)."""
 
     window: int
     num_rows: int
@@ -87,6 +95,7 @@ class MetcfLayout:
     block_bitmap: torch.Tensor
     row_map: torch.Tensor
     chunk_offsets: torch.Tensor
+    chunk_row_starts: torch.Tensor
     transpose_gather: torch.Tensor
     csr_rowptr: torch.Tensor
     csr_col: torch.Tensor
@@ -101,6 +110,7 @@ class MetcfLayout:
         "block_bitmap",
         "row_map",
         "chunk_offsets",
+        "chunk_row_starts",
         "transpose_gather",
         "csr_rowptr",
         "csr_col",
@@ -265,6 +275,8 @@ def build_layout(
     window_offsets, chunk_offsets, host_counts = build.count()
     num_blocks = int(host_counts.window_offsets[-1])
     block_cols, block_bitmap, block_offsets, local_ids, csr_gather = build.fill(window_offsets, num_blocks)
+    row_starts = chunk_row_starts(window_offsets, chunk_offsets, block_bitmap, build.row_map, csr.rowptr, window,
+                                  int(host_counts.chunk_offsets[-1]))
     return MetcfLayout(
         window=window,
         num_rows=csr.num_rows,
@@ -276,12 +288,47 @@ def build_layout(
         block_bitmap=block_bitmap,
         row_map=build.row_map,
         chunk_offsets=chunk_offsets,
+        chunk_row_starts=row_starts,
         transpose_gather=torch.empty(0, dtype=csr_gather.dtype, device=csr_gather.device),
         csr_rowptr=csr.rowptr,
         csr_col=csr.col,
         csr_gather=csr_gather,
         host_counts=host_counts,
     )
+
+
+# Set bits of every byte value: a block's entries in one of its rows (byte r of the bitmap, the
+# int32 words being little-endian on every device torch runs the kernels on).
+_BYTE_POPCOUNT = torch.tensor([bin(b).count("1") for b in range(256)], dtype=torch.int32)
+
+
+def chunk_row_starts(window_offsets, chunk_offsets, block_bitmap, row_map, rowptr, window: int,
+                     num_chunks: int) -> torch.Tensor:
+    """``MetcfLayout.chunk_row_starts`` (int32 [num_chunks * window]) from the structure alone:
+    for each window row, the running count of its entries over the blocks, read at each chunk's
+    first block less at its window's, offset by the row's CSR start. A few rows at a time, so the
+    work arrays stay near ``_ROW_COUNT_ENTRIES`` entries on large matrices while a small one (a
+    sampled mini-batch) takes one pass of a few kernels."""
+    device = window_offsets.device
+    num_blocks = block_bitmap.numel() // 4
+    rows_bytes = block_bitmap.contiguous().view(torch.uint8).view(num_blocks, BITMAP_BITS // 8)
+    popcount = _BYTE_POPCOUNT.to(device)
+    window_of_chunk = segment_ids(chunk_offsets, num_chunks)
+    window_first = window_offsets.long()[window_of_chunk]
+    chunk_first = window_first + (torch.arange(num_chunks, device=device)
+                                  - chunk_offsets.long()[window_of_chunk]) * BALANCE_CHUNK
+    starts = rowptr.long()[row_map.long().view(-1, window)[window_of_chunk].clamp_(min=0)]
+    step = max(1, min(window, _ROW_COUNT_ENTRIES // max(num_blocks, 1)))
+    for first in range(0, window, step):
+        counts = popcount[rows_bytes[:, first : first + step].long()]
+        before = torch.zeros(num_blocks + 1, counts.shape[1], dtype=torch.int32, device=device)
+        torch.cumsum(counts, 0, out=before[1:])
+        starts[:, first : first + step] += before[chunk_first] - before[window_first]
+    return starts.view(-1).to(torch.int32)
+
+
+# Entries of the per-block row counts ``chunk_row_starts`` holds at once (int64 indices: 32 MB).
+_ROW_COUNT_ENTRIES = 1 << 22
 
 
 def _builder(csr: CSR, window: int, row_perm: torch.Tensor | None, use_kernels: bool | None = None):
