@@ -115,5 +115,6 @@ def test_values_without_grad_changed_in_place_reach_the_next_product(device, pat
 @pytest.mark.parametrize("dtype", [torch.float64, *DTYPES], ids=lambda dtype: str(dtype)[6:])
 @pytest.mark.parametrize("writer", WRITERS)
 @pytest.mark.parametrize("reorder", [False, True], ids=["natural", "reordered"])
-def test_writes_to_values_without_grad_reach_products_and_gradients(path, dtype, writer, reorder):
-    assert_writes_reach_every_product(torch.device("cpu"), path, dtype, writer, reorder)
+@pytest.mark.parametrize("learnable", [False, True], ids=["detached", "learnable"])
+def test_unseen_writes_reach_the_products_that_promise_them(path, dtype, writer, reorder, learnable):
+    assert_writes_reach_every_product(torch.device("cpu"), path, dtype, writer, reorder, learnable)

@@ -7,39 +7,54 @@ import torch
 
 
 class OperandCache:
-    """The operands of one matrix that read its values where they lie (torch's CSR tensor over
-    them, the rows kernel's values when its order is the canonical one): such an operand sees
-    every write, whatever made it (an in-place op, ``w.data``, a fused optimizer step, the
-    storage, a numpy or DLPack view, a custom kernel), so it is kept while the values keep their
-    storage. An operand that copies the values (a gather, a cast, a block order) would hold them
-    as they were when it was made, and no writer but torch's own in-place ops tells: those are
-    derived at every product and never kept (a pass over the values, small beside the product)."""
+    """Values-derived operands of one matrix (each engine's, its transpose's for backward passes,
+    the mean's row-scaled values, casts for autocast), built on first need, under one rule.
 
-    __slots__ = ("_values", "_stamp", "_entries")
+    - An operand that reads the values where they lie (the Tensor-Core kernels' and the rows
+      kernel's values, torch's CSR tensor over them) sees every write, whatever made it (an
+      in-place op, ``w.data``, a fused optimizer step, the storage, a numpy view): it is kept
+      while the values keep their storage.
+    - An operand that copies them (a gather, a cast, the mean's scaled values, the transpose's
+      order) holds them as they were when it was made. Values that require grad, the ones
+      optimizers and training code write, never keep one: it is derived at every product. Other
+      values keep it while their version counter stays, which every in-place torch operation
+      moves; a write no counter sees (``.data``, the storage, a fused step on the parameter whose
+      ``.detach()`` the matrix holds) reaches the in-place operands only (docs/DECISIONS.md)."""
+
+    __slots__ = ("_values", "_place", "_entries")
 
     def __init__(self, values: torch.Tensor):
         self._values = values
-        self._stamp = None  # read on first need: a traced matrix's stand-in values have no storage
+        self._place = None  # read on first need: a traced matrix's stand-in values have no storage
         self._entries: dict = {}
 
-    def get(self, key: Hashable, build: Callable[[], object], reads_in_place: Callable[[object], bool]):
-        """The operand ``key``: kept from an earlier product if the values still lie where it read
-        them, else ``build()``, kept if ``reads_in_place(operand)`` (it holds no copy)."""
-        stamp = _stamp(self._values)
-        if stamp != self._stamp:
+    def get(self, key: Hashable, build: Callable[[], object],
+            reads_in_place: Callable[[object], bool] = lambda operand: False):
+        """The operand ``key``: kept from an earlier product if it may be (above), else
+        ``build()``, kept if it may be."""
+        values = self._values
+        place = _place(values)
+        if place != self._place:
             self._entries.clear()
-            self._stamp = stamp
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = build()
-            if reads_in_place(entry):
-                self._entries[key] = entry
-        return entry
+            self._place = place
+        kept = self._entries.get(key)
+        if kept is not None:
+            operand, version = kept
+            if version is None or version == values._version:
+                return operand
+        operand = build()
+        if reads_in_place(operand):
+            self._entries[key] = (operand, None)
+        elif not values.requires_grad:
+            self._entries[key] = (operand, values._version)
+        else:
+            self._entries.pop(key, None)
+        return operand
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-def _stamp(values: torch.Tensor) -> tuple:
+def _place(values: torch.Tensor) -> tuple:
     """Where the values lie: what replacing them (``w.data = ...``, ``w.set_(...)``) changes."""
     return values.data_ptr(), values.dtype, values.stride()

@@ -31,7 +31,7 @@ def matmul(matrix, other, path: str = "auto", bias: torch.Tensor | None = None, 
     autocast_dtype = _autocast_dtype(matrix._values, other)
     if autocast_dtype is not None:
         bias = bias.to(autocast_dtype) if isinstance(bias, torch.Tensor) else bias
-        return matmul(_in_dtype(matrix, autocast_dtype), other.to(autocast_dtype), path, bias, reduce)
+        return matmul(_in_dtype(matrix, autocast_dtype, traced), other.to(autocast_dtype), path, bias, reduce)
     if reduce != "sum":
         reduce = check_reduce(reduce)
     x = _check_operand(matrix, other)
@@ -137,24 +137,22 @@ def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: 
     engine = ENGINES[path]
     s = matrix._structure
     mean = reduce == "mean"
-    values = _mean_values(matrix) if mean else matrix._values
+    values = _mean_values(matrix, traced) if mean else matrix._values
     index_key = engine.index_key(s, x.dtype)
     indices = engine.kept_indices(s, index_key, x.dtype)
     if traced:
         return _traced_sum(s, x, values, bias, engine, indices)
     needs_x = x.requires_grad
     needs_values = values.requires_grad or (bias is not None and bias.requires_grad)
+    key = (engine.operand_key, index_key, mean)
     # Detached: the gradients of the values flow through the product's own backward. The mean's
-    # values are a copy made now: operands over them are not kept.
+    # values are a copy: operands over them read no values in place.
     detached = values.detach()
-    if mean:
-        operands = engine.operands(indices, detached)
-    else:
-        operands = matrix._cache.get((engine.operand_key, index_key), lambda: engine.operands(indices, detached),
-                                     lambda built: engine.reads_in_place(built, detached))
+    operands = matrix._cache.get(key, lambda: engine.operands(indices, detached),
+                                 lambda built: not mean and engine.reads_in_place(built, detached))
     if torch.is_grad_enabled() and (needs_x or needs_values):
         return Product.apply(x, values, bias, engine, operands,
-                             lambda: _transposed_operands(s, engine, values, x.dtype), s)
+                             lambda: _transposed_operands(matrix, engine, key, values, x.dtype), s)
     return engine.run(x, operands, bias)
 
 
@@ -167,13 +165,23 @@ def launcher(matrix, path: str):
     return lambda x: engine.run(x, operands, None)
 
 
-def _transposed_operands(structure, engine, values: torch.Tensor, dtype: torch.dtype):
-    """The operands of the transpose on ``engine`` (a backward pass's dX = A^T dY), derived when the
-    backward runs: the values gathered to the transpose's order are a copy, so they are never kept
-    (a matrix whose values equal its transpose's once may not later), while the transpose's
-    indices are kept by the structure."""
-    t = structure.transposed()
-    return engine.operands(engine.indices(t, dtype), structure.transpose_values(values.detach()))
+def _transposed_operands(matrix, engine, key, values: torch.Tensor, dtype: torch.dtype):
+    """The operands of the transpose on ``engine`` (a backward pass's dX = A^T dY): the values
+    gathered to the transpose's order, a copy kept as ``operands.OperandCache`` keeps copies. A
+    matrix equal to its transpose (GCN's normalized adjacency) shares its own operands."""
+    s = matrix._structure
+
+    def build():
+        t = s.transposed()
+        values_t = s.transpose_values(values.detach())
+        # Kept values only: comparing them reads the device, once per version of the values.
+        if not values.requires_grad and t.col is s.col and t.rowptr is s.rowptr and torch.equal(values_t, values):
+            detached = values.detach()
+            return matrix._cache.get(key, lambda: engine.operands(engine.indices(s, dtype), detached),
+                                     lambda built: not key[-1] and engine.reads_in_place(built, detached))
+        return engine.operands(engine.indices(t, dtype), values_t)
+
+    return matrix._cache.get(key + ("transposed",), build)
 
 
 def _traced_sum(structure, x, values, bias, engine, indices) -> torch.Tensor:
@@ -208,14 +216,19 @@ def _extreme(matrix, x: torch.Tensor, path: str, reduce: str, traced: bool) -> t
     return extreme.output(x, values, s.rowptr, s.col, reduce, path, longest)
 
 
-def _mean_values(matrix) -> torch.Tensor:
+def _mean_values(matrix, traced: bool) -> torch.Tensor:
     """The values divided by their row's nonzero count: the quotient is formed in float32
-    (float64 for float64) and rounded once to the values' dtype, at every product (a copy of the
-    values, never kept); the row scale depends on the indices alone and is kept by the structure."""
+    (float64 for float64) and rounded once to the values' dtype. A copy, kept as
+    ``operands.OperandCache`` keeps copies; the row scale depends on the indices alone and is kept
+    by the structure."""
     values, s = matrix._values, matrix._structure
     dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
-    scale = s.kept(("row_scale", dtype), lambda: _row_scale(s, dtype))
-    return (values.to(dtype) * scale).to(values.dtype)
+
+    def build():
+        scale = s.kept(("row_scale", dtype), lambda: _row_scale(s, dtype))
+        return (values.to(dtype) * scale).to(values.dtype)
+
+    return build() if traced else matrix._cache.get(("mean",), build)
 
 
 def _row_scale(structure, dtype: torch.dtype) -> torch.Tensor:
@@ -232,10 +245,14 @@ def _connected(matrix):
     return type(matrix)(matrix._structure, flattening.Unwrap.apply(matrix, type(matrix)))
 
 
-def _in_dtype(matrix, dtype: torch.dtype):
-    """The matrix with values in ``dtype``, cast as autocast casts (as ``torch.matmul`` would), at
-    every product: the cast is a copy of the values, which no write to them would reach if kept."""
-    return type(matrix)(matrix._structure, matrix._values.to(dtype))
+def _in_dtype(matrix, dtype: torch.dtype, traced: bool):
+    """The matrix with values in ``dtype``, cast as autocast casts (as ``torch.matmul`` would): a
+    copy, kept as ``operands.OperandCache`` keeps copies, so a model under autocast converts fixed
+    values once, not at every product."""
+    def cast():
+        return type(matrix)(matrix._structure, matrix._values.to(dtype))
+
+    return cast() if traced else matrix._cache.get(("cast", dtype), cast)
 
 
 def _check_operand(matrix, x) -> torch.Tensor:

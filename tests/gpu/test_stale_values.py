@@ -13,5 +13,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda dtype: str(dtype)[6:])
 @pytest.mark.parametrize("writer", [writer for writer in WRITERS if writer != "numpy"])
 @pytest.mark.parametrize("reorder", [False, True], ids=["natural", "reordered"])
-def test_writes_to_values_without_grad_reach_products_and_gradients(kernels, path, dtype, writer, reorder):
-    assert_writes_reach_every_product(torch.device("cuda"), path, dtype, writer, reorder)
+@pytest.mark.parametrize("learnable", [False, True], ids=["detached", "learnable"])
+def test_unseen_writes_reach_the_products_that_promise_them(kernels, path, dtype, writer, reorder, learnable):
+    assert_writes_reach_every_product(torch.device("cuda"), path, dtype, writer, reorder, learnable)
