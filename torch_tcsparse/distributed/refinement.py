@@ -10,7 +10,9 @@ the candidates ahead of it (higher gain, then a hash) had already moved, and onl
 gaining move, all at once; they stay put during the next iteration. Moves ignore the weight
 limit; while a part is over it, iterations rebalance instead, moving the nodes of over-full parts
 that cost the cut least to parts with room. The best balanced partition seen is kept, and the
-refinement stops after a number of iterations without a real improvement.
+refinement stops after a number of iterations without a real improvement, or as soon as a
+balanced partition repeats one of the two before it: moves and rebalancing then undo each other
+in a cycle, whose partitions the best one already covers.
 
 Connections are counted in a dense ``[rows, parts]`` table, a chunk of rows at a time.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .hashing import random_bits
+from .hashing import hash_ids, random_bits
 from .weighted_graph import WeightedGraph, segment_offsets, select
 
 # Entries of a chunk's connection table (int64): 128 MB.
@@ -57,6 +59,7 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
     best = part.clone()
     locked = torch.zeros(n, dtype=torch.bool, device=graph.device)
     stale = 0
+    recent: list[int] = []
     for iteration in range(max_iterations):
         if balanced:
             node, target = _filtered_moves(graph, part, num_parts, locked, tolerance, seed + iteration)
@@ -76,10 +79,21 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
                     stale = 0
                 best_cut = cut
                 best.copy_(part)
+            signature = _signature(part, num_parts, seed)
+            if signature in recent:
+                break
+            recent = [signature, *recent[:1]]
         if stale >= PATIENCE:
             break
     if best_cut is not None:
         part.copy_(best)
+
+
+def _signature(part: Tensor, num_parts: int, seed: int) -> int:
+    """A hash of the partition: the sum of a 32-bit hash per (node, part); two different
+    partitions share it with a chance of about 2**-32."""
+    ids = torch.arange(part.numel(), device=part.device)
+    return int(hash_ids(ids * num_parts + part, seed).sum())
 
 
 def _connections(graph: WeightedGraph, start: int, end: int, rows: Tensor, part: Tensor, num_parts: int) -> Tensor:
