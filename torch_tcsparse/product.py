@@ -145,11 +145,11 @@ def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: 
     needs_x = x.requires_grad
     needs_values = values.requires_grad or (bias is not None and bias.requires_grad)
     key = (engine.operand_key, index_key, mean)
-    # Detached: the gradients of the values flow through the product's own backward. The mean's
-    # values are a copy: operands over them read no values in place.
-    detached = values.detach()
-    operands = matrix._cache.get(key, lambda: engine.operands(indices, detached),
-                                 lambda built: not mean and engine.reads_in_place(built, detached))
+    # Detached: the gradients of the values flow through the product's own backward (only when an
+    # operand is built: a kept one costs no alias). The mean's values are a copy: operands over
+    # them read no values in place.
+    operands = matrix._cache.get(key, lambda: engine.operands(indices, values.detach()),
+                                 lambda built: not mean and engine.reads_in_place(built, values))
     if torch.is_grad_enabled() and (needs_x or needs_values):
         return Product.apply(x, values, bias, engine, operands,
                              lambda: _transposed_operands(matrix, engine, key, values, x.dtype), s)
@@ -176,9 +176,8 @@ def _transposed_operands(matrix, engine, key, values: torch.Tensor, dtype: torch
         values_t = s.transpose_values(values.detach())
         # Kept values only: comparing them reads the device, once per version of the values.
         if not values.requires_grad and t.col is s.col and t.rowptr is s.rowptr and torch.equal(values_t, values):
-            detached = values.detach()
-            return matrix._cache.get(key, lambda: engine.operands(engine.indices(s, dtype), detached),
-                                     lambda built: not key[-1] and engine.reads_in_place(built, detached))
+            return matrix._cache.get(key, lambda: engine.operands(engine.indices(s, dtype), values.detach()),
+                                     lambda built: not key[-1] and engine.reads_in_place(built, values))
         return engine.operands(engine.indices(t, dtype), values_t)
 
     return matrix._cache.get(key + ("transposed",), build)
