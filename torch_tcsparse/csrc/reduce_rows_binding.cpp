@@ -12,6 +12,19 @@
 
 namespace tcsparse_binding {
 
+// x (2-D, float32/float16/bfloat16, on device) and values (1-D, nnz entries, x's dtype and device).
+static void check_x_and_values(const at::Tensor& x, const at::Tensor& values, int64_t nnz, const at::Device& device) {
+    TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the operands are on ", device);
+    TCS_CHECK(x.dim() == 2, "x must be 2-D, got shape ", x.sizes());
+    const at::ScalarType dtype = x.scalar_type();
+    TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+              "x must be float32, float16 or bfloat16, got ", dtype);
+    TCS_CHECK(values.device() == device, "values is on ", values.device(), " but the operands are on ", device);
+    TCS_CHECK(values.scalar_type() == dtype, "values must be ", dtype, " like x, got ", values.scalar_type());
+    TCS_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
+              values.sizes());
+}
+
 // (Y, winners) for the CSR (rowptr, col, values) and x [num_cols, n] with any row stride (its
 // columns contiguous); values and x share one dtype (float32, float16 or bfloat16), Y has it too,
 // winners are int32 nonzero indices (-1 for an empty row). is_max: max, else min. longest: the
@@ -26,15 +39,8 @@ std::tuple<at::Tensor, at::Tensor> reduce_rows(const at::Tensor& x, const at::Te
     const int64_t num_rows = rowptr.numel() - 1, nnz = col.numel();
     check_index(rowptr, "rowptr", at::kInt, num_rows + 1, device);
     check_index(col, "col", at::kInt, nnz, device);
-    TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the operands are on ", device);
+    check_x_and_values(x, values, nnz, device);
     const at::ScalarType dtype = x.scalar_type();
-    TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-              "x must be float32, float16 or bfloat16, got ", dtype);
-    TCS_CHECK(values.device() == device, "values is on ", values.device(), " but the operands are on ", device);
-    TCS_CHECK(values.scalar_type() == dtype, "values must be ", dtype, " like x, got ", values.scalar_type());
-    TCS_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
-              values.sizes());
-    TCS_CHECK(x.dim() == 2, "x must be 2-D, got shape ", x.sizes());
     TCS_CHECK(longest >= -1, "longest must be a row's nonzeros or -1 (unknown), got ", longest);
     const int64_t n = x.size(1);
     const at::Tensor xs = x.stride(1) == 1 && x.stride(0) >= n ? x : x.contiguous();
@@ -75,15 +81,8 @@ std::tuple<at::Tensor, at::Tensor> reduce_rows_backward(const at::Tensor& grad_y
     const at::Device device = col.device();
     const int64_t nnz = col.numel();
     check_index(col, "col", at::kInt, nnz, device);
-    TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the operands are on ", device);
-    TCS_CHECK(x.dim() == 2, "x must be 2-D, got shape ", x.sizes());
+    check_x_and_values(x, values, nnz, device);
     const at::ScalarType dtype = x.scalar_type();
-    TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-              "x must be float32, float16 or bfloat16, got ", dtype);
-    TCS_CHECK(values.device() == device, "values is on ", values.device(), " but the operands are on ", device);
-    TCS_CHECK(values.scalar_type() == dtype, "values must be ", dtype, " like x, got ", values.scalar_type());
-    TCS_CHECK(values.dim() == 1 && values.numel() == nnz, "values must be 1-D with ", nnz, " entries, got shape ",
-              values.sizes());
     const int64_t n = x.size(1);
     TCS_CHECK(grad_y.device() == device, "grad_y is on ", grad_y.device(), " but the operands are on ", device);
     TCS_CHECK(grad_y.scalar_type() == dtype, "grad_y must be ", dtype, " like x, got ", grad_y.scalar_type());
