@@ -289,8 +289,8 @@ def test_training_steps_of_sampled_blocks_wait_for_no_device(kernels, reduce, gr
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert all(is_pending(block) for block in blocks)
-    assert_close(out.detach(), expected.detach(), torch.float32)
-    assert_close(x.grad, expected_x.grad, torch.float32)
+    assert_close(out.detach(), expected.detach().cuda(), torch.float32)
+    assert_close(x.grad, expected_x.grad.cuda(), torch.float32)
 
 
 def test_row_pieces_and_transposes_on_cuda_equal_the_cpu(kernels):
