@@ -3,8 +3,10 @@
 The kernel packs short rows several to a warp by itself; only rows longer than the piece size
 need the split, a warp per piece.
 
-The split into pieces depends only on ``rowptr``: ``row_pieces`` builds it once per matrix (one
-host read, for the number of long rows and of their pieces) and the matrix's structure keeps it.
+The split into pieces depends only on ``rowptr``: ``row_pieces`` builds it once per matrix and
+the matrix's structure keeps it. Where the longest row is known it reads the number of long rows
+and of their pieces back (one host read); where it is not (a transpose built in a backward pass),
+it sizes the arrays by bounds from the number of nonzeros (``piece_bounds``) and pads them.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ LARGE_NNZ = 1 << 24
 # Deterministic mode: no row is split, so every output is one warp's sum in an order fixed by the
 # matrix and the launch.
 UNSPLIT = INT32_MAX
+# Entries of padded RowPieces arrays past the split (``padded_row_pieces``): no piece, no row.
+PADDING = -1
 
 
 class RowPieces(NamedTuple):
@@ -30,7 +34,8 @@ class RowPieces(NamedTuple):
     an index into ``split_rows`` (``piece_slots``) and its first nonzero (``piece_starts``), all
     int32. Shorter rows are one piece each and need no entry. The pieces are listed by rank
     (every split row's first piece, then every second piece, ...), so pieces of one row run apart
-    in time and their atomics rarely meet."""
+    in time and their atomics rarely meet. Padded arrays (sized by ``piece_bounds``) end with
+    ``PADDING`` in every array: pieces and split rows the kernel skips."""
 
     piece_slots: torch.Tensor
     piece_starts: torch.Tensor
@@ -38,12 +43,16 @@ class RowPieces(NamedTuple):
     piece_nnz: int
 
 
-def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ, max_row_nnz: int | None = None) -> RowPieces:
+def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ, max_row_nnz: int | None = None,
+               nnz: int | None = None) -> RowPieces:
     """The split of ``rowptr``'s rows; ``max_row_nnz``, where known, spares a matrix without long
-    rows the host read that counts them."""
+    rows the host read that counts them. Where it is unknown and ``nnz`` (``rowptr[-1]``, known
+    on the host) is given, the split takes no host read: ``padded_row_pieces``."""
     if max_row_nnz is not None and max_row_nnz <= piece_nnz:
         empty = torch.empty(0, dtype=torch.int32, device=rowptr.device)
         return RowPieces(empty, empty, empty, piece_nnz)
+    if max_row_nnz is None and nnz is not None:
+        return padded_row_pieces(rowptr, nnz, piece_nnz)
     degree = rowptr[1:] - rowptr[:-1]
     long_rows = degree > piece_nnz
     pieces = torch.where(long_rows, (degree.long() + piece_nnz - 1) // piece_nnz, 0)
@@ -59,6 +68,49 @@ def row_pieces(rowptr: torch.Tensor, piece_nnz: int = PIECE_NNZ, max_row_nnz: in
     order = torch.argsort(rank * max(1, split_rows.numel()) + slots)
     slots, rank = slots[order], rank[order]
     starts = rowptr[split_rows].long()[slots] + rank * piece_nnz
+    return RowPieces(slots.int(), starts.int(), split_rows.int(), piece_nnz)
+
+
+def piece_bounds(num_rows: int, nnz: int, piece_nnz: int) -> tuple[int, int]:
+    """At most how many of ``num_rows`` rows holding ``nnz`` nonzeros are longer than
+    ``piece_nnz``, and at most how many pieces they make. A split row holds d >= piece_nnz + 1
+    nonzeros, so there are at most nnz // (piece_nnz + 1) of them; its ceil(d / piece_nnz)
+    pieces are at most d / piece_nnz + 1 (summed: nnz // piece_nnz + split rows) and at most
+    2 d / (piece_nnz + 1) (equal at d = piece_nnz + 1; summed: 2 nnz // (piece_nnz + 1))."""
+    split = min(num_rows, nnz // (piece_nnz + 1))
+    return split, min(nnz // piece_nnz + split, 2 * nnz // (piece_nnz + 1)) if split else 0
+
+
+def padded_row_pieces(rowptr: torch.Tensor, nnz: int, piece_nnz: int = PIECE_NNZ) -> RowPieces:
+    """``row_pieces`` of a CSR of ``nnz`` nonzeros without reading the device: the arrays hold
+    ``piece_bounds`` entries, the split rows and the pieces (in ``row_pieces``'s order) first and
+    ``PADDING`` after. The kernel's warps for the padding exit at once: a few microseconds of
+    idle warps where a host read would stall the queue of a backward pass."""
+    device = rowptr.device
+    num_bound, pieces_bound = piece_bounds(rowptr.numel() - 1, nnz, piece_nnz)
+    if num_bound == 0:
+        empty = torch.empty(0, dtype=torch.int32, device=device)
+        return RowPieces(empty, empty, empty, piece_nnz)
+    degree = rowptr[1:] - rowptr[:-1]
+    long_rows = degree > piece_nnz
+    split_rows = torch.nonzero_static(long_rows, size=num_bound, fill_value=PADDING).flatten()
+    real_row = split_rows >= 0
+    row = split_rows.clamp(min=0)
+    count = torch.where(real_row, (degree[row].long() + piece_nnz - 1) // piece_nnz, 0)
+    # The padding's pieces go to one more slot, num_bound, so that the repeats fill the bound.
+    count = torch.cat([count, pieces_bound - count.sum().view(1)])
+    slots = torch.arange(num_bound + 1, device=device).repeat_interleave(count, output_size=pieces_bound)
+    first_piece = torch.cumsum(count, 0) - count
+    rank = (torch.arange(pieces_bound, device=device)
+            - first_piece.repeat_interleave(count, output_size=pieces_bound))
+    real = slots < num_bound
+    # By rank, then slot, as row_pieces orders them; the padding last.
+    key = torch.where(real, rank * max(1, num_bound) + slots, pieces_bound * (num_bound + 1))
+    order = torch.argsort(key)
+    slots, rank, real = slots[order], rank[order], real[order]
+    first = torch.cat([rowptr[row].long(), slots.new_zeros(1)])
+    starts = torch.where(real, first[slots] + rank * piece_nnz, PADDING)
+    slots = torch.where(real, slots, PADDING)
     return RowPieces(slots.int(), starts.int(), split_rows.int(), piece_nnz)
 
 

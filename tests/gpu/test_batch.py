@@ -253,6 +253,46 @@ def test_forward_products_of_sampled_blocks_wait_for_no_device(kernels, reduce):
     assert_close(out, expected, torch.float32)
 
 
+@pytest.mark.parametrize("graph", ["planted", "rmat"])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_training_steps_of_sampled_blocks_wait_for_no_device(kernels, reduce, graph):
+    """Forward and backward: each transpose the backward multiplies by (its longest row unknown)
+    splits its long rows by a split sized by bounds (``csr_rows.padded_row_pieces``), so no step
+    waits for the device; dX equals a float64 reference. R-MAT's hubs give the transposes split
+    rows (fanout -1: every neighbour of a hub)."""
+    if graph == "planted":
+        sampler = cuda_sampler([15, 10, 5])
+    else:
+        from graph_data import synthetic
+        from torch_tcsparse.loader import NeighborSampler
+
+        row, col, num_nodes = synthetic.rmat(12, 8, seed=3, device="cuda")
+        sampler = NeighborSampler.from_edge_index(torch.stack([col, row]), [-1, 10], num_nodes)
+    num_nodes = 4000 if graph == "planted" else 1 << 12
+    batch = sampler.sample(torch.arange(0, num_nodes, 9, device="cuda"), torch.Generator("cuda").manual_seed(4))
+    x = torch.randn(batch.nodes.numel(), 32, device="cuda")
+    blocks = batch.blocks()
+    expected_x = x.double().cpu().requires_grad_()
+    expected = expected_x
+    for edge_index, sizes in batch.layer_edges():
+        checked = TCSparseTensor.from_batch(edge_index.cpu(), num_nodes=sizes, dtype=torch.float64)
+        expected = checked.matmul(expected, reduce=reduce) + expected[: sizes[1]]
+    expected.square().sum().backward()
+    x.requires_grad_()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = x
+        for block in blocks:
+            out = block.matmul(out, reduce=reduce) + out[: block.size(0)]
+        out.square().sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(is_pending(block) for block in blocks)
+    assert_close(out.detach(), expected.detach().cuda(), torch.float32)
+    assert_close(x.grad, expected_x.grad.cuda(), torch.float32)
+
+
 def test_row_pieces_and_transposes_on_cuda_equal_the_cpu(kernels):
     from torch_tcsparse import csr_rows
     from torch_tcsparse.formats.csr import CSR, transpose_pattern

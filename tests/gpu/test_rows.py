@@ -418,3 +418,145 @@ def test_unsplit_rows_are_bitwise_repeatable(n, dtype):
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 2000)
     bound = max(tolerance(csr, x, product, product), 4 * 2.0**-24 * HUB_NNZ**0.5)
     assert relative_error(first, product) <= bound
+
+
+# Padded splits (csr_rows.padded_row_pieces): sized by bounds from nnz where the longest row is
+# unknown, their tails of padding skipped by the kernel. Hubs of 10,000 nonzeros among empty and
+# short rows; N from one column to past a tile.
+PADDED_LENGTHS = [0, 0, 1, 3, 8, 33, 40, 70, 300, 10_000]
+
+
+def padded_and_exact(m, k, piece_nnz, dtype, lengths=PADDED_LENGTHS, hub_share=0.01):
+    row, col, values = rows_of_lengths(m, k, lengths, hub_share=hub_share)
+    csr = from_coo(row, col, values.to(dtype), m, k)
+    exact = csr_rows.row_pieces(csr.rowptr, piece_nnz)
+    padded = csr_rows.row_pieces(csr.rowptr, piece_nnz, None, csr.nnz)
+    assert padded.piece_slots.numel() > exact.piece_slots.numel() > 0  # padding to skip, rows to split
+    assert padded.split_rows.numel() > exact.split_rows.numel()
+    return csr, exact, padded
+
+
+def checked_product(csr, pieces, x, b=None, rmap=None, add=None):
+    """The kernel's product by ``pieces`` against the float64 reference (poisoned output first)."""
+    m, k = csr.num_rows, csr.num_cols
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, m)
+    ref = product
+    if rmap is not None:
+        ref = torch.empty_like(product)
+        ref[rmap.long()] = product
+    ref = ref + (b.double() if b is not None else 0.0) + (add.double() if add is not None else 0.0)
+    poison(m * x.shape[1] * x.dtype.itemsize // 4 + 1)
+    out = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b, rmap, add)
+    torch.cuda.synchronize()
+    err, limit = relative_error(out, ref), tolerance(csr, x, product, ref)
+    assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (n={x.shape[1]} {x.dtype})"
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [1, 32, 128, 257])
+@pytest.mark.parametrize("piece_nnz", [32, 256])
+def test_padded_split_equals_the_exact_split(piece_nnz, n, dtype):
+    """Every n takes its own launch shape; the pieces' sums are rounded by the last piece of a row
+    at small pieces x N, by the finishing kernel (over padded split rows too) beyond."""
+    csr, exact, padded = padded_and_exact(3000, 20_000, piece_nnz, dtype)
+    x = torch.randn(20_000, n, device="cuda").to(dtype)
+    ours = checked_product(csr, padded, x)
+    theirs = checked_product(csr, exact, x)
+    product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 3000)
+    # Each within the tolerance of the exact product, so within about twice of each other.
+    assert relative_error(ours, theirs.double()) <= 2.5 * tolerance(csr, x, product, product)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [1, 32, 128, 257])
+def test_padded_split_with_bias_row_map_and_addend(n, dtype):
+    csr, _, padded = padded_and_exact(1500, 12_000, 32, dtype)
+    x = torch.randn(12_000, n, device="cuda").to(dtype)
+    b = torch.randn(n, device="cuda").to(dtype)
+    rmap = torch.randperm(1500, device="cuda").int()
+    checked_product(csr, padded, x, b, rmap, torch.randn(1500, n, device="cuda"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_padded_split_sums_stay_zero_between_calls(dtype):
+    """Padded and exact splits of several matrices share the per-stream sums, grown to the padded
+    bounds: each call leaves its real rows' sums zero and never touches the padding's, both ways
+    of rounding (small and large pieces x N)."""
+    for m, n, piece_nnz in [(3000, 300, 32), (800, 1, 5), (3000, 7, 32), (400, 64, 256), (3000, 257, 5)]:
+        csr, exact, padded = padded_and_exact(m, 15_000, piece_nnz, dtype, hub_share=0.02)
+        x = torch.randn(15_000, n, device="cuda").to(dtype)
+        for pieces in (padded, exact, padded):
+            checked_product(csr, pieces, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_padding_only_splits_write_every_row(dtype):
+    """Enough nonzeros for a split row but none split: every piece and split row is padding."""
+    row, col, values = rows_of_lengths(2000, 5000, [0, 1, 16, 32])
+    csr = from_coo(row, col, values.to(dtype), 2000, 5000)
+    padded = csr_rows.row_pieces(csr.rowptr, 32, None, csr.nnz)
+    assert padded.piece_starts.numel() > 0 and bool((padded.piece_starts == csr_rows.PADDING).all())
+    for n in (1, 32, 257):
+        checked_product(csr, padded, torch.randn(5000, n, device="cuda").to(dtype))
+
+
+def batch_matrix_with_hub_columns(dtype, num_targets=20_000, num_sources=5000):
+    """A CSR-only matrix (``from_batch``: the longest row of its transpose unknown) whose
+    transpose holds rows of 10,000 nonzeros (sources every target reads), empty rows (sources
+    no target reads) and short ones."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    targets = torch.randint(0, num_targets, (8 * num_targets,), device="cuda", generator=g)
+    sources = torch.randint(100, num_sources, (targets.numel(),), device="cuda", generator=g)
+    hubs = torch.arange(3, device="cuda").repeat_interleave(10_000)
+    hub_targets = torch.cat([torch.randperm(num_targets, device="cuda", generator=g)[:10_000] for _ in range(3)])
+    edges = torch.stack([torch.cat([sources, hubs]), torch.cat([targets, hub_targets])])
+    weights = torch.randn(edges.shape[1], device="cuda", generator=g).to(dtype)
+    return TCSparseTensor.from_batch(edges, weights, num_nodes=(num_sources, num_targets))
+
+
+@pytest.mark.parametrize("n", [1, 32, 128, 257])
+def test_backward_through_a_padded_transpose(n):
+    """dX = A^T dY of a CSR-only matrix in float32 (its products run the rows path until its
+    layout pays): its transpose, built in the backward pass, splits its hub rows by a padded
+    split."""
+    a = batch_matrix_with_hub_columns(torch.float32)
+    csr = a.csr
+    x = torch.randn(a.size(1), n, device="cuda", requires_grad=True)
+    y = a.matmul(x)
+    grad_y = torch.randn_like(y)
+    poison(a.size(1) * n + 1)
+    y.backward(grad_y)
+    r, c = csr.row_indices().long(), csr.col.long()
+    ref = reference(c, r, csr.values, grad_y, a.size(1))
+    transpose = a._structure.transposed()
+    assert transpose.known_max_row_nnz() is None  # the split was sized by bounds, not read
+    assert relative_error(x.grad, ref) <= 4 * max(2.0**-24 * 10_000**0.5, 2.0**-24) + 1e-6
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_padded_split_in_deterministic_mode_is_bitwise_repeatable(dtype):
+    """No row is split in deterministic mode: the padded split of UNSPLIT is empty, and the
+    gradients through a CSR-only matrix's transpose repeat bit for bit."""
+    row, col, values = rows_of_lengths(3000, 20_000, PADDED_LENGTHS, hub_share=0.01)
+    csr = from_coo(row, col, values.to(dtype), 3000, 20_000)
+    pieces = csr_rows.row_pieces(csr.rowptr, csr_rows.UNSPLIT, None, csr.nnz)
+    assert all(t.numel() == 0 for t in pieces[:3])
+    x = torch.randn(20_000, 32, device="cuda").to(dtype)
+    assert torch.equal(checked_product(csr, pieces, x), checked_product(csr, pieces, x))
+    a = batch_matrix_with_hub_columns(dtype)
+    x = torch.randn(a.size(1), 32, device="cuda").to(dtype)
+    grad_y = torch.randn(a.size(0), 32, device="cuda").to(dtype)
+    torch.use_deterministic_algorithms(True)
+    try:
+        grads = []
+        for _ in range(2):
+            xg = x.clone().requires_grad_()
+            a.matmul(xg).backward(grad_y)
+            grads.append(xg.grad)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(grads[0], grads[1])
+    c = a.csr
+    ref = reference(c.col.long(), c.row_indices().long(), c.values, grad_y, a.size(1))
+    assert relative_error(grads[0], ref) <= 4 * max(rounding_error(ref, dtype), 2.0**-24 * 10_000**0.5) + 1e-6

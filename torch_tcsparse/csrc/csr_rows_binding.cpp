@@ -30,7 +30,9 @@ namespace tcsparse_binding {
 // x may have any row stride (its columns contiguous), Y is contiguous. x, values, bias and Y
 // share one dtype: float32, float16 or bfloat16. row_map, when given, is the row of Y each CSR row
 // goes to: a permutation of the rows (not checked here, which would cost a host sync per call;
-// callers pass a TCSparseTensor's, checked when it was built). addend, when given, is an fp32
+// callers pass a TCSparseTensor's, checked when it was built). Likewise the pieces' values are
+// csr_rows.row_pieces's, not checked here: only their sizes, types and device; padding entries
+// (-1, csr_rows_spmm.h) are skipped by the kernel. addend, when given, is an fp32
 // [num_rows, n] matrix in Y's row order added to Y before its one rounding (csr_rows_spmm.h).
 at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
                          const at::Tensor& values, const at::Tensor& piece_slots, const at::Tensor& piece_starts,

@@ -274,12 +274,14 @@ __device__ __forceinline__ bool last_arrival(int32_t* arrivals, int64_t count) {
 
 // Piece p of a split row, all slots on it: its sums added to the row's; the last piece to add
 // (where the launch rounds split rows itself) takes the row's sums, leaves them zero and writes
-// the row.
+// the row. A padding entry (negative start, csr_rows_spmm.h) is no piece: the warp leaves before
+// adding or counting anything, so a row's count (from rowptr) sees its real pieces only.
 template <typename T, int W, int L, bool kAddend>
 __device__ __forceinline__ void run_piece(const CsrRows& a, const Operands<T, W, L>& o, const SplitSums& split,
                                           bool rounds_split_rows, int64_t p, int slot) {
     using Sh = Shape<T, W, L>;
     const int64_t begin = __ldg(a.piece_starts + p);
+    if (begin < 0) return;  // the same p on every lane: the whole warp leaves
     const int64_t row_end = __ldg(a.rowptr + __ldg(a.split_rows + __ldg(a.piece_slots + p)) + 1);
     const int64_t end = min(begin + a.piece_nnz, row_end);
     typename Sh::Sums acc = {};
@@ -458,6 +460,7 @@ int load_bytes(const T* x, int64_t ldx, const T* y, int64_t ldy, int64_t n) {
 }
 
 // The split rows' sums rounded into Y with the bias and the addend, and set back to zero.
+// Padding rows (negative, csr_rows_spmm.h) have no pieces: their sums stay zero untouched.
 template <typename T>
 __global__ void finish_split_rows_kernel(CsrRows a, SplitSums split, T* __restrict__ y, int64_t ldy, int64_t n,
                                          const T* __restrict__ bias, const float* __restrict__ addend) {
@@ -465,7 +468,9 @@ __global__ void finish_split_rows_kernel(CsrRows a, SplitSums split, T* __restri
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / n, c = i % n;
-        const int64_t row = output_row(a, a.split_rows[r]);
+        const int32_t split_row = a.split_rows[r];
+        if (split_row < 0) continue;
+        const int64_t row = output_row(a, split_row);
         const float b = bias != nullptr ? load_float(bias + c) : 0.f;
         const float s = addend != nullptr ? addend[row * n + c] : 0.f;
         y[row * ldy + c] = Element<T>::from_float(split.sums[i] + b + s);
@@ -486,7 +491,8 @@ cudaError_t csr_rows_spmm(const CsrRows& a, const T* values, const T* x, int64_t
     if (a.num_split_rows > 0 && (split.sums == nullptr || split.arrivals == nullptr)) return cudaErrorInvalidValue;
     // The last piece of a row saves the finishing launch but waits for its atomics (a fence per
     // piece): faster up to kLastArrivalPieceColumns pieces x N, where the launch dominates; slower
-    // beyond, where the fences do (docs/DECISIONS.md).
+    // beyond, where the fences do (docs/DECISIONS.md). Padded arrays count their bound here: the
+    // choice then errs towards the finishing launch, which gives the same sums.
     const bool last_arrival = a.num_pieces * n <= kLastArrivalPieceColumns;
     cudaError_t err = cudaSuccess;
     switch (load_bytes(x, ldx, y, ldy, n)) {

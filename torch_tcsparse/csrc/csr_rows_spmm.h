@@ -24,6 +24,11 @@ namespace tcsparse {
 // every output is one warp's sum in an order fixed by the matrix and the launch: bitwise the
 // same from call to call.
 //
+// The arrays may end in padding, where their sizes are bounds set on the host without reading
+// the counts back (csr_rows.padded_row_pieces): a piece with a negative start and a negative
+// split row are skipped. The padding follows every real piece, so its warps form a tail of the
+// pieces' warps that exits at once.
+//
 // `row_map` (null: the identity) is the row of Y that each CSR row is written to. A reordered
 // matrix passes its rows in the reordering's order with their original column ids: rows that
 // share columns then run side by side and find their rows of X still in L2, while X and Y stay in

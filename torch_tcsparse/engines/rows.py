@@ -51,7 +51,9 @@ class RowsEngine(Engine):
             # the order the warps take them, faster than reading ours through an order index.
             rowptr, col, gather = csr_rows.permuted_rows(structure.rowptr, structure.col, structure.row_perm)
             row_map = structure.layout.row_map[: structure.num_rows]
-        pieces = csr_rows.row_pieces(rowptr, piece_nnz, structure.known_max_row_nnz())
+        # Where the longest row is unknown (a transpose built in a backward pass) the split is
+        # padded to bounds from nnz, so that building it waits for nothing on the device.
+        pieces = csr_rows.row_pieces(rowptr, piece_nnz, structure.known_max_row_nnz(), structure.nnz)
         return RowsIndices(rowptr, col, gather, row_map, pieces, structure.num_cols)
 
     def operands(self, indices, values):
