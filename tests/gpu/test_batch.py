@@ -258,8 +258,9 @@ def test_forward_products_of_sampled_blocks_wait_for_no_device(kernels, reduce):
 def test_training_steps_of_sampled_blocks_wait_for_no_device(kernels, reduce, graph):
     """Forward and backward: each transpose the backward multiplies by (its longest row unknown)
     splits its long rows by a split sized by bounds (``csr_rows.padded_row_pieces``), so no step
-    waits for the device; dX equals a float64 reference. R-MAT's hubs give the transposes split
-    rows (fanout -1: every neighbour of a hub)."""
+    waits for the device; dX equals a float64 reference. R-MAT's hubs, picked by many targets,
+    give the transposes split rows; the fan-outs keep the blocks' own rows short (a block whose
+    longest row, known from the sampler, is split takes the exact split, which reads the device)."""
     if graph == "planted":
         sampler = cuda_sampler([15, 10, 5])
     else:
@@ -267,7 +268,7 @@ def test_training_steps_of_sampled_blocks_wait_for_no_device(kernels, reduce, gr
         from torch_tcsparse.loader import NeighborSampler
 
         row, col, num_nodes = synthetic.rmat(12, 8, seed=3, device="cuda")
-        sampler = NeighborSampler.from_edge_index(torch.stack([col, row]), [-1, 10], num_nodes)
+        sampler = NeighborSampler.from_edge_index(torch.stack([col, row]), [25, 10], num_nodes)
     num_nodes = 4000 if graph == "planted" else 1 << 12
     batch = sampler.sample(torch.arange(0, num_nodes, 9, device="cuda"), torch.Generator("cuda").manual_seed(4))
     x = torch.randn(batch.nodes.numel(), 32, device="cuda")
@@ -278,6 +279,11 @@ def test_training_steps_of_sampled_blocks_wait_for_no_device(kernels, reduce, gr
         checked = TCSparseTensor.from_batch(edge_index.cpu(), num_nodes=sizes, dtype=torch.float64)
         expected = checked.matmul(expected, reduce=reduce) + expected[: sizes[1]]
     expected.square().sum().backward()
+    if graph == "rmat":
+        from torch_tcsparse import csr_rows
+
+        longest_source = max(int(torch.bincount(edge_index[0]).max()) for edge_index, _ in batch.layer_edges())
+        assert longest_source > csr_rows.split_piece_nnz(blocks[0].nnz, None, torch.float32), "no split transpose"
     x.requires_grad_()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

@@ -135,7 +135,11 @@ def test_learnable_edge_weights_get_the_eager_gradient_under_cuda_graphs(kernels
         fn(adj.with_values(weights), x).backward()
         return weights.grad
 
-    torch.testing.assert_close(gradient(True), gradient(False), **TOLERANCE)
+    # The hub row is split and its pieces add by atomics in any order: the two products differ by
+    # float32 rounding at the scale of the hub's gradients, not of each entry's.
+    eager = gradient(False)
+    torch.testing.assert_close(gradient(True), eager, rtol=TOLERANCE["rtol"],
+                               atol=TOLERANCE["atol"] * float(eager.abs().max()))
 
 
 def test_deterministic_mode_recompiles_with_unsplit_rows(kernels, forced):

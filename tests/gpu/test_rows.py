@@ -449,8 +449,22 @@ def checked_product(csr, pieces, x, b=None, rmap=None, add=None):
     out = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b, rmap, add)
     torch.cuda.synchronize()
     err, limit = relative_error(out, ref), tolerance(csr, x, product, ref)
+    if x.dtype == torch.float32:
+        limit = max(limit, split_sum_tolerance(csr, x, pieces.piece_nnz, ref))
     assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (n={x.shape[1]} {x.dtype})"
     return out
+
+
+def split_sum_tolerance(csr, x, piece_nnz, ref):
+    """float32 error of rows summed as pieces of ``piece_nnz`` whose sums add by atomics in any
+    order: a row of d nonzeros takes about piece_nnz + d / piece_nnz roundings, each at most half
+    an ulp of the absolute sum |A| |x| (4 x the random-walk size, as torch's tolerance is 4 x its
+    error). At the tiny pieces of these tests a hub row takes a thousand atomic adds, which a
+    sequential sum such as torch's does not."""
+    longest = int((csr.rowptr[1:] - csr.rowptr[:-1]).max())
+    absolute = reference(csr.row_indices().long(), csr.col.long(), csr.values.abs(), x.abs(), csr.num_rows)
+    roundings = piece_nnz + -(-longest // piece_nnz)
+    return float(4 * 2.0**-24 * roundings**0.5 * absolute.norm() / ref.norm().clamp_min(1e-30))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
