@@ -18,8 +18,8 @@ class OperandCache:
       the sum's operands (the kernels scale each row's sums: ``Engine.scales_rows``).
     - An operand that copies them (a gather, a cast, the scaled values the mean reads on the
       other engines: torch.sparse, grouped, reference; the transpose's order) holds them as
-      they were when it was made. Values that require grad, the ones
-      optimizers and training code write, never keep one: it is derived at every product. Other
+      they were when it was made. Values that require grad, the ones optimizers and training
+      code write, never keep one: it is derived at every product. Other
       values keep it while their version counter stays, which every in-place torch operation
       moves; a write no counter sees (``.data``, the storage, a fused step on the parameter whose
       ``.detach()`` the matrix holds) reaches the in-place operands only (docs/DECISIONS.md)."""

@@ -1,9 +1,9 @@
 """The ``tcsparse`` operators: what ``torch.compile`` traces, through their fake implementations.
 
 ``tcsparse::spmm`` is one product on one engine: it runs exactly what an eager product runs,
-``engine.run(x, engine.operands(indices, values), bias, row_scale)`` (``engines.base``), with the engine's
-index arrays given as the op's inputs (``Engine.flat``), so that a compiled function reads them
-from the matrix it takes as an input (``flattening``). Values are in canonical CSR order. Its
+``engine.run(x, engine.operands(indices, values), bias, row_scale)`` (``engines.base``), with the
+engine's index arrays given as the op's inputs (``Engine.flat``), so that a compiled function reads
+them from the matrix it takes as an input (``flattening``). Values are in canonical CSR order. Its
 backward is the engines' one formula (``engines.autograd.backward``): dX runs the same op on the
 transpose's indices, with the values put in the transpose's order through the layouts' gathers
 (given where dX is needed), and the values' gradient is the ``tcsparse::sddmm`` op on the layout's

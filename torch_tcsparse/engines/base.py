@@ -60,8 +60,8 @@ class Engine:
     def run(self, x: torch.Tensor, operands, bias: torch.Tensor | None,
             row_scale: torch.Tensor | None = None) -> torch.Tensor:
         """A @ x (+ bias on every row) for a 2-D x of the matrix's dtype and device; with
-        ``row_scale`` (float32, one per row; given only to engines that ``scales_rows``), every row's sums
-        times its scale, before the bias: row_scale * (A @ x) + bias."""
+        ``row_scale`` (float32, one per row; given only to engines that ``scales_rows``), every
+        row's sums times its scale, before the bias: row_scale * (A @ x) + bias."""
         raise NotImplementedError
 
     def flat(self, indices) -> tuple[list[torch.Tensor], list[int]]:
