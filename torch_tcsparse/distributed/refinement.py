@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from .hashing import hash_ids, random_bits
+from .move_prices import worth_rebalancing
 from .weighted_graph import WeightedGraph, segment_offsets, select
 
 # Entries of a chunk's connection table (int64): 128 MB.
@@ -30,6 +31,10 @@ _TIE_BITS = 20
 # Iterations without lowering the best cut by this factor end the refinement after PATIENCE.
 _PROGRESS = 0.999
 PATIENCE = 12
+# Rounds (Jet's moves, then rebalancing back to balance) in a row without that progress end it
+# too: Jet's locks alternate its moves between two sets of nodes, so two rounds are one period of
+# the cycle in which rebalancing sends back what Jet brought.
+_IDLE_ROUNDS = 2
 
 
 def part_weights(graph: WeightedGraph, part: Tensor, num_parts: int) -> Tensor:
@@ -59,10 +64,12 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
     best = part.clone()
     locked = torch.zeros(n, dtype=torch.bool, device=graph.device)
     stale = 0
+    idle_rounds = 0
     recent: list[int] = []
     for iteration in range(max_iterations):
+        rebalancing = not balanced
         if balanced:
-            node, target = _filtered_moves(graph, part, num_parts, locked, tolerance, seed + iteration)
+            node, target = _filtered_moves(graph, part, num_parts, weights, limit, locked, tolerance, seed + iteration)
             locked.zero_()
             locked[node] = True
             if node.numel() == 0:
@@ -74,11 +81,16 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
         stale += 1
         if balanced:
             cut = cut_weight(graph, part)
+            progress = best_cut is None or cut < _PROGRESS * best_cut
+            if progress:
+                stale = 0
             if best_cut is None or cut < best_cut:
-                if best_cut is None or cut < _PROGRESS * best_cut:
-                    stale = 0
                 best_cut = cut
                 best.copy_(part)
+            if rebalancing:
+                idle_rounds = 0 if progress else idle_rounds + 1
+                if idle_rounds >= _IDLE_ROUNDS:
+                    break
             signature = _signature(part, num_parts, seed)
             if signature in recent:
                 break
@@ -115,15 +127,19 @@ def _tie_noise(start: int, end: int, num_parts: int, seed: int, device) -> Tenso
     return random_bits((end - start, num_parts), _TIE_BITS, seed * 65537 + start, device)
 
 
-def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, locked: Tensor, tolerance: float,
-                    seed: int) -> tuple[Tensor, Tensor]:
-    """Jet's candidates and afterburner: the nodes to move and their destinations."""
+def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, weights: Tensor, limit: Tensor,
+                    locked: Tensor, tolerance: float, seed: int) -> tuple[Tensor, Tensor]:
+    """Jet's candidates and afterburner, then the moves worth their rebalancing: the nodes to
+    move and their destinations."""
     n = graph.num_nodes
     destination = torch.full((n,), -1, dtype=torch.long, device=graph.device)
     gain = torch.zeros(n, dtype=torch.long, device=graph.device)
+    loss = torch.zeros(n, dtype=torch.long, device=graph.device)
     free = ~locked
+    everyone = torch.ones(n, dtype=torch.bool, device=graph.device)
     for start, end in _table_chunks(graph, num_parts):
-        table = _connections(graph, start, end, free, part, num_parts)
+        # Locked nodes are counted too: their loss prices the rebalancing of their part.
+        table = _connections(graph, start, end, everyone, part, num_parts)
         own_part = part[start:end].unsqueeze(1)
         own = table.gather(1, own_part).squeeze(1)
         score = torch.where(table > 0, (table << _TIE_BITS) | _tie_noise(start, end, num_parts, seed, graph.device), -1)
@@ -133,6 +149,7 @@ def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, locked: 
         candidate = free[start:end] & (best >= 0) & ((chunk_gain >= 0) | (-chunk_gain < (tolerance * own).floor()))
         destination[start:end] = torch.where(candidate, target, -1)
         gain[start:end] = chunk_gain
+        loss[start:end] = own - (best >> _TIE_BITS).clamp_(min=0)
     candidate = destination >= 0
     if not bool(candidate.any()):
         return candidate.nonzero().squeeze(1), destination[:0]
@@ -151,7 +168,9 @@ def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, locked: 
         recounted.index_add_(0, row, change if edge_weight is None else change * edge_weight)
     move = candidate & (recounted > 0)
     node = move.nonzero().squeeze(1)
-    return node, destination[node]
+    target = destination[node]
+    keep = worth_rebalancing(graph, part, weights, limit, node, target, recounted[node], loss)
+    return node[keep], target[keep]
 
 
 def _rebalance(graph: WeightedGraph, part: Tensor, num_parts: int, weights: Tensor, limit: Tensor, seed: int,
@@ -223,6 +242,11 @@ def _chosen_moves(graph: WeightedGraph, part: Tensor, weights: Tensor, limit: Te
     excess = (weights - limit).clamp_(min=0)
     node_weight = graph.node_weight[node]
     source = part[node]
+    # Gain per weight freed (relative to the limit, on the constraints over it at home): the
+    # cheapest room first, as Jet's moves were priced (move_prices).
+    freed = (node_weight * ((excess > 0).double() / _of_parts(limit, torch.arange(weights.size(0), device=node.device)).double()
+                            ).index_select(0, source)).sum(1)
+    gain = torch.where(freed > 0, gain / freed.clamp(min=1e-300), -torch.inf)
     order, segment, starts = _grouped_order(source, gain)
     before = _within_group(node_weight[order], segment, starts) - node_weight[order]
     sorted_excess = excess[source[order]]
