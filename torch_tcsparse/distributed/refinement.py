@@ -8,11 +8,13 @@ edges into it) and becomes a candidate if its gain there is positive, or negativ
 minima. Candidates are then filtered (Jet's afterburner): a candidate's gain is recounted as if
 the candidates ahead of it (higher gain, then a hash) had already moved, and only those still
 gaining move, all at once; they stay put during the next iteration. Moves ignore the weight
-limit; while a part is over it, iterations rebalance instead, moving the nodes of over-full parts
-that cost the cut least to parts with room. The best balanced partition seen is kept, and the
-refinement stops after a number of iterations without a real improvement, or as soon as a
-balanced partition repeats one of the two before it: moves and rebalancing then undo each other
-in a cycle, whose partitions the best one already covers.
+limit, except that a move into a part it leaves over the limit must gain more than rebalancing
+will lose to make room for it (:mod:`.move_prices`); while a part is over, iterations rebalance
+instead, moving the nodes of over-full parts that cost the cut least per weight freed to parts
+with room. The best balanced partition seen is kept, and the refinement stops after a number of
+iterations without a real improvement, after two rounds (moves, then rebalancing) in a row
+without one, or as soon as a balanced partition repeats one of the two before it: moves and
+rebalancing then undo each other in a cycle, whose partitions the best one already covers.
 
 Connections are counted in a dense ``[rows, parts]`` table, a chunk of rows at a time.
 """
@@ -181,8 +183,8 @@ def _rebalance(graph: WeightedGraph, part: Tensor, num_parts: int, weights: Tens
     relative to the limit. A node of an over-full part may move where the excess it adds there
     is under half of what it removes at home, to the part with room it is most connected to,
     else to the one it is most connected to. Per over-full part, the nodes that lose the least
-    cut go first, until its excess is covered; per target, moves are taken while the excess they
-    remove stays over twice the excess they add. Parts over on different constraints (one on
+    cut per weight freed go first, until its excess is covered; per target, moves are taken while
+    the excess they remove stays over twice the excess they add. Parts over on different constraints (one on
     nonzeros, one on rows) thus trade nodes instead of blocking each other. The candidates go a
     group at a time, each group for a few rounds, the weights updated after each."""
     moved = 0
@@ -234,9 +236,9 @@ def _rebalancing_candidates(graph: WeightedGraph, node: Tensor, table: Tensor, n
 
 def _chosen_moves(graph: WeightedGraph, part: Tensor, weights: Tensor, limit: Tensor, node: Tensor, target: Tensor,
                   gain: Tensor, reduction: Tensor) -> tuple[Tensor, Tensor]:
-    """Of the candidate moves: per source part, those of highest gain until its excess is
-    covered; then per target, those of highest gain while they remove over twice the excess
-    they add there."""
+    """Of the candidate moves: per source part, those of highest gain per weight freed until
+    its excess is covered; then per target, in the same order, while they remove over twice the
+    excess they add there."""
     if node.numel() == 0:
         return node, target
     excess = (weights - limit).clamp_(min=0)
@@ -244,8 +246,8 @@ def _chosen_moves(graph: WeightedGraph, part: Tensor, weights: Tensor, limit: Te
     source = part[node]
     # Gain per weight freed (relative to the limit, on the constraints over it at home): the
     # cheapest room first, as Jet's moves were priced (move_prices).
-    freed = (node_weight * ((excess > 0).double() / _of_parts(limit, torch.arange(weights.size(0), device=node.device)).double()
-                            ).index_select(0, source)).sum(1)
+    scale = (excess > 0).double() / limit.expand_as(weights).double()
+    freed = (node_weight * scale.index_select(0, source)).sum(1)
     gain = torch.where(freed > 0, gain / freed.clamp(min=1e-300), -torch.inf)
     order, segment, starts = _grouped_order(source, gain)
     before = _within_group(node_weight[order], segment, starts) - node_weight[order]
