@@ -60,6 +60,8 @@ def _room_price(graph: WeightedGraph, part: Tensor, node: Tensor, loss: Tensor, 
     staying[node] = False
     staying &= (scale > 0).any(1).index_select(0, part)
     stay = staying.nonzero().squeeze(1)
+    if stay.numel() == 0:
+        return torch.where(excess > 0, torch.inf, 0.0)
     stay_part = part.index_select(0, stay)
     size = (graph.node_weight.index_select(0, stay) * scale.index_select(0, stay_part)).sum(1)
     # A node that frees nothing of the excess never helps, whatever it costs.
@@ -71,11 +73,10 @@ def _room_price(graph: WeightedGraph, part: Tensor, node: Tensor, loss: Tensor, 
     freed = torch.cumsum(sorted_size, 0)
     freed -= (freed[starts] - sorted_size[starts])[segment]
     # One ascending key over all parts: a part's offset is above any part's freed weight.
-    span = float(freed.max()) + 1 if freed.numel() else 1.0
+    span = float(freed.max()) + 1
     position = torch.searchsorted(sorted_part * span + freed, wanted * span + excess)
-    # Past its own part's nodes (or all of them), the excess cannot be covered.
-    beyond = (position >= order.numel()) | (sorted_part.index_select(0, position.clamp(max=max(order.numel() - 1, 0)))
-                                            != wanted) if order.numel() else torch.ones_like(wanted, dtype=torch.bool)
-    ratio_sorted = torch.cat([ratio[order], ratio.new_full((1,), torch.inf)])
-    price = torch.where(beyond, torch.inf, ratio_sorted[position.clamp(max=order.numel())])
+    last = position.clamp(max=stay.numel() - 1)
+    # Past its own part's nodes, the excess cannot be covered.
+    covered = (position < stay.numel()) & (sorted_part[last] == wanted)
+    price = torch.where(covered, ratio[order][last], torch.inf)
     return torch.where(excess > 0, price, 0.0)
