@@ -184,9 +184,10 @@ def _rebalance(graph: WeightedGraph, part: Tensor, num_parts: int, weights: Tens
     is under half of what it removes at home, to the part with room it is most connected to,
     else to the one it is most connected to. Per over-full part, the nodes that lose the least
     cut per weight freed go first, until its excess is covered; per target, moves are taken while
-    the excess they remove stays over twice the excess they add. Parts over on different constraints (one on
-    nonzeros, one on rows) thus trade nodes instead of blocking each other. The candidates go a
-    group at a time, each group for a few rounds, the weights updated after each."""
+    the excess they remove stays over twice the excess they add. Parts over on different
+    constraints (one on nonzeros, one on rows) thus trade nodes instead of blocking each other.
+    The candidates go a group at a time, each group for a few rounds, the weights updated after
+    each."""
     moved = 0
     candidates = (((weights - limit) > 0).any(1))[part].nonzero().squeeze(1)
     for group in graph.node_groups(candidates, max_rows=max(1, _TABLE_ENTRIES // num_parts)):
