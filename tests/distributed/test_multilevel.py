@@ -123,3 +123,55 @@ def test_dense_bisections_take_the_breadth_first_route(monkeypatch):
     partition = partition_rows(rowptr, col, 4)
     assert within_imbalance(partition, (rowptr.diff() + 1).unsqueeze(1))
     assert cut(partition, rowptr, col) < 0.4 * cut(partition_rows(rowptr, col, 4, "contiguous"), rowptr, col)
+
+
+def test_jet_and_rebalancing_stop_trading_leaves():
+    """On R-MAT at 4 parts, Jet moves leaves next to their hub and rebalancing sends leaves
+    away; moves not worth the room they take are dropped and rounds without progress end the
+    level, so the input graph's refinement stops within a few rounds (it took 12 to 14)."""
+    from torch_tcsparse.distributed import multilevel, refinement
+
+    row, col, n = synthetic.rmat(11, seed=1)
+    rowptr, col = csr(row, col, n)
+    steps = []
+    refine, filtered_moves = multilevel.refine, refinement._filtered_moves
+
+    def counted_refine(graph, *args, **kwargs):
+        steps.append(0)
+        return refine(graph, *args, **kwargs)
+
+    def counted_moves(*args, **kwargs):
+        if steps:  # the initial partition's bisections refine too, before the levels
+            steps[-1] += 1
+        return filtered_moves(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(multilevel, "refine", counted_refine)
+        patch.setattr(refinement, "_filtered_moves", counted_moves)
+        partition = partition_rows(rowptr, col, 4, row_weight=(198, 147))
+    degree = rowptr.diff()
+    assert within_imbalance(partition, torch.stack([degree + 199, degree + 148], 1))
+    assert steps[-1] <= 8, steps
+    # R-MAT has no communities to find: the cut is about half of the contiguous ranges'.
+    assert cut(partition, rowptr, col) < 0.6 * cut(partition_rows(rowptr, col, 4, "contiguous"), rowptr, col)
+
+
+def test_moves_into_a_full_part_must_beat_the_room_they_take():
+    """Part 1 is full (3 of 3); its staying nodes would cost 0, 2 and 2 to move out. A move in
+    of gain 5 takes the free room; one of gain 1 would cost 2 in rebalancing and is dropped; a
+    move into part 0, which has room, stays whatever its gain."""
+    from torch_tcsparse.distributed.move_prices import worth_rebalancing
+
+    rowptr = torch.zeros(9, dtype=torch.long)
+    graph = WeightedGraph(rowptr, torch.zeros(0, dtype=torch.long), None, torch.ones(8, 1, dtype=torch.long))
+    part = torch.tensor([1, 1, 1, 0, 0, 0, 2, 2])
+    weights = torch.tensor([[3], [3], [2]])
+    limit = torch.tensor([3])
+    loss = torch.tensor([0, 2, 2, 1, 1, 1, 1, 1])
+    keep = worth_rebalancing(graph, part, weights, limit, torch.tensor([3, 4, 6]), torch.tensor([1, 1, 0]),
+                             torch.tensor([5, 1, 1]), loss)
+    assert keep.tolist() == [True, False, True]
+    # A leaf for a leaf: gain 1 against a loss of 1 per node of the same weight is no gain.
+    keep = worth_rebalancing(graph, part, weights, limit, torch.tensor([3]), torch.tensor([1]), torch.tensor([1]),
+                             torch.tensor([1, 1, 1, 1, 1, 1, 1, 1]))
+    assert keep.tolist() == [False]

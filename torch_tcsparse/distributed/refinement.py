@@ -8,11 +8,13 @@ edges into it) and becomes a candidate if its gain there is positive, or negativ
 minima. Candidates are then filtered (Jet's afterburner): a candidate's gain is recounted as if
 the candidates ahead of it (higher gain, then a hash) had already moved, and only those still
 gaining move, all at once; they stay put during the next iteration. Moves ignore the weight
-limit; while a part is over it, iterations rebalance instead, moving the nodes of over-full parts
-that cost the cut least to parts with room. The best balanced partition seen is kept, and the
-refinement stops after a number of iterations without a real improvement, or as soon as a
-balanced partition repeats one of the two before it: moves and rebalancing then undo each other
-in a cycle, whose partitions the best one already covers.
+limit, except that a move into a part it leaves over the limit must gain more than rebalancing
+will lose to make room for it (:mod:`.move_prices`); while a part is over, iterations rebalance
+instead, moving the nodes of over-full parts that cost the cut least per weight freed to parts
+with room. The best balanced partition seen is kept, and the refinement stops after a number of
+iterations without a real improvement, after two rounds (moves, then rebalancing) in a row
+without one, or as soon as a balanced partition repeats one of the two before it: moves and
+rebalancing then undo each other in a cycle, whose partitions the best one already covers.
 
 Connections are counted in a dense ``[rows, parts]`` table, a chunk of rows at a time.
 """
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor
 
 from .hashing import hash_ids, random_bits
+from .move_prices import worth_rebalancing
 from .weighted_graph import WeightedGraph, segment_offsets, select
 
 # Entries of a chunk's connection table (int64): 128 MB.
@@ -30,6 +33,10 @@ _TIE_BITS = 20
 # Iterations without lowering the best cut by this factor end the refinement after PATIENCE.
 _PROGRESS = 0.999
 PATIENCE = 12
+# Rounds (Jet's moves, then rebalancing back to balance) in a row without that progress end it
+# too: Jet's locks alternate its moves between two sets of nodes, so two rounds are one period of
+# the cycle in which rebalancing sends back what Jet brought.
+_IDLE_ROUNDS = 2
 
 
 def part_weights(graph: WeightedGraph, part: Tensor, num_parts: int) -> Tensor:
@@ -59,10 +66,12 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
     best = part.clone()
     locked = torch.zeros(n, dtype=torch.bool, device=graph.device)
     stale = 0
+    idle_rounds = 0
     recent: list[int] = []
     for iteration in range(max_iterations):
+        rebalancing = not balanced
         if balanced:
-            node, target = _filtered_moves(graph, part, num_parts, locked, tolerance, seed + iteration)
+            node, target = _filtered_moves(graph, part, num_parts, weights, limit, locked, tolerance, seed + iteration)
             locked.zero_()
             locked[node] = True
             if node.numel() == 0:
@@ -74,11 +83,16 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
         stale += 1
         if balanced:
             cut = cut_weight(graph, part)
+            progress = best_cut is None or cut < _PROGRESS * best_cut
+            if progress:
+                stale = 0
             if best_cut is None or cut < best_cut:
-                if best_cut is None or cut < _PROGRESS * best_cut:
-                    stale = 0
                 best_cut = cut
                 best.copy_(part)
+            if rebalancing:
+                idle_rounds = 0 if progress else idle_rounds + 1
+                if idle_rounds >= _IDLE_ROUNDS:
+                    break
             signature = _signature(part, num_parts, seed)
             if signature in recent:
                 break
@@ -115,15 +129,19 @@ def _tie_noise(start: int, end: int, num_parts: int, seed: int, device) -> Tenso
     return random_bits((end - start, num_parts), _TIE_BITS, seed * 65537 + start, device)
 
 
-def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, locked: Tensor, tolerance: float,
-                    seed: int) -> tuple[Tensor, Tensor]:
-    """Jet's candidates and afterburner: the nodes to move and their destinations."""
+def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, weights: Tensor, limit: Tensor,
+                    locked: Tensor, tolerance: float, seed: int) -> tuple[Tensor, Tensor]:
+    """Jet's candidates and afterburner, then the moves worth their rebalancing: the nodes to
+    move and their destinations."""
     n = graph.num_nodes
     destination = torch.full((n,), -1, dtype=torch.long, device=graph.device)
     gain = torch.zeros(n, dtype=torch.long, device=graph.device)
+    loss = torch.zeros(n, dtype=torch.long, device=graph.device)
     free = ~locked
+    everyone = torch.ones(n, dtype=torch.bool, device=graph.device)
     for start, end in _table_chunks(graph, num_parts):
-        table = _connections(graph, start, end, free, part, num_parts)
+        # Locked nodes are counted too: their loss prices the rebalancing of their part.
+        table = _connections(graph, start, end, everyone, part, num_parts)
         own_part = part[start:end].unsqueeze(1)
         own = table.gather(1, own_part).squeeze(1)
         score = torch.where(table > 0, (table << _TIE_BITS) | _tie_noise(start, end, num_parts, seed, graph.device), -1)
@@ -133,6 +151,7 @@ def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, locked: 
         candidate = free[start:end] & (best >= 0) & ((chunk_gain >= 0) | (-chunk_gain < (tolerance * own).floor()))
         destination[start:end] = torch.where(candidate, target, -1)
         gain[start:end] = chunk_gain
+        loss[start:end] = own - (best >> _TIE_BITS).clamp_(min=0)
     candidate = destination >= 0
     if not bool(candidate.any()):
         return candidate.nonzero().squeeze(1), destination[:0]
@@ -151,7 +170,9 @@ def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, locked: 
         recounted.index_add_(0, row, change if edge_weight is None else change * edge_weight)
     move = candidate & (recounted > 0)
     node = move.nonzero().squeeze(1)
-    return node, destination[node]
+    target = destination[node]
+    keep = worth_rebalancing(graph, part, weights, limit, node, target, recounted[node], loss)
+    return node[keep], target[keep]
 
 
 def _rebalance(graph: WeightedGraph, part: Tensor, num_parts: int, weights: Tensor, limit: Tensor, seed: int,
@@ -162,10 +183,11 @@ def _rebalance(graph: WeightedGraph, part: Tensor, num_parts: int, weights: Tens
     relative to the limit. A node of an over-full part may move where the excess it adds there
     is under half of what it removes at home, to the part with room it is most connected to,
     else to the one it is most connected to. Per over-full part, the nodes that lose the least
-    cut go first, until its excess is covered; per target, moves are taken while the excess they
-    remove stays over twice the excess they add. Parts over on different constraints (one on
-    nonzeros, one on rows) thus trade nodes instead of blocking each other. The candidates go a
-    group at a time, each group for a few rounds, the weights updated after each."""
+    cut per weight freed go first, until its excess is covered; per target, moves are taken while
+    the excess they remove stays over twice the excess they add. Parts over on different
+    constraints (one on nonzeros, one on rows) thus trade nodes instead of blocking each other.
+    The candidates go a group at a time, each group for a few rounds, the weights updated after
+    each."""
     moved = 0
     candidates = (((weights - limit) > 0).any(1))[part].nonzero().squeeze(1)
     for group in graph.node_groups(candidates, max_rows=max(1, _TABLE_ENTRIES // num_parts)):
@@ -215,14 +237,19 @@ def _rebalancing_candidates(graph: WeightedGraph, node: Tensor, table: Tensor, n
 
 def _chosen_moves(graph: WeightedGraph, part: Tensor, weights: Tensor, limit: Tensor, node: Tensor, target: Tensor,
                   gain: Tensor, reduction: Tensor) -> tuple[Tensor, Tensor]:
-    """Of the candidate moves: per source part, those of highest gain until its excess is
-    covered; then per target, those of highest gain while they remove over twice the excess
-    they add there."""
+    """Of the candidate moves: per source part, those of highest gain per weight freed until
+    its excess is covered; then per target, in the same order, while they remove over twice the
+    excess they add there."""
     if node.numel() == 0:
         return node, target
     excess = (weights - limit).clamp_(min=0)
     node_weight = graph.node_weight[node]
     source = part[node]
+    # Gain per weight freed (relative to the limit, on the constraints over it at home): the
+    # cheapest room first, as Jet's moves were priced (move_prices).
+    scale = (excess > 0).double() / limit.expand_as(weights).double()
+    freed = (node_weight * scale.index_select(0, source)).sum(1)
+    gain = torch.where(freed > 0, gain / freed.clamp(min=1e-300), -torch.inf)
     order, segment, starts = _grouped_order(source, gain)
     before = _within_group(node_weight[order], segment, starts) - node_weight[order]
     sorted_excess = excess[source[order]]
