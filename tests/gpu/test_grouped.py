@@ -262,16 +262,12 @@ def test_rows_binding_checks_the_addend():
     x = torch.randn(100, 8, device="cuda")
     kernels = _ext.load()
     args = (x, s.rowptr, s.col, a.csr.values, *pieces[:3], 100, 256, None, None)
-
-    def product(addend):
-        return kernels.csr_rows_spmm(*args, addend, None)  # no row scale
-
     with pytest.raises(RuntimeError, match="addend must be float32"):
-        product(torch.zeros(100, 8, device="cuda", dtype=torch.float16))
+        kernels.csr_rows_spmm(*args, torch.zeros(100, 8, device="cuda", dtype=torch.float16))
     with pytest.raises(RuntimeError, match=r"addend must have shape \[100, 8\]"):
-        product(torch.zeros(99, 8, device="cuda"))
+        kernels.csr_rows_spmm(*args, torch.zeros(99, 8, device="cuda"))
     addend = torch.randn(100, 8, device="cuda")
-    assert torch.allclose(product(addend), product(None) + addend, atol=1e-5)
+    assert torch.allclose(kernels.csr_rows_spmm(*args, addend), kernels.csr_rows_spmm(*args, None) + addend, atol=1e-5)
 
 
 def test_exact_fp32_without_tf32():
