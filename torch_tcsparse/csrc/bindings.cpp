@@ -297,12 +297,6 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
     const c10::cuda::CUDAGuard guard(device);
     Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
                                 chunk_offsets, chunk_row_starts, window, num_rows, chunk, device);
-    // The kernels read the scale by layout slot (metcf_spmm.h): padding slots take row 0's.
-    at::Tensor slot_scale;
-    if (scale != nullptr) {
-        slot_scale = row_scale->index_select(0, row_map.clamp_min(0));
-        scale = slot_scale.const_data_ptr<float>();
-    }
     const at::Tensor xc = x.contiguous();
     const int64_t n = xc.size(1);
     TCS_CHECK(n <= 65535 * 32, "x has ", n, " columns; at most ", 65535 * 32, " are supported");

@@ -243,9 +243,8 @@ __device__ __forceinline__ void warp_blocks(const MetcfArrays& a, const T* __res
 // Write the warp's tile (window rows g and g + 8, 2E columns per lane per step): rounded to T
 // into y (kStore), or in fp32 added into `partial` (kAtomic) or stored to a workspace tile
 // (kWorkspace, rows indexed by window slot; padding slots, which no sum reads, are skipped).
-// Every row's sums are multiplied by its `row_scale` first (by slot, loaded with the slot's
-// row_map entry; 1 without one: exact, so sums are stored as they were); cut windows thus add
-// scaled parts, whose total is the scaled sum.
+// Every row's sums are multiplied by its `row_scale` first (1 without one: exact, so sums are
+// stored as they were); cut windows thus add scaled parts, whose total is the scaled sum.
 template <typename T, int WINDOW, int NV, bool kVec>
 __device__ __forceinline__ void store_tile(const Acc<T, NV>& acc, StoreMode mode, T* y, float* partial,
                                            const int32_t* row_map, const float* row_scale, int64_t slot0, int64_t n,
@@ -255,10 +254,10 @@ __device__ __forceinline__ void store_tile(const Acc<T, NV>& acc, StoreMode mode
 #pragma unroll
     for (int h = 0; h < WINDOW / 8; ++h) {
         const int slot = g + 8 * h;
-        const float scale = row_scale != nullptr ? __ldg(row_scale + slot0 + slot) : 1.f;
         const int64_t y_row = row_map[slot0 + slot];
         if (y_row < 0) continue;
         const int64_t row = mode == StoreMode::kWorkspace ? slot : y_row;
+        const float scale = row_scale != nullptr ? __ldg(row_scale + y_row) : 1.f;
 #pragma unroll
         for (int s = 0; s < NV; ++s) {
             const int64_t c0 = nbase + kStep<T> * s + 2 * E * t;

@@ -45,11 +45,9 @@ struct MetcfArrays {
 // kernels_<type>.cu instantiate them.
 
 // Y[num_rows, n] = A @ X[num_cols, n]; X and Y row-major with leading dimension n. `row_scale`
-// (null: none), float [num_windows * window] indexed by layout slot (row_map's order; padding
-// slots are read and unused), multiplies each row's fp32 sums before they are stored or added:
-// the mean of a row's products (1 / its nonzeros) with the values read in place, where scaled
-// copies of the values would go stale under writes no version counter sees. By slot, a tile's
-// scales load beside its row_map entries instead of waiting for them.
+// (null: none), float [num_rows] indexed by Y's row, multiplies each row's fp32 sums before they
+// are stored or added: the mean of a row's products (1 / its nonzeros) with the values read in
+// place, where scaled copies of the values would go stale under writes no version counter sees.
 // base: one warp per (row window, slice of columns), each row written once.
 template <typename T>
 cudaError_t metcf_spmm_base(const MetcfArrays& a, const T* values, const T* x, T* y, const float* row_scale,
