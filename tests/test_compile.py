@@ -23,7 +23,7 @@ def op_call(a, path):
     tensors, ints = engine.flat(engine.indices(s, a.dtype))
 
     def product(x, values):
-        return torch.ops.tcsparse.spmm(x, values, None, None, tensors, ints, [], [], [], [], [],
+        return torch.ops.tcsparse.spmm(x, values, None, tensors, ints, [], [], [], [], [],
                                        [s.window, s.num_rows, s.num_cols], path)
 
     return product

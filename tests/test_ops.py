@@ -194,7 +194,7 @@ def op_arguments(path, with_transpose=True, sddmm_on="layout"):
     layout, csr = (kernel_arrays(s.layout), []) if sddmm_on == "layout" else ([], [s.rowptr, s.col])
     x = torch.randn(14, 3, dtype=torch.float64, requires_grad=True)
     values = a.csr.values.clone().requires_grad_()
-    return a, (x, values, None, None, indices, ints, indices_t, ints_t, gathers, layout, csr, [s.window, 23, 14], path)
+    return a, (x, values, None, indices, ints, indices_t, ints_t, gathers, layout, csr, [s.window, 23, 14], path)
 
 
 @pytest.mark.parametrize("sddmm_on", ["layout", "csr"])

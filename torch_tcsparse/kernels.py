@@ -67,13 +67,11 @@ def layout_arguments(layout) -> tuple:
             _metcf.BALANCE_CHUNK)
 
 
-def metcf_spmm(x: torch.Tensor, values: torch.Tensor, arguments: tuple, balanced: bool,
-               row_scale: torch.Tensor | None = None) -> torch.Tensor:
+def metcf_spmm(x: torch.Tensor, values: torch.Tensor, arguments: tuple, balanced: bool) -> torch.Tensor:
     """Y = A @ x for A given by ``layout_arguments`` and its values in canonical CSR order, 1-D,
-    contiguous and of x's dtype: the kernels read them in place. ``row_scale`` (float32
-    [num_rows]) multiplies each row's fp32 sums before their one rounding."""
+    contiguous and of x's dtype: the kernels read them in place."""
     return _ext.load().spmm(x, values, *arguments, balanced, torch.are_deterministic_algorithms_enabled(),
-                            exact(x), row_scale)
+                            exact(x))
 
 
 def sddmm(grad_y: torch.Tensor, x: torch.Tensor, layout) -> torch.Tensor:
@@ -85,16 +83,14 @@ def sddmm(grad_y: torch.Tensor, x: torch.Tensor, layout) -> torch.Tensor:
     return _ext.load().sddmm(grad_y, x, *layout_arguments(layout)).to(x.dtype)
 
 
-def csr_rows_spmm(x, rowptr, col, values, pieces, num_cols: int, bias=None, row_map=None, addend=None,
-                  row_scale=None) -> torch.Tensor:
+def csr_rows_spmm(x, rowptr, col, values, pieces, num_cols: int, bias=None, row_map=None, addend=None) -> torch.Tensor:
     """Y = A @ x (+ bias on every row) for the CSR (rowptr, col, values) split by ``pieces``
     (``csr_rows.RowPieces``); x may be a column slice of a wider tensor (any row stride), Y is
     contiguous. ``row_map`` (int32, a permutation) writes CSR row i to row ``row_map[i]`` of Y.
     ``addend`` (fp32, Y's shape and row order) is added to Y before its one rounding: another
-    kernel's sums over the same Y. ``row_scale`` (float32, one per row of Y) multiplies each
-    row's sums before the bias and the addend are added."""
+    kernel's sums over the same Y."""
     return _ext.load().csr_rows_spmm(x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts,
-                                     pieces.split_rows, num_cols, pieces.piece_nnz, bias, row_map, addend, row_scale)
+                                     pieces.split_rows, num_cols, pieces.piece_nnz, bias, row_map, addend)
 
 
 def grouped_spmm(x, fragments, arrays, num_rows: int, bias, keep_fp32: bool) -> torch.Tensor:

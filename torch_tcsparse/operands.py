@@ -8,18 +8,15 @@ import torch
 
 class OperandCache:
     """Values-derived operands of one matrix (each engine's, its transpose's for backward passes,
-    the mean's row-scaled values where the engine does not scale rows, casts for autocast), built
-    on first need, under one rule.
+    the mean's row-scaled values, casts for autocast), built on first need, under one rule.
 
     - An operand that reads the values where they lie (the Tensor-Core kernels' and the rows
       kernel's values, torch's CSR tensor over them) sees every write, whatever made it (an
       in-place op, ``w.data``, a fused optimizer step, the storage, a numpy view): it is kept
-      while the values keep their storage. The mean on the Tensor-Core and rows kernels reads
-      the sum's operands (the kernels scale each row's sums: ``Engine.scales_rows``).
-    - An operand that copies them (a gather, a cast, the scaled values the mean reads on the
-      other engines: torch.sparse, grouped, reference; the transpose's order) holds them as
-      they were when it was made. Values that require grad, the ones optimizers and training
-      code write, never keep one: it is derived at every product. Other
+      while the values keep their storage.
+    - An operand that copies them (a gather, a cast, the mean's scaled values, the transpose's
+      order) holds them as they were when it was made. Values that require grad, the ones
+      optimizers and training code write, never keep one: it is derived at every product. Other
       values keep it while their version counter stays, which every in-place torch operation
       moves; a write no counter sees (``.data``, the storage, a fused step on the parameter whose
       ``.detach()`` the matrix holds) reaches the in-place operands only (docs/DECISIONS.md)."""

@@ -1,9 +1,9 @@
 """The ``tcsparse`` operators: what ``torch.compile`` traces, through their fake implementations.
 
 ``tcsparse::spmm`` is one product on one engine: it runs exactly what an eager product runs,
-``engine.run(x, engine.operands(indices, values), bias, row_scale)`` (``engines.base``), with the
-engine's index arrays given as the op's inputs (``Engine.flat``), so that a compiled function reads
-them from the matrix it takes as an input (``flattening``). Values are in canonical CSR order. Its
+``engine.run(x, engine.operands(indices, values), bias)`` (``engines.base``), with the engine's
+index arrays given as the op's inputs (``Engine.flat``), so that a compiled function reads them
+from the matrix it takes as an input (``flattening``). Values are in canonical CSR order. Its
 backward is the engines' one formula (``engines.autograd.backward``): dX runs the same op on the
 transpose's indices, with the values put in the transpose's order through the layouts' gathers
 (given where dX is needed), and the values' gradient is the ``tcsparse::sddmm`` op on the layout's
@@ -36,7 +36,6 @@ def spmm(
     x: Tensor,
     values: Tensor,
     bias: Optional[Tensor],
-    row_scale: Optional[Tensor],
     indices: list[Tensor],
     index_ints: list[int],
     indices_t: list[Tensor],
@@ -48,8 +47,7 @@ def spmm(
     path: str,
 ) -> Tensor:
     """Y[num_rows, N] = A @ x (+ bias on every row) on engine ``path``, for the matrix given by the
-    engine's ``indices`` / ``index_ints`` (``Engine.flat``) and CSR-order ``values``; with
-    ``row_scale`` (engines that ``scales_rows`` only), row_scale * (A @ x) + bias.
+    engine's ``indices`` / ``index_ints`` (``Engine.flat``) and CSR-order ``values``.
 
     For dX (empty when no gradient of x is needed): ``indices_t`` / ``index_ints_t``, the engine's
     indices of the transpose, and ``gathers``, the matrix's ``csr_gather`` and the transpose's
@@ -58,11 +56,11 @@ def spmm(
     ``MetcfLayout.KERNEL_FIELDS``, or else ``csr``, the canonical (rowptr, col). ``sizes``:
     (window, num_rows, num_cols)."""
     engine = ENGINES[path]
-    return engine.run(x, engine.operands(engine.unflat(indices, index_ints), values), bias, row_scale)
+    return engine.run(x, engine.operands(engine.unflat(indices, index_ints), values), bias)
 
 
 @spmm.register_fake
-def _(x, values, bias, row_scale, indices, index_ints, indices_t, index_ints_t, gathers, layout, csr, sizes, path):
+def _(x, values, bias, indices, index_ints, indices_t, index_ints_t, gathers, layout, csr, sizes, path):
     return x.new_empty(sizes[1], x.shape[1])
 
 
@@ -83,9 +81,9 @@ _LISTS = ("indices", "indices_t", "gathers", "layout", "csr")
 
 
 def _spmm_setup_context(ctx, inputs, output):
-    x, values, bias, row_scale, indices, index_ints, indices_t, index_ints_t, gathers, layout, csr, sizes, path = inputs
+    x, values, bias, indices, index_ints, indices_t, index_ints_t, gathers, layout, csr, sizes, path = inputs
     lists = (indices, indices_t, gathers, layout, csr)
-    ctx.save_for_backward(x, values, row_scale, *(t for group in lists for t in group))
+    ctx.save_for_backward(x, values, *(t for group in lists for t in group))
     ctx.counts = tuple(len(group) for group in lists)
     ctx.options = (index_ints, index_ints_t, sizes, path)
     ctx.no_gradients = tuple(_no_gradient(a) for a in inputs[3:])
@@ -102,7 +100,7 @@ def _no_gradient(argument):
 
 def _spmm_backward(ctx, grad_y):
     index_ints, index_ints_t, sizes, path = ctx.options
-    x, values, row_scale, *arrays = ctx.saved_tensors
+    x, values, *arrays = ctx.saved_tensors
     groups = {}
     for name, count in zip(_LISTS, ctx.counts):
         groups[name], arrays = arrays[:count], arrays[count:]
@@ -114,7 +112,7 @@ def _spmm_backward(ctx, grad_y):
         csr_gather, transpose_gather_t, csr_gather_t = groups["gathers"]
         values_t = placed(values, csr_gather).index_select(0, transpose_gather_t).index_select(0, csr_gather_t)
         sizes_t = [sizes[0], sizes[2], sizes[1]]
-        return spmm(g, values_t, None, None, indices_t, index_ints_t, indices, index_ints, [], [], [], sizes_t, path)
+        return spmm(g, values_t, None, indices_t, index_ints_t, indices, index_ints, [], [], [], sizes_t, path)
 
     def values_gradient_of(g: Tensor) -> Tensor:
         if groups["layout"]:
@@ -125,7 +123,7 @@ def _spmm_backward(ctx, grad_y):
             return csr_sddmm(g, x, *groups["csr"])
 
     grad_x, grad_values, grad_bias = backward(grad_y, tuple(ctx.needs_input_grad[:3]), transposed_product,
-                                              values_gradient_of, row_scale)
+                                              values_gradient_of)
     return (grad_x, grad_values, grad_bias, *ctx.no_gradients)
 
 

@@ -132,32 +132,28 @@ def check_reduce(reduce) -> str:
 
 def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: str, traced: bool) -> torch.Tensor:
     """A @ X with ``reduce`` "sum" or "mean" (+ bias on every row) for a checked 2-D X on engine
-    ``path``. The mean is the sum with each row divided by its nonzero count: on an engine that
-    ``scales_rows``, by its kernel, over the sum's operands (the values read in place where the
-    kernel reads them so, which no write can leave stale); elsewhere, the sum over the values
-    divided by their row's count (a copy). Either way bias is added after: count^-1 (A @ X) + bias."""
+    ``path``. The mean is the sum over the values divided by their row's nonzero count: every
+    engine, its backward and the kernels' precision serve it unchanged."""
     engine = ENGINES[path]
     s = matrix._structure
     mean = reduce == "mean"
-    row_scale = _row_scale(s) if mean and engine.scales_rows else None
-    scaled_copy = mean and row_scale is None
-    values = _mean_values(matrix, traced) if scaled_copy else matrix._values
+    values = _mean_values(matrix, traced) if mean else matrix._values
     index_key = engine.index_key(s, x.dtype)
     indices = engine.kept_indices(s, index_key, x.dtype)
     if traced:
-        return _traced_sum(s, x, values, bias, row_scale, engine, indices)
+        return _traced_sum(s, x, values, bias, engine, indices)
     needs_x = x.requires_grad
     needs_values = values.requires_grad or (bias is not None and bias.requires_grad)
-    key = (engine.operand_key, index_key, scaled_copy)
+    key = (engine.operand_key, index_key, mean)
     # Detached: the gradients of the values flow through the product's own backward (only when an
-    # operand is built: a kept one costs no alias). Operands over the scaled copy read no values
-    # in place.
+    # operand is built: a kept one costs no alias). The mean's values are a copy: operands over
+    # them read no values in place.
     operands = matrix._cache.get(key, lambda: engine.operands(indices, values.detach()),
-                                 lambda built: not scaled_copy and engine.reads_in_place(built, values))
+                                 lambda built: not mean and engine.reads_in_place(built, values))
     if torch.is_grad_enabled() and (needs_x or needs_values):
-        return Product.apply(x, values, bias, row_scale, engine, operands,
+        return Product.apply(x, values, bias, engine, operands,
                              lambda: _transposed_operands(matrix, engine, key, values, x.dtype), s)
-    return engine.run(x, operands, bias, row_scale)
+    return engine.run(x, operands, bias)
 
 
 def launcher(matrix, path: str):
@@ -187,7 +183,7 @@ def _transposed_operands(matrix, engine, key, values: torch.Tensor, dtype: torch
     return matrix._cache.get(key + ("transposed",), build)
 
 
-def _traced_sum(structure, x, values, bias, row_scale, engine, indices) -> torch.Tensor:
+def _traced_sum(structure, x, values, bias, engine, indices) -> torch.Tensor:
     """The product as ``torch.compile`` sees it: the ``tcsparse::spmm`` op on the engine's indices
     of the matrix it takes as an input (``flattening``), with what a gradient will need: for dX
     the transpose's indices and the gathers to the transpose's order, for the values the layout's
@@ -204,8 +200,7 @@ def _traced_sum(structure, x, values, bias, row_scale, engine, indices) -> torch
         if any(t is None for t in layout):
             layout, csr = [], [structure.rowptr, structure.col]
     sizes = [structure.window, structure.num_rows, structure.num_cols]
-    return ops.spmm(x, values, bias, row_scale, tensors, ints, tensors_t, ints_t, gathers, layout, csr, sizes,
-                    engine.name)
+    return ops.spmm(x, values, bias, tensors, ints, tensors_t, ints_t, gathers, layout, csr, sizes, engine.name)
 
 
 def _extreme(matrix, x: torch.Tensor, path: str, reduce: str, traced: bool) -> torch.Tensor:
@@ -221,34 +216,25 @@ def _extreme(matrix, x: torch.Tensor, path: str, reduce: str, traced: bool) -> t
 
 
 def _mean_values(matrix, traced: bool) -> torch.Tensor:
-    """The values divided by their row's nonzero count, for engines that do not ``scales_rows``:
-    the quotient is formed in float32 (float64 for float64) and rounded once to the values' dtype.
-    A copy, kept as ``operands.OperandCache`` keeps copies; the scale of every nonzero depends on
-    the indices alone and is kept by the structure."""
+    """The values divided by their row's nonzero count: the quotient is formed in float32
+    (float64 for float64) and rounded once to the values' dtype. A copy, kept as
+    ``operands.OperandCache`` keeps copies; the row scale depends on the indices alone and is kept
+    by the structure."""
     values, s = matrix._values, matrix._structure
     dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
 
     def build():
-        scale = s.kept(("nonzero_scale", dtype), lambda: _nonzero_scale(s, dtype))
+        scale = s.kept(("row_scale", dtype), lambda: _row_scale(s, dtype))
         return (values.to(dtype) * scale).to(values.dtype)
 
     return build() if traced else matrix._cache.get(("mean",), build)
 
 
-def _row_scale(structure, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """1 / (nonzeros of the row) for every row (1 for an empty row), in ``dtype``: kept by the
-    structure (float32 is what the kernels' ``row_scale`` takes)."""
-    def build():
-        counts = structure.rowptr[1:] - structure.rowptr[:-1]
-        return 1.0 / counts.clamp(min=1).to(dtype)
-
-    return structure.kept(("row_scale", dtype), build)
-
-
-def _nonzero_scale(structure, dtype: torch.dtype) -> torch.Tensor:
-    """``_row_scale`` of its row for every nonzero, in ``dtype``."""
+def _row_scale(structure, dtype: torch.dtype) -> torch.Tensor:
+    """1 / (nonzeros of its row) for every nonzero, in ``dtype``."""
     counts = (structure.rowptr[1:] - structure.rowptr[:-1]).long()
-    return torch.repeat_interleave(_row_scale(structure, dtype), counts, output_size=structure.nnz)
+    inverse = 1.0 / counts.clamp(min=1).to(dtype)
+    return torch.repeat_interleave(inverse, counts, output_size=structure.nnz)
 
 
 def _connected(matrix):

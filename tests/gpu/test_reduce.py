@@ -7,8 +7,7 @@ scatter_reduce reference (Y equals the exact extreme rounded to the dtype); outp
 NaN first. Every lane shape (8, 16, 32 lanes; 1, 2, 4 columns per lane; several column tiles),
 hub rows, empty rows, ties, NaN and infinities, strided X; gradients; torch.compile.
 
-mean: every sum path (row sums scaled in the kernels that scale rows, row-scaled values elsewhere),
-against float64.
+mean: every sum path on the row-scaled values, against float64.
 """
 import dataclasses
 

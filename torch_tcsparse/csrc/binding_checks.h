@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 namespace tcsparse_binding {
@@ -41,15 +40,6 @@ inline void check_index(const at::Tensor& t, const char* name, at::ScalarType dt
     TCS_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
     TCS_CHECK(t.dim() == 1 && t.numel() == numel, name, " must be 1-D with ", numel, " entries, got shape ", t.sizes());
     TCS_CHECK(t.is_contiguous(), name, " must be contiguous");
-}
-
-// The optional scale of each output row's sums (float32 [num_rows], contiguous, on `device`), as
-// the kernels take it: its data, or null where none is given.
-inline const float* row_scale_data(const std::optional<at::Tensor>& row_scale, int64_t num_rows,
-                                   const at::Device& device) {
-    if (!row_scale.has_value()) return nullptr;
-    check_index(*row_scale, "row_scale", at::kFloat, num_rows, device);
-    return row_scale->const_data_ptr<float>();
 }
 
 // Calls f with a value of the CUDA element type matching `dtype` (float, __half, __nv_bfloat16).

@@ -20,7 +20,6 @@ namespace {
 
 using tcsparse_binding::check_index;
 using tcsparse_binding::check_launch;
-using tcsparse_binding::row_scale_data;
 using tcsparse_binding::with_element_type;
 
 // Past this the deterministic balanced kernel's per-chunk workspace is not worth its memory;
@@ -289,11 +288,10 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
                 const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
                 const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
                 const at::Tensor& chunk_row_starts, int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk,
-                bool balanced, bool deterministic, bool exact, const std::optional<at::Tensor>& row_scale) {
+                bool balanced, bool deterministic, bool exact) {
     const at::Device device = values.device();
     check_dense(x, "x", num_cols, device);
     check_values(values, local_ids.numel(), x.scalar_type());
-    const float* scale = row_scale_data(row_scale, num_rows, device);
     const c10::cuda::CUDAGuard guard(device);
     Layout layout = make_layout(window_offsets, block_offsets, local_ids, block_cols, block_bitmap, row_map,
                                 chunk_offsets, chunk_row_starts, window, num_rows, chunk, device);
@@ -314,7 +312,7 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
             const int64_t floats = tcsparse::metcf_balanced_workspace_floats(a, n);
             if (floats * 4 <= kMaxWorkspaceBytes) {
                 at::Tensor workspace = at::empty({floats}, xc.options().dtype(at::kFloat));
-                check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, scale, n, precision, nullptr,
+                check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, n, precision, nullptr,
                                                               workspace.data_ptr<float>(), stream),
                              "metcf_spmm_balanced (deterministic)");
                 return;
@@ -324,11 +322,11 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
         if (balanced) {
             // Cut windows are summed in fp32: in y itself when it is fp32, else in a scratch.
             at::Tensor partial = std::is_same_v<T, float> ? y : at::empty({num_rows, n}, xc.options().dtype(at::kFloat));
-            check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, scale, n, precision, partial.data_ptr<float>(),
+            check_launch(tcsparse::metcf_spmm_balanced<T>(a, vp, xp, yp, n, precision, partial.data_ptr<float>(),
                                                           nullptr, stream),
                          "metcf_spmm_balanced");
         } else {
-            check_launch(tcsparse::metcf_spmm_base<T>(a, vp, xp, yp, scale, n, precision, stream), "metcf_spmm_base");
+            check_launch(tcsparse::metcf_spmm_base<T>(a, vp, xp, yp, n, precision, stream), "metcf_spmm_base");
         }
     });
     return y;

@@ -15,7 +15,6 @@ namespace {
 
 using tcsparse_binding::check_index;
 using tcsparse_binding::check_launch;
-using tcsparse_binding::row_scale_data;
 using tcsparse_binding::with_element_type;
 
 void check_operand(const at::Tensor& t, const char* name, const at::Device& device, at::ScalarType dtype) {
@@ -35,13 +34,11 @@ namespace tcsparse_binding {
 // csr_rows.row_pieces's, not checked here: only their sizes, types and device; padding entries
 // (-1, csr_rows_spmm.h) are skipped by the kernel. addend, when given, is an fp32
 // [num_rows, n] matrix in Y's row order added to Y before its one rounding (csr_rows_spmm.h).
-// row_scale, when given, is float32 [num_rows] in Y's row order: each row's sums are multiplied
-// by it before the bias and the addend are added.
 at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at::Tensor& col,
                          const at::Tensor& values, const at::Tensor& piece_slots, const at::Tensor& piece_starts,
                          const at::Tensor& split_rows, int64_t num_cols, int64_t piece_nnz,
                          const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& row_map,
-                         const std::optional<at::Tensor>& addend, const std::optional<at::Tensor>& row_scale) {
+                         const std::optional<at::Tensor>& addend) {
     TCS_CHECK(rowptr.is_cuda(), "rowptr must be a CUDA tensor, got device ", rowptr.device());
     TCS_CHECK(rowptr.dim() == 1 && rowptr.numel() >= 1, "rowptr must be 1-D with num_rows + 1 entries, got shape ",
               rowptr.sizes());
@@ -55,7 +52,6 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
     check_index(piece_starts, "piece_starts", at::kInt, piece_slots.numel(), device);
     check_index(split_rows, "split_rows", at::kInt, split_rows.numel(), device);
     if (row_map.has_value()) check_index(*row_map, "row_map", at::kInt, num_rows, device);
-    const float* scale = row_scale_data(row_scale, num_rows, device);
     TCS_CHECK(x.device() == device, "x is on ", x.device(), " but the operands are on ", device);
     const at::ScalarType dtype = x.scalar_type();
     TCS_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
@@ -88,7 +84,6 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
     const tcsparse::CsrRows a{rowptr.data_ptr<int32_t>(),
                               col.data_ptr<int32_t>(),
                               row_map.has_value() ? row_map->data_ptr<int32_t>() : nullptr,
-                              scale,
                               piece_slots.data_ptr<int32_t>(), piece_starts.data_ptr<int32_t>(),
                               split_rows.data_ptr<int32_t>(),  num_rows,
                               piece_slots.numel(),             split_rows.numel(),

@@ -225,16 +225,14 @@ __device__ __forceinline__ void add_slots(float (&acc)[CH][V]) {
             for (int q = 0; q < V; ++q) acc[c][q] += __shfl_xor_sync(kFullMask, acc[c][q], offset);
 }
 
-// Row y_row of Y in this tile: the lane's sums times the row's scale (1 without one: exact, so
-// sums are written as they were), plus the bias and the addend, rounded once.
+// Row y_row of Y in this tile: the lane's sums plus the bias and the addend, rounded once.
 template <typename T, int W, int L, bool kAddend>
-__device__ __forceinline__ void write_row(const CsrRows& a, const Operands<T, W, L>& o, int64_t y_row,
+__device__ __forceinline__ void write_row(const Operands<T, W, L>& o, int64_t y_row,
                                           const typename Shape<T, W, L>::Sums& acc) {
     using Sh = Shape<T, W, L>;
     using Load = typename Sh::Load;
     T* out = o.y + y_row * o.ldy + o.col0;
     const float* add = kAddend ? o.addend + y_row * o.n + o.col0 : nullptr;
-    const float scale = a.row_scale != nullptr ? __ldg(a.row_scale + y_row) : 1.f;
 #pragma unroll
     for (int c = 0; c < Sh::CH; ++c) {
         if (!o.covers(c)) continue;
@@ -244,7 +242,7 @@ __device__ __forceinline__ void write_row(const CsrRows& a, const Operands<T, W,
         for (int q = 0; q < Sh::V; ++q) {
             const float b = o.bias != nullptr ? load_float(o.bias + o.col0 + e0 + q) : 0.f;
             const float s = kAddend ? add[e0 + q] : 0.f;
-            e[q] = acc[c][q] * scale + b + s;
+            e[q] = acc[c][q] + b + s;
         }
         // One store of W bytes (a plain assignment was split into 4-byte stores), evict-first:
         // Y is written once, and L2 is better spent on the rows of X that nonzeros share.
@@ -321,7 +319,7 @@ __device__ __forceinline__ void run_piece(const CsrRows& a, const Operands<T, W,
             __stcg(s + q, 0.f);
         }
     }
-    write_row<T, W, L, kAddend>(a, o, output_row(a, row), acc);
+    write_row<T, W, L, kAddend>(o, output_row(a, row), acc);
 }
 
 // The longest row the warp packs, one row per slot, given each row's length (lane i < S: row
@@ -374,7 +372,7 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
     if (__shfl_sync(kFullMask, static_cast<int>(packed), slot)) {
         typename Sh::Sums acc = {};
         walk(o, a.col, static_cast<uint32_t>(my_begin), static_cast<uint32_t>(my_end), 1u, acc);
-        write_row<T, W, L, kAddend>(a, o, my_y_row, acc);
+        write_row<T, W, L, kAddend>(o, my_y_row, acc);
     }
     // The rest on all slots, one row at a time; their bounds read again (from L1) rather than
     // kept in registers through the packed rows' gathers.
@@ -385,7 +383,7 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
             typename Sh::Sums acc = {};
             walk(o, a.col, row_begin + slot, row_end, S, acc);
             add_slots<L>(acc);
-            if (slot == 0) write_row<T, W, L, kAddend>(a, o, output_row(a, r), acc);
+            if (slot == 0) write_row<T, W, L, kAddend>(o, output_row(a, r), acc);
         }
     }
 }
@@ -461,7 +459,7 @@ int load_bytes(const T* x, int64_t ldx, const T* y, int64_t ldy, int64_t n) {
     return sizeof(T);
 }
 
-// The split rows' sums scaled and rounded into Y with the bias and the addend, and set back to zero.
+// The split rows' sums rounded into Y with the bias and the addend, and set back to zero.
 // Padding rows (negative, csr_rows_spmm.h) have no pieces: their sums stay zero untouched.
 template <typename T>
 __global__ void finish_split_rows_kernel(CsrRows a, SplitSums split, T* __restrict__ y, int64_t ldy, int64_t n,
@@ -475,8 +473,7 @@ __global__ void finish_split_rows_kernel(CsrRows a, SplitSums split, T* __restri
         const int64_t row = output_row(a, split_row);
         const float b = bias != nullptr ? load_float(bias + c) : 0.f;
         const float s = addend != nullptr ? addend[row * n + c] : 0.f;
-        const float scale = a.row_scale != nullptr ? a.row_scale[row] : 1.f;
-        y[row * ldy + c] = Element<T>::from_float(split.sums[i] * scale + b + s);
+        y[row * ldy + c] = Element<T>::from_float(split.sums[i] + b + s);
         split.sums[i] = 0.f;
     }
 }

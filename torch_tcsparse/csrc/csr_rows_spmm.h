@@ -33,15 +33,10 @@ namespace tcsparse {
 // matrix passes its rows in the reordering's order with their original column ids: rows that
 // share columns then run side by side and find their rows of X still in L2, while X and Y stay in
 // the user's order.
-//
-// `row_scale` (null: none), indexed by Y's row, multiplies each row's fp32 sums (whole or summed
-// from pieces) before the bias and the addend are added: the mean of a row's products
-// (1 / its nonzeros) with the values read in place.
 struct CsrRows {
     const int32_t* rowptr;        // [num_rows + 1]
     const int32_t* col;           // [nnz]
     const int32_t* row_map;       // [num_rows] or null
-    const float* row_scale;       // [num_rows] or null
     const int32_t* piece_slots;   // [num_pieces]
     const int32_t* piece_starts;  // [num_pieces]
     const int32_t* split_rows;    // [num_split_rows]

@@ -247,8 +247,8 @@ __global__ void __launch_bounds__(kThreads, kGroupedBlocksPerSm)
 #pragma unroll
     for (int r = 0; r < kGroupWindows; ++r) {
         if constexpr (sizeof(T) == 4) {
-            store_tile<float, 16, 1, kVec>(acc[r], StoreMode::kAtomic, nullptr, out, a.row_map, nullptr, slot0 + 16 * r,
-                                           n, nbase, lane);
+            store_tile<float, 16, 1, kVec>(acc[r], StoreMode::kAtomic, nullptr, out, a.row_map, slot0 + 16 * r, n,
+                                           nbase, lane);
         } else if constexpr (kDirect) {
             write_pairs<false, kVec>(acc[r][0], y, bias, a.row_map, slot0 + 16 * r, n, nbase, lane);
         } else {

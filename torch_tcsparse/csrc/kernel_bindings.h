@@ -18,7 +18,7 @@ at::Tensor spmm(const at::Tensor& x, const at::Tensor& values, const at::Tensor&
                 const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
                 const at::Tensor& block_bitmap, const at::Tensor& row_map, const at::Tensor& chunk_offsets,
                 const at::Tensor& chunk_row_starts, int64_t window, int64_t num_rows, int64_t num_cols, int64_t chunk,
-                bool balanced, bool deterministic, bool exact, const std::optional<at::Tensor>& row_scale);
+                bool balanced, bool deterministic, bool exact);
 
 at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& window_offsets,
                  const at::Tensor& block_offsets, const at::Tensor& local_ids, const at::Tensor& block_cols,
@@ -47,7 +47,7 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
                          const at::Tensor& values, const at::Tensor& piece_slots, const at::Tensor& piece_starts,
                          const at::Tensor& split_rows, int64_t num_cols, int64_t piece_nnz,
                          const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& row_map,
-                         const std::optional<at::Tensor>& addend, const std::optional<at::Tensor>& row_scale);
+                         const std::optional<at::Tensor>& addend);
 
 at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const at::Tensor& chunk_starts,
                         const at::Tensor& chunk_group, const at::Tensor& block_cols, const at::Tensor& sub_slots,

@@ -242,30 +242,28 @@ __device__ __forceinline__ void warp_blocks(const MetcfArrays& a, const T* __res
 
 // Write the warp's tile (window rows g and g + 8, 2E columns per lane per step): rounded to T
 // into y (kStore), or in fp32 added into `partial` (kAtomic) or stored to a workspace tile
-// (kWorkspace, rows indexed by window slot; padding slots, which no sum reads, are skipped).
-// Every row's sums are multiplied by its `row_scale` first (1 without one: exact, so sums are
-// stored as they were); cut windows thus add scaled parts, whose total is the scaled sum.
+// (kWorkspace, rows indexed by window slot).
 template <typename T, int WINDOW, int NV, bool kVec>
 __device__ __forceinline__ void store_tile(const Acc<T, NV>& acc, StoreMode mode, T* y, float* partial,
-                                           const int32_t* row_map, const float* row_scale, int64_t slot0, int64_t n,
-                                           int64_t nbase, int lane) {
+                                           const int32_t* row_map, int64_t slot0, int64_t n, int64_t nbase, int lane) {
     constexpr int E = kPerCopy<T>;
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int h = 0; h < WINDOW / 8; ++h) {
         const int slot = g + 8 * h;
-        const int64_t y_row = row_map[slot0 + slot];
-        if (y_row < 0) continue;
-        const int64_t row = mode == StoreMode::kWorkspace ? slot : y_row;
-        const float scale = row_scale != nullptr ? __ldg(row_scale + y_row) : 1.f;
+        int64_t row = slot;
+        if (mode != StoreMode::kWorkspace) {
+            row = row_map[slot0 + slot];
+            if (row < 0) continue;
+        }
 #pragma unroll
         for (int s = 0; s < NV; ++s) {
             const int64_t c0 = nbase + kStep<T> * s + 2 * E * t;
             float v[2 * E];
 #pragma unroll
             for (int m = 0; m < E; ++m) {
-                v[m] = acc[s][m][2 * h] * scale;
-                v[E + m] = acc[s][m][2 * h + 1] * scale;
+                v[m] = acc[s][m][2 * h];
+                v[E + m] = acc[s][m][2 * h + 1];
             }
             if constexpr (kVec) {
 #pragma unroll
@@ -332,7 +330,7 @@ constexpr int kMinBlocksPerSm = NV == 1 ? 6 : (sizeof(T) == 4 ? 5 : 4);
 template <typename T, int WINDOW, int NV, int S, bool kVec, bool kSplit>
 __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
     metcf_base_kernel(MetcfArrays a, const T* __restrict__ values, const T* __restrict__ x, T* __restrict__ y,
-                      const float* __restrict__ row_scale, int64_t n, int slices) {
+                      int64_t n, int slices) {
     __shared__ WarpRing<NV, S> rings[kWarps];
     const int64_t item = global_warp();
     if (item >= a.num_windows * slices) return;
@@ -343,8 +341,7 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
     zero_acc<T, NV>(acc);
     warp_blocks<T, WINDOW, NV, S, kVec, kSplit>(a, values, x, n, nbase, a.chunk_offsets[w], a.window_offsets[w],
                                                 a.window_offsets[w + 1], lane, rings[threadIdx.x >> 5], acc);
-    store_tile<T, WINDOW, NV, kVec>(acc, StoreMode::kStore, y, nullptr, a.row_map, row_scale, w * WINDOW, n, nbase,
-                                    lane);
+    store_tile<T, WINDOW, NV, kVec>(acc, StoreMode::kStore, y, nullptr, a.row_map, w * WINDOW, n, nbase, lane);
 }
 
 // The window holding chunk c: the last w with chunk_offsets[w] <= c.
@@ -366,7 +363,7 @@ __device__ __forceinline__ int64_t items_per_warp(int64_t items, int64_t warps) 
 template <typename T, int WINDOW, int NV, int S, bool kVec, bool kSplit>
 __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
     metcf_balanced_kernel(MetcfArrays a, const T* __restrict__ values, const T* __restrict__ x, T* y,
-                          float* partial, const float* __restrict__ row_scale, int64_t n, int slices, int64_t warps) {
+                          float* partial, int64_t n, int slices, int64_t warps) {
     __shared__ WarpRing<NV, S> rings[kWarps];
     const int lane = threadIdx.x & 31;
     const int64_t chunks = a.chunk_offsets[a.num_windows];
@@ -394,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
         warp_blocks<T, WINDOW, NV, S, kVec, kSplit>(a, values, x, n, nbase, c, rb, re, lane, rings[threadIdx.x >> 5],
                                                     acc);
         const StoreMode mode = c == first && stop == last ? StoreMode::kStore : StoreMode::kAtomic;
-        store_tile<T, WINDOW, NV, kVec>(acc, mode, y, partial, a.row_map, row_scale, w * WINDOW, n, nbase, lane);
+        store_tile<T, WINDOW, NV, kVec>(acc, mode, y, partial, a.row_map, w * WINDOW, n, nbase, lane);
         item += stop - c;
     }
 }
@@ -442,8 +439,8 @@ __global__ void metcf_cut_windows_kernel(MetcfArrays a, float* __restrict__ part
 template <typename T, int WINDOW, int NV, int S, bool kVec, bool kSplit>
 __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
     metcf_balanced_workspace_kernel(MetcfArrays a, const T* __restrict__ values, const T* __restrict__ x,
-                                    T* __restrict__ y, const float* __restrict__ row_scale, int64_t n, int slices,
-                                    int64_t warps, float* __restrict__ workspace) {
+                                    T* __restrict__ y, int64_t n, int slices, int64_t warps,
+                                    float* __restrict__ workspace) {
     __shared__ WarpRing<NV, S> rings[kWarps];
     const int lane = threadIdx.x & 31;
     const int64_t chunks = a.chunk_offsets[a.num_windows];
@@ -462,8 +459,8 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocksPerSm<T, NV>))
         warp_blocks<T, WINDOW, NV, S, kVec, kSplit>(a, values, x, n, nbase, c, rb, re, lane, rings[threadIdx.x >> 5],
                                                     acc);
         const StoreMode mode = count == 1 ? StoreMode::kStore : StoreMode::kWorkspace;
-        store_tile<T, WINDOW, NV, kVec>(acc, mode, y, workspace + c * WINDOW * n, a.row_map, row_scale, w * WINDOW, n,
-                                        nbase, lane);
+        store_tile<T, WINDOW, NV, kVec>(acc, mode, y, workspace + c * WINDOW * n, a.row_map, w * WINDOW, n, nbase,
+                                        lane);
     }
 }
 
@@ -546,7 +543,6 @@ struct BaseLaunch {
     const T* values;
     const T* x;
     T* y;
-    const float* row_scale;
     int64_t n;
     cudaStream_t stream;
     template <int WINDOW, int NV, int S, bool kVec, bool kSplit>
@@ -555,8 +551,7 @@ struct BaseLaunch {
         const int64_t grid = ceil_div(a.num_windows * slices, kWarps);
         if (grid > 0x7fffffffll) return cudaErrorInvalidConfiguration;
         metcf_base_kernel<T, WINDOW, NV, S, kVec, kSplit>
-            <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, values, x, y, row_scale, n,
-                                                                     static_cast<int>(slices));
+            <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a, values, x, y, n, static_cast<int>(slices));
         return cudaGetLastError();
     }
 };
@@ -581,7 +576,6 @@ struct BalancedLaunch {
     const T* values;
     const T* x;
     T* y;
-    const float* row_scale;
     int64_t n;
     float* partial;
     float* workspace;
@@ -593,8 +587,8 @@ struct BalancedLaunch {
             const auto kernel = metcf_balanced_workspace_kernel<T, WINDOW, NV, S, kVec, kSplit>;
             static const int resident = resident_blocks(kernel);
             const int64_t warps = balanced_warps(a, slices, resident);
-            kernel<<<static_cast<unsigned>(ceil_div(warps, kWarps)), kThreads, 0, stream>>>(a, values, x, y, row_scale, n,
-                                                                                            slices, warps, workspace);
+            kernel<<<static_cast<unsigned>(ceil_div(warps, kWarps)), kThreads, 0, stream>>>(a, values, x, y, n, slices,
+                                                                                            warps, workspace);
             return cudaGetLastError();
         }
         const auto kernel = metcf_balanced_kernel<T, WINDOW, NV, S, kVec, kSplit>;
@@ -605,8 +599,8 @@ struct BalancedLaunch {
         metcf_cut_windows_kernel<T, true><<<window_grid, 256, 0, stream>>>(a, partial, y, n, width, slices, warps);
         cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return err;
-        kernel<<<static_cast<unsigned>(ceil_div(warps, kWarps)), kThreads, 0, stream>>>(a, values, x, y, partial,
-                                                                                        row_scale, n, slices, warps);
+        kernel<<<static_cast<unsigned>(ceil_div(warps, kWarps)), kThreads, 0, stream>>>(a, values, x, y, partial, n,
+                                                                                        slices, warps);
         err = cudaGetLastError();
         if (err != cudaSuccess || static_cast<const void*>(partial) == static_cast<const void*>(y)) return err;
         metcf_cut_windows_kernel<T, false><<<window_grid, 256, 0, stream>>>(a, partial, y, n, width, slices, warps);
@@ -646,20 +640,18 @@ cudaError_t metcf_spmm_launch_shape(int window, int64_t num_windows, int64_t n, 
 }
 
 template <typename T>
-cudaError_t metcf_spmm_base(const MetcfArrays& a, const T* values, const T* x, T* y, const float* row_scale,
-                            int64_t n, Precision precision, cudaStream_t stream) {
+cudaError_t metcf_spmm_base(const MetcfArrays& a, const T* values, const T* x, T* y, int64_t n,
+                            Precision precision, cudaStream_t stream) {
     if (a.num_windows == 0 || n == 0) return cudaSuccess;
-    return dispatch<T>(a, x, y, n, precision, BaseLaunch<T>{a, values, x, y, row_scale, n, stream});
+    return dispatch<T>(a, x, y, n, precision, BaseLaunch<T>{a, values, x, y, n, stream});
 }
 
 template <typename T>
-cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const T* values, const T* x, T* y, const float* row_scale,
-                                int64_t n, Precision precision, float* partial, float* workspace,
-                                cudaStream_t stream) {
+cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const T* values, const T* x, T* y, int64_t n,
+                                Precision precision, float* partial, float* workspace, cudaStream_t stream) {
     if (a.num_windows == 0 || n == 0) return cudaSuccess;
     if (a.chunk < 1 || (!workspace && !partial)) return cudaErrorInvalidValue;
-    cudaError_t err = dispatch<T>(a, x, y, n, precision,
-                                  BalancedLaunch<T>{a, values, x, y, row_scale, n, partial, workspace, stream});
+    cudaError_t err = dispatch<T>(a, x, y, n, precision, BalancedLaunch<T>{a, values, x, y, n, partial, workspace, stream});
     if (err != cudaSuccess || !workspace) return err;
     const dim3 grid(static_cast<unsigned>(a.num_windows), static_cast<unsigned>(ceil_div(a.window * n, 1024)));
     metcf_sum_workspace_kernel<T><<<grid, 256, 0, stream>>>(a, workspace, y, n);
@@ -671,10 +663,10 @@ cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const T* values, const T* 
 // The explicit instantiations of the launch API for one element type (kernels_<type>.cu).
 #define TCSPARSE_INSTANTIATE_METCF_KERNELS(T)                                                                       \
     namespace tcsparse {                                                                                             \
-    template cudaError_t metcf_spmm_base<T>(const MetcfArrays&, const T*, const T*, T*, const float*, int64_t,  \
-                                            Precision, cudaStream_t);                                                \
-    template cudaError_t metcf_spmm_balanced<T>(const MetcfArrays&, const T*, const T*, T*, const float*,        \
-                                                int64_t, Precision, float*, float*, cudaStream_t);                   \
+    template cudaError_t metcf_spmm_base<T>(const MetcfArrays&, const T*, const T*, T*, int64_t, Precision,     \
+                                            cudaStream_t);                                                           \
+    template cudaError_t metcf_spmm_balanced<T>(const MetcfArrays&, const T*, const T*, T*, int64_t, Precision, \
+                                                float*, float*, cudaStream_t);                                       \
     template cudaError_t metcf_spmm_launch_shape<T>(int, int64_t, int64_t, bool, Precision, int*, int64_t*);        \
     template cudaError_t metcf_sddmm<T>(const MetcfArrays&, const T*, const T*, float*, int64_t, cudaStream_t);     \
     }

@@ -44,14 +44,11 @@ struct MetcfArrays {
 // read in place: any 2-byte aligned pointer for 16-bit T, 4-byte aligned for float.
 // kernels_<type>.cu instantiate them.
 
-// Y[num_rows, n] = A @ X[num_cols, n]; X and Y row-major with leading dimension n. `row_scale`
-// (null: none), float [num_rows] indexed by Y's row, multiplies each row's fp32 sums before they
-// are stored or added: the mean of a row's products (1 / its nonzeros) with the values read in
-// place, where scaled copies of the values would go stale under writes no version counter sees.
+// Y[num_rows, n] = A @ X[num_cols, n]; X and Y row-major with leading dimension n.
 // base: one warp per (row window, slice of columns), each row written once.
 template <typename T>
-cudaError_t metcf_spmm_base(const MetcfArrays& a, const T* values, const T* x, T* y, const float* row_scale,
-                            int64_t n, Precision precision, cudaStream_t stream);
+cudaError_t metcf_spmm_base(const MetcfArrays& a, const T* values, const T* x, T* y, int64_t n,
+                            Precision precision, cudaStream_t stream);
 
 // balanced: a persistent grid in which every warp takes the same number of chunks (of
 // `chunk` TC blocks each, never straddling windows). Without a workspace, windows cut between
@@ -60,9 +57,8 @@ cudaError_t metcf_spmm_base(const MetcfArrays& a, const T* values, const T* x, T
 // With a workspace (deterministic), every chunk of a multi-chunk window writes its fp32 tile to
 // it and a second kernel sums them in chunk order; metcf_balanced_workspace_floats gives its size.
 template <typename T>
-cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const T* values, const T* x, T* y, const float* row_scale,
-                                int64_t n, Precision precision, float* partial, float* workspace,
-                                cudaStream_t stream);
+cudaError_t metcf_spmm_balanced(const MetcfArrays& a, const T* values, const T* x, T* y, int64_t n,
+                                Precision precision, float* partial, float* workspace, cudaStream_t stream);
 
 // Launch shape of the SpMM kernel that runs at this n on a matrix of num_windows row windows (for
 // the selector's scheduling model): warps resident per SM, and warps per window (or chunk) along n.

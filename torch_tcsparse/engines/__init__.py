@@ -3,9 +3,8 @@
 An engine (``base.Engine``) builds its index arrays from a matrix's structure, derives its
 operands from the values, and launches; the backward of every engine is the same formula
 (``autograd.py``): dX runs the engine on the transpose, the values' gradient is one SDDMM.
-``reduce="mean"`` runs the sum with each row's sums divided by its nonzero count: in the kernel's
-epilogue on the engines that ``scales_rows`` (Tensor-Core, rows), on row-scaled values elsewhere;
-``reduce="max"``/``"min"`` is no sum and has its own forward and backward (``extreme.py``).
+``reduce="mean"`` runs these engines on row-scaled values; ``reduce="max"``/``"min"`` is no sum and
+has its own forward and backward (``extreme.py``).
 """
 from __future__ import annotations
 

@@ -4,11 +4,6 @@
 - dX = A^T dY, on the same engine, with the transpose's operands;
 - d(values) = for every nonzero (i, j): <dY[i], X[j]> (an SDDMM), in canonical CSR order;
 - d(bias) = the column sums of dY.
-
-A product whose engine scaled its rows' sums (``row_scale * (A @ X) + bias``, the mean where the
-kernel reads the values in place) is A' @ X + bias with A'[i, j] = row_scale[i] A[i, j]: dX =
-A'^T dY = A^T (row_scale dY), and d(values) = row_scale[i] <dY[i], X[j]> = <(row_scale dY)[i],
-X[j]>, so both take dY with its rows scaled; d(bias) takes dY as it is.
 """
 from __future__ import annotations
 
@@ -23,17 +18,11 @@ from . import reference
 
 
 def backward(grad_y: Tensor, needs: tuple[bool, bool, bool], transposed_product: Callable[[Tensor], Tensor],
-             values_gradient: Callable[[Tensor], Tensor],
-             row_scale: Tensor | None = None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """(dX, d(values), d(bias)) for the inputs ``needs`` asks for, of a product whose rows'
-    sums were multiplied by ``row_scale`` where given."""
+             values_gradient: Callable[[Tensor], Tensor]) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """(dX, d(values), d(bias)) for the inputs ``needs`` asks for."""
     needs_x, needs_values, needs_bias = needs
-    scaled = grad_y
-    if row_scale is not None and (needs_x or needs_values):
-        # Formed in float32 and rounded once to dY's dtype, as the forward rounds its outputs.
-        scaled = (grad_y * row_scale.unsqueeze(1)).to(grad_y.dtype)
-    grad_x = transposed_product(scaled) if needs_x else None
-    grad_values = values_gradient(scaled) if needs_values else None
+    grad_x = transposed_product(grad_y) if needs_x else None
+    grad_values = values_gradient(grad_y) if needs_values else None
     grad_bias = grad_y.sum(0) if needs_bias else None
     return grad_x, grad_values, grad_bias
 
@@ -51,27 +40,25 @@ def values_gradient(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
 
 
 class Product(torch.autograd.Function):
-    """``engine.run(x, operands, bias, row_scale)`` in eager mode, differentiable for x, the
-    matrix's values (canonical CSR order) and the bias. ``transposed_operands()`` gives the
-    transpose's operands on the same engine (built on first need); ``structure`` gives the layout
-    of the SDDMM."""
+    """``engine.run(x, operands, bias)`` in eager mode, differentiable for x, the matrix's values
+    (canonical CSR order) and the bias. ``transposed_operands()`` gives the transpose's operands
+    on the same engine (built on first need); ``structure`` gives the layout of the SDDMM."""
 
     @staticmethod
-    def forward(ctx, x, values, bias, row_scale, engine, operands, transposed_operands, structure):
+    def forward(ctx, x, values, bias, engine, operands, transposed_operands, structure):
         ctx.engine, ctx.transposed_operands, ctx.structure = engine, transposed_operands, structure
         # Saving the values makes autograd refuse a backward after they changed in place.
-        ctx.save_for_backward(x, values, row_scale)
-        return engine.run(x, operands, bias, row_scale)
+        ctx.save_for_backward(x, values)
+        return engine.run(x, operands, bias)
 
     @staticmethod
     def backward(ctx, grad_y):
-        x, _, row_scale = ctx.saved_tensors
+        x, _ = ctx.saved_tensors
         engine = ctx.engine
         grad_x, grad_values, grad_bias = backward(
             grad_y,
             ctx.needs_input_grad[:3],
             lambda g: engine.run(g, ctx.transposed_operands(), None),
             lambda g: values_gradient(g, x, ctx.structure.layout),
-            row_scale,
         )
-        return grad_x, grad_values, grad_bias, None, None, None, None, None
+        return grad_x, grad_values, grad_bias, None, None, None, None

@@ -21,15 +21,11 @@ if TYPE_CHECKING:
 class Engine:
     """One path of ``A @ X``. ``name`` is its path name (``paths.ENGINE_PATHS``); engines that read
     the same indices and operands (base and balanced) share ``operand_key``. ``traceable``: its
-    indices travel with a matrix that ``torch.compile`` takes as an input (``flattening``).
-    ``scales_rows``: its ``run`` takes a ``row_scale``, which its kernel applies to each row's
-    sums, so that the mean reads the same operands as the sum (the values in place, where the
-    kernel reads them so); other engines sum over a scaled copy of the values (``product._sum``)."""
+    indices travel with a matrix that ``torch.compile`` takes as an input (``flattening``)."""
 
     name: str
     operand_key: str
     traceable = True
-    scales_rows = False
 
     def index_key(self, structure: "Structure", dtype: torch.dtype) -> tuple:
         """The name under which a structure keeps this engine's indices for values of ``dtype``
@@ -57,11 +53,8 @@ class Engine:
         lie, so that every later write reaches them: what a matrix may keep across products."""
         return False
 
-    def run(self, x: torch.Tensor, operands, bias: torch.Tensor | None,
-            row_scale: torch.Tensor | None = None) -> torch.Tensor:
-        """A @ x (+ bias on every row) for a 2-D x of the matrix's dtype and device; with
-        ``row_scale`` (float32, one per row; given only to engines that ``scales_rows``), every
-        row's sums times its scale, before the bias: row_scale * (A @ x) + bias."""
+    def run(self, x: torch.Tensor, operands, bias: torch.Tensor | None) -> torch.Tensor:
+        """A @ x (+ bias on every row) for a 2-D x of the matrix's dtype and device."""
         raise NotImplementedError
 
     def flat(self, indices) -> tuple[list[torch.Tensor], list[int]]:

@@ -46,7 +46,7 @@ class CsrEngine(Engine):
         # torch's CSR tensor holds the values themselves unless they were cast (16-bit on the CPU).
         return operands.dtype == values.dtype and operands.values().data_ptr() == values.data_ptr()
 
-    def run(self, x, operands, bias, row_scale=None):  # no scales_rows: never given a row_scale
+    def run(self, x, operands, bias):
         matrix = operands
         if matrix.dtype == x.dtype:
             return product(matrix, x.contiguous(), bias)

@@ -47,7 +47,7 @@ class GroupedEngine(Engine):
         rest_values = None if layout.rest is None else values.index_select(0, layout.rest.gather)
         return indices, fragments, rest_values
 
-    def run(self, x, operands, bias, row_scale=None):  # no scales_rows: never given a row_scale
+    def run(self, x, operands, bias):
         indices, fragments, rest_values = operands
         layout = indices.layout
         arrays = layout.kernel_arrays()

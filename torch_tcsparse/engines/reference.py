@@ -87,7 +87,7 @@ class ReferenceEngine(Engine):
     def operands(self, layout, values):
         return block_order(values, layout), layout
 
-    def run(self, x, operands, bias, row_scale=None):  # no scales_rows: never given a row_scale
+    def run(self, x, operands, bias):
         values, layout = operands
         # Autocast already picked the operands' dtype; it must not recast the products inside.
         with torch.autocast(x.device.type, enabled=False):

@@ -34,7 +34,6 @@ class RowsOperands(NamedTuple):
 
 class RowsEngine(Engine):
     name = operand_key = "rows"
-    scales_rows = True  # by Y's row: a reordered matrix's mean shares its sum's gathered values too
 
     def index_key(self, structure, dtype):
         # The split depends on the matrix, the dtype and deterministic mode (no split rows there).
@@ -63,10 +62,9 @@ class RowsEngine(Engine):
     def reads_in_place(self, operands, values):
         return operands.indices.gather is None  # else a gathered copy in the warps' order
 
-    def run(self, x, operands, bias, row_scale=None):
+    def run(self, x, operands, bias):
         i, values = operands
-        return kernels.csr_rows_spmm(x, i.rowptr, i.col, values, i.pieces, i.num_cols, bias, i.row_map,
-                                     row_scale=row_scale)
+        return kernels.csr_rows_spmm(x, i.rowptr, i.col, values, i.pieces, i.num_cols, bias, i.row_map)
 
     def flat(self, i):
         optional = [t for t in (i.gather, i.row_map) if t is not None]

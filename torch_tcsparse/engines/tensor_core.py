@@ -45,7 +45,6 @@ def kernel_arrays(layout: MetcfLayout) -> list[torch.Tensor]:
 
 class TensorCoreEngine(Engine):
     operand_key = "tensor_core"
-    scales_rows = True
 
     def __init__(self, name: str, balanced: bool):
         self.name, self.balanced = name, balanced
@@ -60,14 +59,14 @@ class TensorCoreEngine(Engine):
         # The operands hold the values themselves unless they had to be made contiguous.
         return operands.values.data_ptr() == values.data_ptr() and operands.values.stride() == values.stride()
 
-    def run(self, x, operands, bias, row_scale=None):
+    def run(self, x, operands, bias):
         o = operands
         if o.values.numel() == 0 or x.shape[1] == 0:
             y = x.new_zeros(o.layout.num_rows, x.shape[1])
         else:
             # Values of another dtype than X (a product under autocast) are cast for this product.
             values = o.values if o.values.dtype == x.dtype else o.values.to(x.dtype)
-            y = kernels.metcf_spmm(x, values, o.arguments, self.balanced, row_scale)
+            y = kernels.metcf_spmm(x, values, o.arguments, self.balanced)
         return y if bias is None else y + bias
 
     def flat(self, layout):
