@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .weighted_graph import WeightedGraph, segment_offsets
+from .weighted_graph import WeightedGraph, grouped_order, within_group
 
 
 def worth_rebalancing(graph: WeightedGraph, part: Tensor, weights: Tensor, limit: Tensor, node: Tensor,
@@ -38,12 +38,9 @@ def worth_rebalancing(graph: WeightedGraph, part: Tensor, weights: Tensor, limit
     value = gain / size.clamp(min=1e-300)
     # Per target, the moves of most gain per weight first; each is priced at the excess that it
     # and the moves before it leave.
-    order = torch.sort(value, descending=True, stable=True).indices
-    order = order[torch.sort(target[order], stable=True).indices]
+    order, segment, starts = grouped_order(target, value)
     sorted_target = target[order]
-    segment, starts = segment_offsets(sorted_target)
-    arrived = torch.cumsum(node_weight[order], 0)
-    arrived -= (arrived[starts] - node_weight[order][starts])[segment]
+    arrived = within_group(node_weight[order], segment, starts)
     excess = ((left.index_select(0, sorted_target) + arrived - part_limit.index_select(0, sorted_target)).clamp_(min=0)
               * scale.index_select(0, sorted_target)).sum(1)
     keep = torch.zeros(node.numel(), dtype=torch.bool, device=node.device)
@@ -66,12 +63,9 @@ def _room_price(graph: WeightedGraph, part: Tensor, node: Tensor, loss: Tensor, 
     size = (graph.node_weight.index_select(0, stay) * scale.index_select(0, stay_part)).sum(1)
     # A node that frees nothing of the excess never helps, whatever it costs.
     ratio = torch.where(size > 0, loss.index_select(0, stay) / size.clamp(min=1e-300), torch.inf)
-    order = torch.sort(ratio, stable=True).indices
-    order = order[torch.sort(stay_part[order], stable=True).indices]
-    sorted_part, sorted_size = stay_part[order], size[order]
-    segment, starts = segment_offsets(sorted_part)
-    freed = torch.cumsum(sorted_size, 0)
-    freed -= (freed[starts] - sorted_size[starts])[segment]
+    order, segment, starts = grouped_order(stay_part, -ratio)  # cheapest first
+    sorted_part = stay_part[order]
+    freed = within_group(size[order], segment, starts)
     # One ascending key over all parts: a part's offset is above any part's freed weight.
     span = float(freed.max()) + 1
     position = torch.searchsorted(sorted_part * span + freed, wanted * span + excess)

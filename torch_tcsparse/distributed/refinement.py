@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .hashing import hash_ids, random_bits
 from .move_prices import worth_rebalancing
-from .weighted_graph import WeightedGraph, segment_offsets, select
+from .weighted_graph import WeightedGraph, grouped_order, select, within_group
 
 # Entries of a chunk's connection table (int64): 128 MB.
 _TABLE_ENTRIES = 1 << 24
@@ -110,11 +110,9 @@ def _signature(part: Tensor, num_parts: int, seed: int) -> int:
     return int(hash_ids(ids * num_parts + part, seed).sum())
 
 
-def _connections(graph: WeightedGraph, start: int, end: int, rows: Tensor, part: Tensor, num_parts: int) -> Tensor:
-    """``[end - start, num_parts]``: each row's connection to each part, counted for the rows
-    where ``rows`` (a mask over all nodes) holds, zero elsewhere."""
+def _connections(graph: WeightedGraph, start: int, end: int, part: Tensor, num_parts: int) -> Tensor:
+    """``[end - start, num_parts]``: each row's connection to each part."""
     row, col, edge_weight = graph.edges(start, end)
-    row, col, edge_weight = select(rows.index_select(0, row), row, col, edge_weight)
     weight = torch.ones(row.numel(), dtype=torch.long, device=row.device) if edge_weight is None else edge_weight
     table = torch.zeros((end - start) * num_parts, dtype=torch.long, device=row.device)
     table.index_add_(0, (row - start) * num_parts + part.index_select(0, col), weight)
@@ -138,10 +136,9 @@ def _filtered_moves(graph: WeightedGraph, part: Tensor, num_parts: int, weights:
     gain = torch.zeros(n, dtype=torch.long, device=graph.device)
     loss = torch.zeros(n, dtype=torch.long, device=graph.device)
     free = ~locked
-    everyone = torch.ones(n, dtype=torch.bool, device=graph.device)
     for start, end in _table_chunks(graph, num_parts):
         # Locked nodes are counted too: their loss prices the rebalancing of their part.
-        table = _connections(graph, start, end, everyone, part, num_parts)
+        table = _connections(graph, start, end, part, num_parts)
         own_part = part[start:end].unsqueeze(1)
         own = table.gather(1, own_part).squeeze(1)
         score = torch.where(table > 0, (table << _TIE_BITS) | _tie_noise(start, end, num_parts, seed, graph.device), -1)
@@ -250,20 +247,20 @@ def _chosen_moves(graph: WeightedGraph, part: Tensor, weights: Tensor, limit: Te
     scale = (excess > 0).double() / limit.expand_as(weights).double()
     freed = (node_weight * scale.index_select(0, source)).sum(1)
     gain = torch.where(freed > 0, gain / freed.clamp(min=1e-300), -torch.inf)
-    order, segment, starts = _grouped_order(source, gain)
-    before = _within_group(node_weight[order], segment, starts) - node_weight[order]
+    order, segment, starts = grouped_order(source, gain)
+    before = within_group(node_weight[order], segment, starts) - node_weight[order]
     sorted_excess = excess[source[order]]
     needed = torch.zeros(node.numel(), dtype=torch.bool, device=node.device)
     needed[order] = ((before < sorted_excess) & (sorted_excess > 0)).any(1)
     node, target, gain, reduction, node_weight = (t[needed] for t in (node, target, gain, reduction, node_weight))
-    order, segment, starts = _grouped_order(target, gain)
+    order, segment, starts = grouped_order(target, gain)
     sorted_target = target[order]
-    cumulative = _within_group(node_weight[order], segment, starts)
+    cumulative = within_group(node_weight[order], segment, starts)
     target_limit = _of_parts(limit, sorted_target)
     added = (((weights[sorted_target] + cumulative - target_limit).clamp_(min=0) - excess[sorted_target])
              / target_limit.double()).sum(1)
-    removed = _within_group(reduction[order], segment, starts)
-    failed = _within_group((2 * added >= removed).long(), segment, starts)
+    removed = within_group(reduction[order], segment, starts)
+    failed = within_group((2 * added >= removed).long(), segment, starts)
     accepted = torch.zeros(node.numel(), dtype=torch.bool, device=node.device)
     accepted[order] = failed == 0
     return node[accepted], target[accepted]
@@ -272,21 +269,6 @@ def _chosen_moves(graph: WeightedGraph, part: Tensor, weights: Tensor, limit: Te
 def _of_parts(limit: Tensor, parts: Tensor) -> Tensor:
     """The limit of each of ``parts``: ``limit`` is one per constraint, or one row per part."""
     return limit if limit.dim() == 1 else limit.index_select(0, parts)
-
-
-def _grouped_order(group: Tensor, priority: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """An order of the entries by group, then by priority (highest first); each entry's group
-    index in that order and where each group starts."""
-    order = torch.sort(priority, descending=True, stable=True).indices
-    order = order[torch.sort(group[order], stable=True).indices]
-    segment, starts = segment_offsets(group[order])
-    return order, segment, starts
-
-
-def _within_group(values: Tensor, segment: Tensor, starts: Tensor) -> Tensor:
-    """The running sum of ``values`` (in group order) restarted at each group."""
-    cumulative = torch.cumsum(values, 0)
-    return cumulative - (cumulative[starts] - values[starts])[segment]
 
 
 def _apply(graph: WeightedGraph, part: Tensor, weights: Tensor, node: Tensor, target: Tensor) -> None:

@@ -116,6 +116,21 @@ def accept_within_limit(target: Tensor, node_weight: Tensor, weight: Tensor, lim
     return accepted
 
 
+def grouped_order(group: Tensor, priority: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """An order of the entries by group, then by priority (highest first); each entry's group
+    index in that order and where each group starts."""
+    order = torch.sort(priority, descending=True, stable=True).indices
+    order = order[torch.sort(group[order], stable=True).indices]
+    segment, starts = segment_offsets(group[order])
+    return order, segment, starts
+
+
+def within_group(values: Tensor, segment: Tensor, starts: Tensor) -> Tensor:
+    """The running sum of ``values`` (in group order) restarted at each group."""
+    cumulative = torch.cumsum(values, 0)
+    return cumulative - (cumulative[starts] - values[starts])[segment]
+
+
 def segment_offsets(sorted_keys: Tensor) -> tuple[Tensor, Tensor]:
     """For keys sorted ascending: the index of each key's run and the position of each run's
     first key."""
