@@ -26,6 +26,7 @@ SOURCES = (
     "kernels_bf16.cu",
     "metcf_convert.cu",
     "csr_rows_spmm.cu",
+    "csr_rows_scatter.cu",
     "grouped_spmm.cu",
     "reduce_rows.cu",
     "reduce_rows_backward.cu",

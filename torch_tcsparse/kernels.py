@@ -11,8 +11,9 @@ fp32. Precision of the ME-TCF Tensor-Core kernels (``csrc/metcf_spmm.h``, values
 * float16 / bfloat16: exact products of the 16-bit operands summed in fp32, one rounding to the
   output dtype at the end (relative 2^-11 / 2^-8 of each output), however long the row.
 
-The rows kernel (``csrc/csr_rows_spmm.h``) sums with plain fp32 FMAs (no TF32 rounding). Every
-binding checks its arguments (RuntimeError naming the argument).
+The rows kernel (``csrc/csr_rows_spmm.h``) sums with plain fp32 FMAs (no TF32 rounding), as does
+its scatter of A^T dY (``csrc/csr_rows_scatter.h``). Every binding checks its arguments
+(RuntimeError naming the argument).
 """
 from __future__ import annotations
 
@@ -91,6 +92,15 @@ def csr_rows_spmm(x, rowptr, col, values, pieces, num_cols: int, bias=None, row_
     kernel's sums over the same Y."""
     return _ext.load().csr_rows_spmm(x, rowptr, col, values, pieces.piece_slots, pieces.piece_starts,
                                      pieces.split_rows, num_cols, pieces.piece_nnz, bias, row_map, addend)
+
+
+def csr_rows_scatter(grad_y, rowptr, col, values, pieces, num_cols: int, row_map=None) -> torch.Tensor:
+    """dX = A^T grad_y [num_cols, N] from ``csr_rows_spmm``'s operands (A's rows as that kernel
+    reads them: ``row_map`` sends CSR row i's gradient from row ``row_map[i]`` of grad_y): each
+    row piece adds its nonzeros' products into dX by fp32 atomics, whose order, and so the last
+    bits of the sums, may change from call to call. dX in grad_y's dtype, rounded once."""
+    return _ext.load().csr_rows_scatter(grad_y, rowptr, col, values, pieces.piece_slots, pieces.piece_starts,
+                                        pieces.split_rows, num_cols, pieces.piece_nnz, row_map)
 
 
 def grouped_spmm(x, fragments, arrays, num_rows: int, bias, keep_fp32: bool) -> torch.Tensor:

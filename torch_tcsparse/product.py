@@ -151,8 +151,10 @@ def _sum(matrix, x: torch.Tensor, path: str, bias: torch.Tensor | None, reduce: 
     operands = matrix._cache.get(key, lambda: engine.operands(indices, values.detach()),
                                  lambda built: not mean and engine.reads_in_place(built, values))
     if torch.is_grad_enabled() and (needs_x or needs_values):
+        # The backward pass holds the forward's operands only where it may scatter from them.
+        kept = operands if engine.scatters else None
         return Product.apply(x, values, bias, engine, operands,
-                             lambda: _transposed_operands(matrix, engine, key, values, x.dtype), s)
+                             lambda grad_y: _transposed_product(matrix, engine, key, values, kept, grad_y), s)
     return engine.run(x, operands, bias)
 
 
@@ -163,6 +165,29 @@ def launcher(matrix, path: str):
     s, values = matrix._structure, matrix._values
     operands = engine.operands(engine.indices(s, values.dtype), values.detach())
     return lambda x: engine.run(x, operands, None)
+
+
+def _transposed_product(matrix, engine, key, values: torch.Tensor, operands, grad_y: torch.Tensor) -> torch.Tensor:
+    """dX = A^T grad_y in an eager product's backward pass: the engine's scatter from the
+    forward's ``operands`` (the mean's too: they hold the values it multiplied by) where
+    ``scatters_transpose`` says so, else a product by the transpose's operands."""
+    if scatters_transpose(matrix._structure, engine, grad_y):
+        return engine.scatter(grad_y, operands)
+    return engine.run(grad_y, _transposed_operands(matrix, engine, key, values, grad_y.dtype), None)
+
+
+def scatters_transpose(structure, engine, grad_y: torch.Tensor) -> bool:
+    """Whether this backward pass through ``structure`` sums dX by the engine's scatter rather
+    than on the transpose; it counts the pass (``Structure.backward_passes``). Only the first
+    pass scatters, and only where the transpose is not built yet, the kernels run and
+    deterministic algorithms are off (the scatter's atomics add in any order). A matrix
+    multiplied once (a sampled block) thus never pays the transpose's build, host time well
+    above its product's; one trained on (full batch) builds it at its second pass and reuses it
+    (docs/DECISIONS.md)."""
+    first = structure.backward_passes == 0
+    structure.backward_passes += 1
+    return (first and engine.scatters and structure.linked_transpose() is None
+            and not torch.are_deterministic_algorithms_enabled() and kernels.usable(grad_y))
 
 
 def _transposed_operands(matrix, engine, key, values: torch.Tensor, dtype: torch.dtype):

@@ -77,6 +77,9 @@ class Structure:
     two orders of the values: CSR-order values are ``block_values[csr_gather]``."""
 
     layout_pending = False  # the layout is built with the structure (see CsrStructure)
+    # Backward passes whose dX went through this matrix (``product.scatters_transpose``: the first
+    # scatters, later ones build the transpose); a copy on another device counts its own.
+    backward_passes = 0
 
     def __init__(self, csr: CSR, window: int, row_perm: torch.Tensor | None, col_perm: torch.Tensor | None, method: str,
                  rows_share_ratio: float | None = None):
@@ -247,6 +250,7 @@ class Structure:
         moved.row_perm = None if self.row_perm is None else self.row_perm.to(device)
         moved.col_perm = None if self.col_perm is None else self.col_perm.to(device)
         moved._derived = {}
+        moved.backward_passes = 0
         # Its own choices: its features come from the moved layout, and its grouped layout is
         # built on its device.
         moved.selection = SelectionCache(self.selection.rows_share_ratio, _GroupedSize(moved))

@@ -52,6 +52,27 @@ def relative_error(out, ref):
     return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
+def fp32_tolerance(csr, x, ref):
+    """Bound on the relative error of a float32 product of ``csr`` and ``x`` (exact: ``ref``):
+    4 x torch's own (torch.sparse.mm, cuSPARSE) on the same data, which sums in fp32 too."""
+    matrix = torch.sparse_csr_tensor(csr.rowptr, csr.col, csr.values, (csr.num_rows, csr.num_cols))
+    torch_error = relative_error(torch.sparse.mm(matrix, x.contiguous()), ref) if ref.norm() > 0 else 0.0
+    return 4 * max(torch_error, 2.0**-24) + 1e-7
+
+
+def rows_of_lengths(m, k, lengths, hub_share=None):
+    """COO of an m x k matrix whose row lengths are drawn from ``lengths`` (uniformly; the last
+    length with probability ``hub_share`` instead, where given), random columns and values."""
+    choice = torch.randint(0, len(lengths), (m,), device="cuda")
+    if hub_share is not None:
+        choice = torch.where(torch.rand(m, device="cuda") < hub_share, len(lengths) - 1,
+                             torch.randint(0, len(lengths) - 1, (m,), device="cuda"))
+    length = torch.tensor(lengths, device="cuda")[choice]
+    row = torch.repeat_interleave(torch.arange(m, device="cuda"), length)
+    col = torch.randint(0, k, (row.numel(),), device="cuda")
+    return row, col, torch.randn(row.numel(), device="cuda")
+
+
 def torch_dense_error(csr, x, ref):
     """Relative error of torch's dense matmul in x's dtype on (up to) the first 256 rows."""
     rows = min(csr.num_rows, 256)

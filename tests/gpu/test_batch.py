@@ -256,11 +256,13 @@ def test_forward_products_of_sampled_blocks_wait_for_no_device(kernels, reduce):
 @pytest.mark.parametrize("graph", ["planted", "rmat"])
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 def test_training_steps_of_sampled_blocks_wait_for_no_device(kernels, reduce, graph):
-    """Forward and backward: each transpose the backward multiplies by (its longest row unknown)
-    splits its long rows by a split sized by bounds (``csr_rows.padded_row_pieces``), so no step
-    waits for the device; dX equals a float64 reference. R-MAT's hubs, picked by many targets,
-    give the transposes split rows; the fan-outs keep the blocks' own rows short (a block whose
-    longest row, known from the sampler, is split takes the exact split, which reads the device)."""
+    """Forward and backward, twice: the first backward pass through a block scatters dX from
+    the forward's operands (no transpose built); the second multiplies by the transpose, which
+    (its longest row unknown) splits its long rows by a split sized by bounds
+    (``csr_rows.padded_row_pieces``). Neither step waits for the device; dX equals a float64
+    reference. R-MAT's hubs, picked by many targets, give the transposes split rows; the fan-outs
+    keep the blocks' own rows short (a block whose longest row, known from the sampler, is split
+    takes the exact split, which reads the device)."""
     if graph == "planted":
         sampler = cuda_sampler([15, 10, 5])
     else:
@@ -285,18 +287,21 @@ def test_training_steps_of_sampled_blocks_wait_for_no_device(kernels, reduce, gr
         longest_source = max(int(torch.bincount(edge_index[0]).max()) for edge_index, _ in batch.layer_edges())
         assert longest_source > csr_rows.split_piece_nnz(blocks[0].nnz, None, torch.float32), "no split transpose"
     x.requires_grad_()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        out = x
-        for block in blocks:
-            out = block.matmul(out, reduce=reduce) + out[: block.size(0)]
-        out.square().sum().backward()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert all(is_pending(block) for block in blocks)
-    assert_close(out.detach(), expected.detach().cuda(), torch.float32)
-    assert_close(x.grad, expected_x.grad.cuda(), torch.float32)
+    for scattered in (True, False):
+        x.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out = x
+            for block in blocks:
+                out = block.matmul(out, reduce=reduce) + out[: block.size(0)]
+            out.square().sum().backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert all(is_pending(block) for block in blocks)
+        assert all((block._structure.linked_transpose() is None) == scattered for block in blocks)
+        assert_close(out.detach(), expected.detach().cuda(), torch.float32)
+        assert_close(x.grad, expected_x.grad.cuda(), torch.float32)
 
 
 def test_row_pieces_and_transposes_on_cuda_equal_the_cpu(kernels):

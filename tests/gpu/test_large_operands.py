@@ -102,8 +102,9 @@ def test_rows_max_past_two_to_the_31_elements():
 
 
 def test_rows_gradient_past_two_to_the_31_elements():
-    """The backward pass multiplies by the transpose with a Y-sized gradient: X's gradient at
-    the columns the nonzeros touch is A^T dY there."""
+    """The backward pass (the matrix's first: a scatter from the forward's operands into a
+    float32 dX past 2^31 elements) with a Y-sized gradient: X's gradient at the columns the
+    nonzeros touch is A^T dY there."""
     row, col, values = matrix(torch.float32)
     a = TCSparseTensor.from_coo(row, col, values, shape=(SIZE, SIZE))
     x = torch.randn(SIZE, N, device="cuda", requires_grad=True)

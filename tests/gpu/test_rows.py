@@ -19,23 +19,19 @@ from .kernel_data import (
     M_GRID,
     N_GRID,
     SUBSET,
+    fp32_tolerance,
     half_tolerance,
     poison,
     random_matrix,
     reference,
     relative_error,
     rounding_error,
+    rows_of_lengths,
 )
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-
-
-def fp32_tolerance(csr, x, ref):
-    matrix = torch.sparse_csr_tensor(csr.rowptr, csr.col, csr.values, (csr.num_rows, csr.num_cols))
-    torch_error = relative_error(torch.sparse.mm(matrix, x.contiguous()), ref) if ref.norm() > 0 else 0.0
-    return 4 * max(torch_error, 2.0**-24) + 1e-7
 
 
 def tolerance(csr, x, product, ref):
@@ -83,19 +79,6 @@ REGIMES = {
     "hubs": [0, 1, 2, 3, 4, 5, 6, 3000],
 }
 ALL_N = [7, 32, 100] if SUBSET else [1, 7, 16, 32, 33, 64, 100, 128, 256, 300]
-
-
-def rows_of_lengths(m, k, lengths, hub_share=None):
-    """COO of an m x k matrix whose row lengths are drawn from ``lengths`` (uniformly; the last
-    length with probability ``hub_share`` instead, where given), random columns and values."""
-    choice = torch.randint(0, len(lengths), (m,), device="cuda")
-    if hub_share is not None:
-        choice = torch.where(torch.rand(m, device="cuda") < hub_share, len(lengths) - 1,
-                             torch.randint(0, len(lengths) - 1, (m,), device="cuda"))
-    length = torch.tensor(lengths, device="cuda")[choice]
-    row = torch.repeat_interleave(torch.arange(m, device="cuda"), length)
-    col = torch.randint(0, k, (row.numel(),), device="cuda")
-    return row, col, torch.randn(row.numel(), device="cuda")
 
 
 def regime_coo(regime, m, k):
@@ -247,9 +230,10 @@ def test_repeated_calls_and_deterministic_mode():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_16bit_product_gradient_and_deterministic_mode(dtype):
-    """A 16-bit matrix times 16-bit X, and dX through its transpose, both in the dtype with fp32
-    sums: a 10^5-nonzero hub row split into pieces (summed in fp32, rounded once) in the product,
-    its columns spread over the transpose; unsplit and bitwise repeatable when deterministic."""
+    """A 16-bit matrix times 16-bit X, and dX (scattered: the matrix's first backward pass), both
+    in the dtype with fp32 sums: a 10^5-nonzero hub row split into pieces (summed in fp32, rounded
+    once) in the product, its pieces' adds spread over dX; unsplit and bitwise repeatable when
+    deterministic."""
     m, k = 3000, HUB_NNZ + 100
     row, col, values = random_matrix(m, k, 6, hub_row=7, hub_nnz=HUB_NNZ)
     a = TCSparseTensor.from_coo(row, col, values, shape=(m, k)).to(dtype)
@@ -532,20 +516,22 @@ def batch_matrix_with_hub_columns(dtype, num_targets=20_000, num_sources=5000):
 @pytest.mark.parametrize("n", [1, 32, 128, 257])
 def test_backward_through_a_padded_transpose(n):
     """dX = A^T dY of a CSR-only matrix in float32 (its products run the rows path until its
-    layout pays): its transpose, built in the backward pass, splits its hub rows by a padded
-    split."""
+    layout pays): its first backward pass scatters from the forward's operands, the second builds
+    the transpose, which splits its hub rows by a padded split."""
     a = batch_matrix_with_hub_columns(torch.float32)
     csr = a.csr
-    x = torch.randn(a.size(1), n, device="cuda", requires_grad=True)
-    y = a.matmul(x)
-    grad_y = torch.randn_like(y)
-    poison(a.size(1) * n + 1)
-    y.backward(grad_y)
     r, c = csr.row_indices().long(), csr.col.long()
-    ref = reference(c, r, csr.values, grad_y, a.size(1))
-    transpose = a._structure.transposed()
-    assert transpose.known_max_row_nnz() is None  # the split was sized by bounds, not read
-    assert relative_error(x.grad, ref) <= 4 * max(2.0**-24 * 10_000**0.5, 2.0**-24) + 1e-6
+    x = torch.randn(a.size(1), n, device="cuda", requires_grad=True)
+    for scattered in (True, False):
+        x.grad = None
+        y = a.matmul(x)
+        grad_y = torch.randn_like(y)
+        poison(a.size(1) * n + 1)
+        y.backward(grad_y)
+        assert (a._structure.linked_transpose() is None) == scattered
+        ref = reference(c, r, csr.values, grad_y, a.size(1))
+        assert relative_error(x.grad, ref) <= 4 * max(2.0**-24 * 10_000**0.5, 2.0**-24) + 1e-6
+    assert a._structure.linked_transpose().known_max_row_nnz() is None  # the split was sized by bounds, not read
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

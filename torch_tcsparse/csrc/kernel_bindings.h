@@ -49,6 +49,12 @@ at::Tensor csr_rows_spmm(const at::Tensor& x, const at::Tensor& rowptr, const at
                          const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& row_map,
                          const std::optional<at::Tensor>& addend);
 
+// dX = A^T grad_y from csr_rows_spmm's operands, by fp32 atomics (csr_rows_scatter.h).
+at::Tensor csr_rows_scatter(const at::Tensor& grad_y, const at::Tensor& rowptr, const at::Tensor& col,
+                            const at::Tensor& values, const at::Tensor& piece_slots, const at::Tensor& piece_starts,
+                            const at::Tensor& split_rows, int64_t num_cols, int64_t piece_nnz,
+                            const std::optional<at::Tensor>& row_map);
+
 at::Tensor grouped_spmm(const at::Tensor& x, const at::Tensor& fragments, const at::Tensor& chunk_starts,
                         const at::Tensor& chunk_group, const at::Tensor& block_cols, const at::Tensor& sub_slots,
                         const at::Tensor& row_map, int64_t num_rows, bool exact, const std::optional<at::Tensor>& bias,

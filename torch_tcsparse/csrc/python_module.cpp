@@ -14,6 +14,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("metcf_count", &tcsparse_binding::metcf_count);
     m.def("metcf_fill", &tcsparse_binding::metcf_fill);
     m.def("csr_rows_spmm", &tcsparse_binding::csr_rows_spmm);
+    m.def("csr_rows_scatter", &tcsparse_binding::csr_rows_scatter);
     m.def("grouped_spmm", &tcsparse_binding::grouped_spmm);
     m.def("reduce_rows", &tcsparse_binding::reduce_rows);
     m.def("reduce_rows_backward", &tcsparse_binding::reduce_rows_backward);

@@ -2,7 +2,9 @@
 
 An engine (``base.Engine``) builds its index arrays from a matrix's structure, derives its
 operands from the values, and launches; the backward of every engine is the same formula
-(``autograd.py``): dX runs the engine on the transpose, the values' gradient is one SDDMM.
+(``autograd.py``): dX runs the engine on the transpose (or, in an eager product's first backward
+pass through a matrix, the rows engine's scatter from its forward operands), the values' gradient
+is one SDDMM.
 ``reduce="mean"`` runs these engines on row-scaled values; ``reduce="max"``/``"min"`` is no sum and
 has its own forward and backward (``extreme.py``).
 """

@@ -1,7 +1,9 @@
 """The one backward formula of ``A @ X + bias``, for eager products (``Product``) and for the
 ``tcsparse::spmm`` op that ``torch.compile`` traces (``ops.py``):
 
-- dX = A^T dY, on the same engine, with the transpose's operands;
+- dX = A^T dY, on the same engine: with the transpose's operands, or in an eager product's
+  first backward pass through a matrix, by the engine's scatter from the forward's operands
+  (``product.scatters_transpose``);
 - d(values) = for every nonzero (i, j): <dY[i], X[j]> (an SDDMM), in canonical CSR order;
 - d(bias) = the column sums of dY.
 """
@@ -41,12 +43,12 @@ def values_gradient(grad_y: Tensor, x: Tensor, layout: MetcfLayout) -> Tensor:
 
 class Product(torch.autograd.Function):
     """``engine.run(x, operands, bias)`` in eager mode, differentiable for x, the matrix's values
-    (canonical CSR order) and the bias. ``transposed_operands()`` gives the transpose's operands
-    on the same engine (built on first need); ``structure`` gives the layout of the SDDMM."""
+    (canonical CSR order) and the bias. ``transposed_product(grad_y)`` gives dX = A^T grad_y (on
+    the same engine); ``structure`` gives the layout of the SDDMM."""
 
     @staticmethod
-    def forward(ctx, x, values, bias, engine, operands, transposed_operands, structure):
-        ctx.engine, ctx.transposed_operands, ctx.structure = engine, transposed_operands, structure
+    def forward(ctx, x, values, bias, engine, operands, transposed_product, structure):
+        ctx.transposed_product, ctx.structure = transposed_product, structure
         # Saving the values makes autograd refuse a backward after they changed in place.
         ctx.save_for_backward(x, values)
         return engine.run(x, operands, bias)
@@ -54,11 +56,10 @@ class Product(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, _ = ctx.saved_tensors
-        engine = ctx.engine
         grad_x, grad_values, grad_bias = backward(
             grad_y,
             ctx.needs_input_grad[:3],
-            lambda g: engine.run(g, ctx.transposed_operands(), None),
+            ctx.transposed_product,
             lambda g: values_gradient(g, x, ctx.structure.layout),
         )
         return grad_x, grad_values, grad_bias, None, None, None, None

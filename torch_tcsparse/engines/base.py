@@ -57,6 +57,14 @@ class Engine:
         """A @ x (+ bias on every row) for a 2-D x of the matrix's dtype and device."""
         raise NotImplementedError
 
+    # Whether ``scatter`` can sum a backward pass's dX = A^T dY from the forward's operands.
+    scatters = False
+
+    def scatter(self, grad_y: torch.Tensor, operands) -> torch.Tensor:
+        """A^T grad_y from the operands of A's own product, without the transpose (an engine that
+        ``scatters``; where a backward pass takes it: ``product.scatters_transpose``)."""
+        raise NotImplementedError
+
     def flat(self, indices) -> tuple[list[torch.Tensor], list[int]]:
         """``indices`` as the ``tcsparse::spmm`` op carries them: their tensors and their ints."""
         raise NotImplementedError

@@ -66,6 +66,14 @@ class RowsEngine(Engine):
         i, values = operands
         return kernels.csr_rows_spmm(x, i.rowptr, i.col, values, i.pieces, i.num_cols, bias, i.row_map)
 
+    scatters = True
+
+    def scatter(self, grad_y, operands):
+        # Each row piece of the product adds its nonzeros' share of dX: the forward's split and
+        # row order serve as they are.
+        i, values = operands
+        return kernels.csr_rows_scatter(grad_y, i.rowptr, i.col, values, i.pieces, i.num_cols, i.row_map)
+
     def flat(self, i):
         optional = [t for t in (i.gather, i.row_map) if t is not None]
         p = i.pieces
