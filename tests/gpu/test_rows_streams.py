@@ -12,7 +12,7 @@ import torch
 from torch_tcsparse import csr_rows, kernels
 from torch_tcsparse.formats.csr import from_coo
 
-from .test_rows import DTYPES, check
+from .test_rows import DTYPES, check, checked_product
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -97,6 +97,24 @@ def test_stream_walk_with_bias_row_map_and_addend(layout, n, dtype):
     coo = stream_coo(layout, m)
     for piece_nnz in (csr_rows.PIECE_NNZ, 5):
         check(m, K, n, bias=True, row_map=True, addend=True, piece_nnz=piece_nnz, dtype=dtype, coo=coo)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [1, 5, 32, 33, 257])
+@pytest.mark.parametrize("layout", ["very_short", "u_and_2u", "long_beside_short"])
+def test_stream_walk_beside_a_padded_split(layout, n, dtype):
+    """A split sized by bounds (``padded_row_pieces``): the warps of its padding exit at once and
+    the row warps after them stream as with the exact split, written through the row map with
+    the bias and the addend."""
+    m = ROWS[layout]
+    row, col, values = stream_coo(layout, m)
+    csr = from_coo(row, col, values.to(dtype), m, K)
+    padded = csr_rows.row_pieces(csr.rowptr, 5, None, csr.nnz)
+    assert bool((padded.piece_starts == csr_rows.PADDING).any())
+    x = torch.randn(K, n, device="cuda").to(dtype)
+    b = torch.randn(n, device="cuda").to(dtype)
+    rmap = torch.randperm(m, device="cuda").int()
+    checked_product(csr, padded, x, b, rmap, torch.randn(m, n, device="cuda"))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
