@@ -7,19 +7,24 @@
 // at most 32) that cover N; wider N runs in column tiles of a whole warp (grid.y). A warp holds
 // S = 32 / L slots: 4 at N = 32 in float32, 8 at N = 32 in 16 bits, 1 from 128 float32 columns.
 //
-// Rows and warps. A warp takes S consecutive rows; short rows are packed, each slot walking its
-// own row, so that at small N every lane gathers even where rows hold a few nonzeros. A row
-// much longer than its neighbours would leave the other slots idle while its slot walks it, so
-// the warp runs such rows one after another on all its slots (slot s takes every S-th nonzero;
-// shuffles add the slots' sums). Which rows go which way is decided per warp from their lengths
-// by counting gather rounds (packed_limit). Rows longer than the piece size are cut into pieces
+// Rows and warps. A warp takes R groups of S consecutive rows (R S <= 32). Where none of them is
+// longer than 2 U, each slot walks R consecutive rows as one stream of nonzeros (walk_rows): rows
+// of a few nonzeros then share gather rounds instead of each taking a round of its own. Else the
+// groups run one after another, short rows packed, each slot walking its own row, so that at
+// small N every lane gathers even where rows hold a few nonzeros. A row much longer than its
+// neighbours would leave the other slots idle while its slot walks it, so the warp runs such
+// rows one after another on all its slots (slot s takes every S-th nonzero; shuffles add the
+// slots' sums). Which rows go which way is decided per warp from their lengths by counting
+// gather rounds (packed_limit). Rows longer than the piece size are cut into pieces
 // that run before the rows, a whole warp per piece, and add into the row's fp32 sums; the last
 // piece to add, or a finishing kernel, rounds them into Y (csr_rows_spmm.h).
 //
 // Gathers. A slot loads the rows of X of U nonzeros before using any: U * CH loads in flight per
-// lane, and every lane loading, keep the kernel bound by the gathers' bandwidth. Sums are fp32
-// FMAs in a fixed order per launch shape: with no split rows (deterministic mode) every output
-// is the same sum from call to call.
+// lane, and every lane loading, keep the kernel bound by the gathers' bandwidth. The columns of
+// a round's nonzeros are loaded during the previous round's gathers: a round then waits for one
+// memory round trip, not for a column load and the gather it feeds. Sums are fp32 FMAs in a
+// fixed order per launch shape: with no split rows (deterministic mode) every output is the same
+// sum from call to call.
 #include "csr_rows_spmm.h"
 
 #include <algorithm>
@@ -79,12 +84,12 @@ struct Gather<float, 4> {
     using type = float;
 };
 
-// Blocks per SM ptxas must fit (__launch_bounds__): 5 (at most 48 registers) with loads of 8 or
-// 16 bytes; left alone, ptxas sinks 16-bit gathers to their FMAs to save registers
-// (docs/DECISIONS.md). Narrower loads hold fewer bytes per register and need 4 blocks (64
-// registers) to keep theirs without spilling.
+// Blocks per SM ptxas must fit (__launch_bounds__): 5 (at most 48 registers) with loads of 16
+// bytes; left alone, ptxas sinks 16-bit gathers to their FMAs to save registers
+// (docs/DECISIONS.md). Loads of 8 bytes or less hold fewer bytes per register and need 4 blocks
+// (64 registers) to keep theirs and the next round's columns without spilling.
 template <int W>
-constexpr int kMinBlocksPerSM = W >= 8 ? 5 : 4;
+constexpr int kMinBlocksPerSM = W == 16 ? 5 : 4;
 
 template <typename T>
 __device__ __forceinline__ float load_float(const T* p) {
@@ -176,32 +181,62 @@ __device__ __forceinline__ typename Gather<T, W>::type from_floats(const float (
     }
 }
 
-// acc += the nonzeros k, k + stride, k + 2 stride, ... below `end`, U of them per round: their
-// columns and values first, then all their rows of X, then the FMAs. Indices are unsigned: with
-// nnz < 2^31 a round's last index cannot wrap.
+// The columns of the U nonzeros k, k + stride, ... (-1 from `end`).
+template <int U>
+__device__ __forceinline__ void load_columns(const int32_t* __restrict__ col, uint32_t k, uint32_t end,
+                                             uint32_t stride, int32_t (&cols)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const uint32_t j = k + u * stride;
+        cols[u] = j < end ? __ldg(col + j) : -1;
+    }
+}
+
+// The values of the same nonzeros as floats (0 from `end`).
+template <typename T, int U>
+__device__ __forceinline__ void load_values(const T* __restrict__ values, uint32_t k, uint32_t end, uint32_t stride,
+                                            float (&vals)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        const uint32_t j = k + u * stride;
+        vals[u] = j < end ? load_float(values + j) : 0.f;
+    }
+}
+
+// The rows of X of the U nonzeros whose columns are `cols` (none for -1), every load issued
+// before any is used.
+template <typename T, int W, int L, int U>
+__device__ __forceinline__ void gather_rows(const Operands<T, W, L>& o, const int32_t (&cols)[U],
+                                            typename Shape<T, W, L>::Load (&rows)[U][Shape<T, W, L>::CH]) {
+    using Sh = Shape<T, W, L>;
+    using Load = typename Sh::Load;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int c = 0; c < Sh::CH; ++c) {
+            const T* p = o.x + cols[u] * o.ldx + c * L * Sh::V;
+            rows[u][c] = cols[u] >= 0 && o.covers(c) ? __ldg(reinterpret_cast<const Load*>(p)) : Load{};
+        }
+}
+
+// acc += the nonzeros k, k + stride, k + 2 stride, ... below `end`, U of them per round: all
+// their rows of X loaded before any FMA. The next round's columns are loaded while this round's
+// rows are in flight (the gathers depend on the columns; the values, which only the FMAs need,
+// are loaded with the gathers). Indices are unsigned: with nnz < 2^31 a round's last index cannot
+// wrap.
 template <typename T, int W, int L>
 __device__ __forceinline__ void walk(const Operands<T, W, L>& o, const int32_t* __restrict__ col, uint32_t k,
                                      uint32_t end, uint32_t stride, typename Shape<T, W, L>::Sums& acc) {
     using Sh = Shape<T, W, L>;
-    using Load = typename Sh::Load;
     constexpr int U = kGathersInFlight<W>;
+    int32_t cols[U];
+    load_columns<U>(col, k, end, stride, cols);
     for (; k < end; k += U * stride) {
-        int32_t cols[U];
+        typename Sh::Load rows[U][Sh::CH];
+        gather_rows<T, W, L, U>(o, cols, rows);
         float vals[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const uint32_t j = k + u * stride;
-            cols[u] = j < end ? __ldg(col + j) : -1;
-            vals[u] = j < end ? load_float(o.values + j) : 0.f;
-        }
-        Load rows[U][Sh::CH];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int c = 0; c < Sh::CH; ++c) {
-                const T* p = o.x + cols[u] * o.ldx + c * L * Sh::V;
-                rows[u][c] = cols[u] >= 0 && o.covers(c) ? __ldg(reinterpret_cast<const Load*>(p)) : Load{};
-            }
+        load_values<T, U>(o.values, k, end, stride, vals);
+        load_columns<U>(col, k + U * stride, end, stride, cols);
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -388,7 +423,87 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
     }
 }
 
-// Warps [0, num_pieces) take a piece each, the rest S rows each; blockIdx.y is the column tile.
+// R groups of S rows per warp: up to 4, R S <= 32 (a lane reads each row's length).
+template <int S>
+constexpr int kGroups = 32 / S < 4 ? 32 / S : 4;
+
+// Rows row .. row_last - 1 (consecutive, none split), whose nonzeros [k, end) the slot walks as
+// one stream, U per round with the next round's columns loaded during the gathers, writing each
+// row where its nonzeros end (and the empty rows between). Each row is summed in its nonzeros'
+// order from zero, as the packed walk sums it.
+template <typename T, int W, int L, bool kAddend>
+__device__ __forceinline__ void walk_rows(const CsrRows& a, const Operands<T, W, L>& o, int64_t row, int64_t row_last,
+                                          uint32_t k, uint32_t end) {
+    using Sh = Shape<T, W, L>;
+    constexpr int U = kGathersInFlight<W>;
+    uint32_t row_end = __ldg(a.rowptr + row + 1);
+    typename Sh::Sums acc = {};
+    const auto next_row = [&] {
+        write_row<T, W, L, kAddend>(o, output_row(a, row), acc);
+#pragma unroll
+        for (int c = 0; c < Sh::CH; ++c)
+#pragma unroll
+            for (int q = 0; q < Sh::V; ++q) acc[c][q] = 0.f;
+        ++row;
+    };
+    int32_t cols[U];
+    load_columns<U>(a.col, k, end, 1u, cols);
+    for (; k < end; k += U) {
+        typename Sh::Load rows[U][Sh::CH];
+        gather_rows<T, W, L, U>(o, cols, rows);
+        float vals[U];
+        load_values<T, U>(o.values, k, end, 1u, vals);
+        load_columns<U>(a.col, k + U, end, 1u, cols);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            // The rows that end before nonzero k + u (empty ones too) are complete.
+            while (k + u < end && k + u >= row_end) {
+                next_row();
+                row_end = __ldg(a.rowptr + row + 1);
+            }
+#pragma unroll
+            for (int c = 0; c < Sh::CH; ++c) {
+                float f[Sh::V];
+                to_floats<T, Sh::V>(rows[u][c], f);
+#pragma unroll
+                for (int q = 0; q < Sh::V; ++q) acc[c][q] = fmaf(vals[u], f[q], acc[c][q]);
+            }
+        }
+    }
+    // The row in progress, then the empty rows after the stream's last nonzero.
+    while (row < row_last) next_row();
+}
+
+// The warp's R S rows from `first`. Where none is longer than 2 U (nor split), slot s walks rows
+// first + s R .. first + s R + R - 1 as one stream (walk_rows); else the R groups of S rows run
+// one after another (run_rows), as they would on R warps.
+template <typename T, int W, int L, bool kAddend>
+__device__ __forceinline__ void run_warp_rows(const CsrRows& a, const Operands<T, W, L>& o, int64_t first, int lane,
+                                              int slot) {
+    constexpr int S = Shape<T, W, L>::S, R = kGroups<S>;
+    if constexpr (R > 1) {
+        constexpr uint32_t U = kGathersInFlight<W>;
+        const int64_t row = first + lane;
+        uint32_t length = 0;
+        if (lane < S * R && row < a.num_rows) length = __ldg(a.rowptr + row + 1) - __ldg(a.rowptr + row);
+        const uint32_t longest = __reduce_max_sync(kFullMask, length);
+        if (longest <= min(2 * U, static_cast<uint32_t>(a.piece_nnz))) {
+            const int64_t my_first = first + static_cast<int64_t>(slot) * R;
+            const int64_t my_last = min(my_first + R, a.num_rows);
+            if (my_first < my_last)
+                walk_rows<T, W, L, kAddend>(a, o, my_first, my_last, __ldg(a.rowptr + my_first),
+                                            __ldg(a.rowptr + my_last));
+            return;
+        }
+    }
+#pragma unroll 1
+    for (int g = 0; g < R; ++g) {
+        if (first + g * S >= a.num_rows) return;
+        run_rows<T, W, L, kAddend>(a, o, first + g * S, lane, slot);
+    }
+}
+
+// Warps [0, num_pieces) take a piece each, the rest R S rows each; blockIdx.y is the column tile.
 template <typename T, int W, int L, bool kAddend>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<W>)
     csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx, T* __restrict__ y,
@@ -405,9 +520,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<W>)
         run_piece<T, W, L, kAddend>(a, o, split, rounds_split_rows, warp, slot);
         return;
     }
-    const int64_t first = (warp - a.num_pieces) * Sh::S;
+    const int64_t first = (warp - a.num_pieces) * Sh::S * kGroups<Sh::S>;
     if (first >= a.num_rows) return;
-    run_rows<T, W, L, kAddend>(a, o, first, lane, slot);
+    run_warp_rows<T, W, L, kAddend>(a, o, first, lane, slot);
 }
 
 template <typename T, int W, int L>
@@ -417,7 +532,8 @@ cudaError_t launch(const CsrRows& a, const T* values, const T* x, int64_t ldx, T
     using Sh = Shape<T, W, L>;
     const int64_t tiles = (n + Sh::kTileColumns - 1) / Sh::kTileColumns;
     if (tiles > 65535 || (a.num_split_rows > 0 && tiles > csr_rows_max_tiles(n))) return cudaErrorInvalidValue;
-    const int64_t warps = a.num_pieces + (a.num_rows + Sh::S - 1) / Sh::S;
+    constexpr int kRows = Sh::S * kGroups<Sh::S>;  // rows per warp
+    const int64_t warps = a.num_pieces + (a.num_rows + kRows - 1) / kRows;
     const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
     if (blocks > INT32_MAX) return cudaErrorInvalidValue;
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(tiles));
