@@ -127,8 +127,8 @@ def test_dense_bisections_take_the_breadth_first_route(monkeypatch):
 
 def test_jet_and_rebalancing_stop_trading_leaves():
     """On R-MAT at 4 parts, Jet moves leaves next to their hub and rebalancing sends leaves
-    away; moves not worth the room they take are dropped and rounds without progress end the
-    level, so the input graph's refinement stops within a few rounds (it took 12 to 14)."""
+    away; moves not worth the room they take are dropped and rounds that stop lowering the cut
+    end the level, so the input graph's refinement stops within a few rounds (it took 12 to 14)."""
     from torch_tcsparse.distributed import multilevel, refinement
 
     row, col, n = synthetic.rmat(11, seed=1)
@@ -154,6 +154,20 @@ def test_jet_and_rebalancing_stop_trading_leaves():
     assert steps[-1] <= 8, steps
     # R-MAT has no communities to find: the cut is about half of the contiguous ranges'.
     assert cut(partition, rowptr, col) < 0.6 * cut(partition_rows(rowptr, col, 4, "contiguous"), rowptr, col)
+
+
+def test_jet_stops_when_a_period_of_rounds_stops_descending():
+    """Two rounds (moves, then rebalancing) are one period of Jet's cycle: a level ends when a
+    period's lowest cut is not 0.1% below the period's before it. The level's input does not
+    count, so rounds that first climb above it (negative-gain moves) and then fall go on."""
+    from torch_tcsparse.distributed.refinement import _descending
+
+    assert _descending([13000, 10800])  # one period: nothing to compare yet
+    assert _descending([13000, 10800, 13600, 9100])  # climbs, then falls below the first period
+    assert not _descending([13000, 10800, 13600, 10800])
+    assert _descending([10000, 9000, 9500, 8990])  # 0.11% lower
+    assert not _descending([10000, 9000, 9500, 8995])  # 0.06% lower: too slow
+    assert not _descending([10000, 9000, 8995, 9500])  # the lowest of each period counts
 
 
 def test_moves_into_a_full_part_must_beat_the_room_they_take():

@@ -12,9 +12,10 @@ limit, except that a move into a part it leaves over the limit must gain more th
 will lose to make room for it (:mod:`.move_prices`); while a part is over, iterations rebalance
 instead, moving the nodes of over-full parts that cost the cut least per weight freed to parts
 with room. The best balanced partition seen is kept, and the refinement stops after a number of
-iterations without a real improvement, after two rounds (moves, then rebalancing) in a row
-without one, or as soon as a balanced partition repeats one of the two before it: moves and
-rebalancing then undo each other in a cycle, whose partitions the best one already covers.
+iterations without a real improvement, when two rounds (moves, then rebalancing) lower the cut
+no further than the two before them, or as soon as a balanced partition repeats one of the two
+before it: moves and rebalancing then undo each other in a cycle, whose partitions the best one
+already covers.
 
 Connections are counted in a dense ``[rows, parts]`` table, a chunk of rows at a time.
 """
@@ -33,10 +34,13 @@ _TIE_BITS = 20
 # Iterations without lowering the best cut by this factor end the refinement after PATIENCE.
 _PROGRESS = 0.999
 PATIENCE = 12
-# Rounds (Jet's moves, then rebalancing back to balance) in a row without that progress end it
-# too: Jet's locks alternate its moves between two sets of nodes, so two rounds are one period of
-# the cycle in which rebalancing sends back what Jet brought.
-_IDLE_ROUNDS = 2
+# Rounds (Jet's moves, then rebalancing back to balance) that stop descending end it too: Jet's
+# locks alternate its moves between two sets of nodes, so two rounds are one period of the cycle
+# in which rebalancing sends back what Jet brought, and a period whose lowest cut is not below
+# the period before it by the progress factor ends the level. Periods are compared with each
+# other, not with the level's input: negative-gain moves may raise the cut above the input's
+# for a few rounds before taking it below.
+_PERIOD = 2
 
 
 def part_weights(graph: WeightedGraph, part: Tensor, num_parts: int) -> Tensor:
@@ -66,7 +70,7 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
     best = part.clone()
     locked = torch.zeros(n, dtype=torch.bool, device=graph.device)
     stale = 0
-    idle_rounds = 0
+    round_cuts: list[int] = []
     recent: list[int] = []
     for iteration in range(max_iterations):
         rebalancing = not balanced
@@ -83,15 +87,14 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
         stale += 1
         if balanced:
             cut = cut_weight(graph, part)
-            progress = best_cut is None or cut < _PROGRESS * best_cut
-            if progress:
+            if best_cut is None or cut < _PROGRESS * best_cut:
                 stale = 0
             if best_cut is None or cut < best_cut:
                 best_cut = cut
                 best.copy_(part)
             if rebalancing:
-                idle_rounds = 0 if progress else idle_rounds + 1
-                if idle_rounds >= _IDLE_ROUNDS:
+                round_cuts = [*round_cuts[1 - 2 * _PERIOD:], cut]
+                if not _descending(round_cuts):
                     break
             signature = _signature(part, num_parts, seed)
             if signature in recent:
@@ -101,6 +104,14 @@ def refine(graph: WeightedGraph, part: Tensor, num_parts: int, limit: Tensor, to
             break
     if best_cut is not None:
         part.copy_(best)
+
+
+def _descending(round_cuts: list[int]) -> bool:
+    """Whether the rounds' cuts (oldest first) still descend: the lowest of the last period is
+    below the lowest of the period before it by the progress factor (true until two periods)."""
+    if len(round_cuts) < 2 * _PERIOD:
+        return True
+    return min(round_cuts[-_PERIOD:]) < _PROGRESS * min(round_cuts[-2 * _PERIOD:-_PERIOD])
 
 
 def _signature(part: Tensor, num_parts: int, seed: int) -> int:
