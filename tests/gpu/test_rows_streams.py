@@ -3,9 +3,8 @@
 writing every row, empty ones included, where its nonzeros end; a warp with a longer or split row
 runs its groups of rows one after another instead. Row lengths are laid out so that both kinds of
 warp, the boundaries at U and 2 U, runs of empty rows and a last warp cut short all occur at
-every launch shape (N from 1 to 257 columns), in float32, float16 and bfloat16 alike: every dtype
-streams. Against the float64 reference with test_rows.py's tolerances, outputs poisoned first
-(``check``).
+every launch shape (N from 1 to 257 columns). Against the float64 reference with test_rows.py's
+tolerances, outputs poisoned first (``check``).
 """
 import pytest
 import torch
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 K = 4099  # columns of A, prime: the columns of one row below are distinct
 # Odd and even N: every lanes-per-slot count (1 to 32), loads of 16, 8, 4 bytes or one element,
-# one column tile and several (N > 128 in float32, N > 256 in 16 bits).
+# one column tile and several (N > 128 in float32).
 STREAM_N = [1, 2, 3, 5, 8, 9, 16, 17, 31, 32, 33, 64, 65, 128, 129, 256, 257]
 
 

@@ -7,24 +7,24 @@
 // at most 32) that cover N; wider N runs in column tiles of a whole warp (grid.y). A warp holds
 // S = 32 / L slots: 4 at N = 32 in float32, 8 at N = 32 in 16 bits, 1 from 128 float32 columns.
 //
-// Rows and warps. A warp takes R groups of S consecutive rows (R S <= 32). Where none of them is
-// longer than 2 U, each slot walks R consecutive rows as one stream of nonzeros (walk_rows): rows
-// of a few nonzeros then share gather rounds instead of each taking a round of its own. Else the
-// groups run one after another, short rows packed, each slot walking its own row, so that at
-// small N every lane gathers even where rows hold a few nonzeros. A row much longer than its
-// neighbours would leave the other slots idle while its slot walks it, so the warp runs such
-// rows one after another on all its slots (slot s takes every S-th nonzero; shuffles add the
-// slots' sums). Which rows go which way is decided per warp from their lengths by counting
-// gather rounds (packed_limit). Rows longer than the piece size are cut into pieces
+// Rows and warps. A warp takes S consecutive rows; short rows are packed, each slot walking its
+// own row, so that at small N every lane gathers even where rows hold a few nonzeros. Where
+// streams apply (kStreamMinElementBytes), a warp takes R groups of S rows, and where none of them
+// is longer than 2 U each slot walks R consecutive rows as one stream of nonzeros (walk_rows):
+// rows of a few nonzeros then share gather rounds instead of each taking a round of its own. A row
+// much longer than its neighbours would leave the other slots idle while its slot walks it, so
+// the warp runs such rows one after another on all its slots (slot s takes every S-th nonzero;
+// shuffles add the slots' sums). Which rows go which way is decided per warp from their lengths
+// by counting gather rounds (packed_limit). Rows longer than the piece size are cut into pieces
 // that run before the rows, a whole warp per piece, and add into the row's fp32 sums; the last
 // piece to add, or a finishing kernel, rounds them into Y (csr_rows_spmm.h).
 //
 // Gathers. A slot loads the rows of X of U nonzeros before using any: U * CH loads in flight per
-// lane, and every lane loading, keep the kernel bound by the gathers' bandwidth. The columns of
-// a round's nonzeros are loaded during the previous round's gathers: a round then waits for one
-// memory round trip, not for a column load and the gather it feeds. Sums are fp32 FMAs in a
-// fixed order per launch shape: with no split rows (deterministic mode) every output is the same
-// sum from call to call.
+// lane, and every lane loading, keep the kernel bound by the gathers' bandwidth. Where streams
+// apply, the columns of a round's nonzeros are loaded during the previous round's gathers: a
+// round then waits for one memory round trip, not for a column load and the gather it feeds.
+// Sums are fp32 FMAs in a fixed order per launch shape: with no split rows (deterministic mode)
+// every output is the same sum from call to call.
 #include "csr_rows_spmm.h"
 
 #include <algorithm>
@@ -41,6 +41,12 @@ constexpr int kWarpsPerBlock = 8;
 // element take a register each: half as many nonzeros keep them in registers.
 template <int W>
 constexpr int kGathersInFlight = W >= 4 ? 4 : 2;
+// Elements of at least this many bytes take the streams: warps of short rows walked as streams
+// (walk_rows) and each round's columns loaded during the previous round's gathers. 4: float32
+// only; 2 would take float16 and bfloat16 too.
+constexpr int kStreamMinElementBytes = 4;
+template <typename T>
+constexpr bool kStreams = static_cast<int>(sizeof(T)) >= kStreamMinElementBytes;
 constexpr int kLaneBytes = 16;       // bytes of a row of X per lane and nonzero
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int64_t kLastArrivalPieceColumns = int64_t{1} << 18;  // csr_rows_spmm says why
@@ -85,11 +91,12 @@ struct Gather<float, 4> {
 };
 
 // Blocks per SM ptxas must fit (__launch_bounds__): 5 (at most 48 registers) with loads of 16
-// bytes; left alone, ptxas sinks 16-bit gathers to their FMAs to save registers
-// (docs/DECISIONS.md). Loads of 8 bytes or less hold fewer bytes per register and need 4 blocks
-// (64 registers) to keep theirs and the next round's columns without spilling.
-template <int W>
-constexpr int kMinBlocksPerSM = W == 16 ? 5 : 4;
+// bytes, and of 8 without streams; left alone, ptxas sinks 16-bit gathers to their FMAs to save
+// registers (docs/DECISIONS.md). Narrower loads hold fewer bytes per register and need 4 blocks
+// (64 registers) to keep theirs without spilling, and so do 8-byte loads with the next round's
+// columns beside them.
+template <typename T, int W>
+constexpr int kMinBlocksPerSM = W == 16 || (W == 8 && !kStreams<T>) ? 5 : 4;
 
 template <typename T>
 __device__ __forceinline__ float load_float(const T* p) {
@@ -220,23 +227,29 @@ __device__ __forceinline__ void gather_rows(const Operands<T, W, L>& o, const in
 }
 
 // acc += the nonzeros k, k + stride, k + 2 stride, ... below `end`, U of them per round: all
-// their rows of X loaded before any FMA. The next round's columns are loaded while this round's
-// rows are in flight (the gathers depend on the columns; the values, which only the FMAs need,
-// are loaded with the gathers). Indices are unsigned: with nnz < 2^31 a round's last index cannot
-// wrap.
+// their rows of X loaded before any FMA. With streams, the next round's columns are loaded while
+// this round's rows are in flight (the gathers depend on the columns; the values, which only the
+// FMAs need, are loaded with the gathers). Indices are unsigned: with nnz < 2^31 a round's last
+// index cannot wrap.
 template <typename T, int W, int L>
 __device__ __forceinline__ void walk(const Operands<T, W, L>& o, const int32_t* __restrict__ col, uint32_t k,
                                      uint32_t end, uint32_t stride, typename Shape<T, W, L>::Sums& acc) {
     using Sh = Shape<T, W, L>;
     constexpr int U = kGathersInFlight<W>;
     int32_t cols[U];
-    load_columns<U>(col, k, end, stride, cols);
+    if constexpr (kStreams<T>) load_columns<U>(col, k, end, stride, cols);
     for (; k < end; k += U * stride) {
+        float vals[U];
+        if constexpr (!kStreams<T>) {
+            load_columns<U>(col, k, end, stride, cols);
+            load_values<T, U>(o.values, k, end, stride, vals);
+        }
         typename Sh::Load rows[U][Sh::CH];
         gather_rows<T, W, L, U>(o, cols, rows);
-        float vals[U];
-        load_values<T, U>(o.values, k, end, stride, vals);
-        load_columns<U>(col, k + U * stride, end, stride, cols);
+        if constexpr (kStreams<T>) {
+            load_values<T, U>(o.values, k, end, stride, vals);
+            load_columns<U>(col, k + U * stride, end, stride, cols);
+        }
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -423,9 +436,10 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
     }
 }
 
-// R groups of S rows per warp: up to 4, R S <= 32 (a lane reads each row's length).
-template <int S>
-constexpr int kGroups = 32 / S < 4 ? 32 / S : 4;
+// R groups of S rows per warp: with streams up to 4, R S <= 32 (a lane reads each row's length);
+// 1 without.
+template <typename T, int S>
+constexpr int kGroups = !kStreams<T> ? 1 : 32 / S < 4 ? 32 / S : 4;
 
 // Rows row .. row_last - 1 (consecutive, none split), whose nonzeros [k, end) the slot walks as
 // one stream, U per round with the next round's columns loaded during the gathers, writing each
@@ -480,7 +494,7 @@ __device__ __forceinline__ void walk_rows(const CsrRows& a, const Operands<T, W,
 template <typename T, int W, int L, bool kAddend>
 __device__ __forceinline__ void run_warp_rows(const CsrRows& a, const Operands<T, W, L>& o, int64_t first, int lane,
                                               int slot) {
-    constexpr int S = Shape<T, W, L>::S, R = kGroups<S>;
+    constexpr int S = Shape<T, W, L>::S, R = kGroups<T, S>;
     if constexpr (R > 1) {
         constexpr uint32_t U = kGathersInFlight<W>;
         const int64_t row = first + lane;
@@ -505,7 +519,7 @@ __device__ __forceinline__ void run_warp_rows(const CsrRows& a, const Operands<T
 
 // Warps [0, num_pieces) take a piece each, the rest R S rows each; blockIdx.y is the column tile.
 template <typename T, int W, int L, bool kAddend>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<W>)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T, W>)
     csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx, T* __restrict__ y,
                     int64_t ldy, int64_t n, const T* __restrict__ bias, const float* __restrict__ addend,
                     SplitSums split, bool rounds_split_rows) {
@@ -520,7 +534,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<W>)
         run_piece<T, W, L, kAddend>(a, o, split, rounds_split_rows, warp, slot);
         return;
     }
-    const int64_t first = (warp - a.num_pieces) * Sh::S * kGroups<Sh::S>;
+    const int64_t first = (warp - a.num_pieces) * Sh::S * kGroups<T, Sh::S>;
     if (first >= a.num_rows) return;
     run_warp_rows<T, W, L, kAddend>(a, o, first, lane, slot);
 }
@@ -532,7 +546,7 @@ cudaError_t launch(const CsrRows& a, const T* values, const T* x, int64_t ldx, T
     using Sh = Shape<T, W, L>;
     const int64_t tiles = (n + Sh::kTileColumns - 1) / Sh::kTileColumns;
     if (tiles > 65535 || (a.num_split_rows > 0 && tiles > csr_rows_max_tiles(n))) return cudaErrorInvalidValue;
-    constexpr int kRows = Sh::S * kGroups<Sh::S>;  // rows per warp
+    constexpr int kRows = Sh::S * kGroups<T, Sh::S>;  // rows per warp
     const int64_t warps = a.num_pieces + (a.num_rows + kRows - 1) / kRows;
     const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
     if (blocks > INT32_MAX) return cudaErrorInvalidValue;
