@@ -191,8 +191,13 @@ def test_deterministic_mode_takes_the_transpose_bitwise(dtype):
     gradients agree bit for bit."""
     m, k, n = 3000, 20_000, 32
     row, col, values = graph_coo(m, k)
-    edges = torch.stack([col, row])
-    matrices = [TCSparseTensor.from_batch(edges, values.to(dtype), num_nodes=(k, m)) for _ in range(2)]
+    # The COO's duplicate entries are summed by atomics when a matrix is built: both matrices
+    # come from one built matrix's CSR, which has none, so that they hold the same bits.
+    built = TCSparseTensor.from_batch(torch.stack([col, row]), values.to(dtype), num_nodes=(k, m))
+    crow = built.crow_indices().long()
+    rows = torch.repeat_interleave(torch.arange(m, device="cuda"), crow[1:] - crow[:-1])
+    edges = torch.stack([built.col_indices().long(), rows])
+    matrices = [TCSparseTensor.from_batch(edges, built.values(), num_nodes=(k, m)) for _ in range(2)]
     x = torch.randn(k, n, device="cuda").to(dtype)
     grad_y = torch.randn(m, n, device="cuda").to(dtype)
     grads = []
