@@ -164,25 +164,37 @@ def test_block_names_a_bad_dtype():
 
 
 def test_a_training_step_on_the_rows_path_reads_nothing_from_the_device(monkeypatch):
-    """The step a GPU runs, on the CPU: the kernels' choice taken as on CUDA (the rows kernel,
-    played by torch.sparse). Conversion and forward products read nothing, nor do the backward's
-    transposes: their longest row stays unread in float32, and their split is sized by bounds
-    from nnz (``csr_rows.padded_row_pieces``)."""
+    """The steps a GPU runs, on the CPU: the kernels' choice taken as on CUDA (the rows kernel and
+    its scatter, played by torch ops). Conversion and forward products read nothing, nor does the
+    first backward pass (dX scattered from the forward's operands), nor a second one through the
+    same blocks, which builds their transposes: their longest row stays unread in float32, and
+    their split is sized by bounds from nnz (``csr_rows.padded_row_pieces``)."""
     from torch_tcsparse import kernels
 
     def rows_kernel(x, rowptr, col, values, pieces, num_cols, bias=None, row_map=None, addend=None):
         matrix = torch.sparse_csr_tensor(rowptr.long(), col.long(), values, (rowptr.numel() - 1, num_cols))
         return matrix @ x if bias is None else matrix @ x + bias
 
+    def rows_scatter(grad_y, rowptr, col, values, pieces, num_cols, row_map=None):
+        rows = torch.repeat_interleave(torch.arange(rowptr.numel() - 1), (rowptr[1:] - rowptr[:-1]).long(),
+                                       output_size=col.numel())
+        rows = rows if row_map is None else row_map.long()[rows]
+        grad_x = torch.zeros(num_cols, grad_y.size(1), dtype=grad_y.dtype)
+        return grad_x.index_add_(0, col.long(), values[:, None] * grad_y[rows])
+
     monkeypatch.setattr(kernels, "usable", lambda x: x.dtype == torch.float32)
     monkeypatch.setattr(kernels, "csr_rows_spmm", rows_kernel)
+    monkeypatch.setattr(kernels, "csr_rows_scatter", rows_scatter)
     batch = sampled([15, 10, 5], num_seeds=64, scale=11)
+    blocks = batch.blocks()
     x = torch.randn(batch.nodes.numel(), 8, requires_grad=True)
-    with DeviceReads() as reads:
-        out = x
-        for block in batch.blocks():
-            out = block.matmul(out, reduce="mean") + out[: block.size(0)]
-    assert reads.ops == []
-    with DeviceReads() as reads:
-        out.sum().backward()
-    assert reads.ops == []
+    for step in ("scatter", "transposes"):
+        with DeviceReads() as reads:
+            out = x
+            for block in blocks:
+                out = block.matmul(out, reduce="mean") + out[: block.size(0)]
+        assert reads.ops == [], step
+        with DeviceReads() as reads:
+            out.sum().backward()
+        assert reads.ops == [], step
+        assert all((block._structure.linked_transpose() is not None) == (step == "transposes") for block in blocks)
