@@ -189,3 +189,25 @@ def test_moves_into_a_full_part_must_beat_the_room_they_take():
     keep = worth_rebalancing(graph, part, weights, limit, torch.tensor([3]), torch.tensor([1]), torch.tensor([1]),
                              torch.tensor([1, 1, 1, 1, 1, 1, 1, 1]))
     assert keep.tolist() == [False]
+
+
+def test_rebalancing_takes_the_cheapest_room_of_the_whole_part(monkeypatch):
+    """Part 0 (nodes 0-7) is one node over its limit and its nodes' connections are counted four
+    rows at a time: the clique 0-3 costs 3 per node to leave, node 7 gains 2 by leaving. The room
+    comes from node 7 although the first group alone could cover the excess, as Jet's move
+    prices assume (on R-MAT the hub part spans several groups, and paying its room from the
+    first alone undid Jet's moves each round)."""
+    from torch_tcsparse.distributed import refinement
+
+    monkeypatch.setattr(refinement, "_TABLE_ENTRIES", 8)  # groups of 4 rows at 2 parts
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (4, 5), (5, 6), (4, 6), (7, 8), (7, 9), (8, 10), (9, 11)]
+    row = torch.tensor([a for a, b in pairs] + [b for a, b in pairs])
+    col = torch.tensor([b for a, b in pairs] + [a for a, b in pairs])
+    rowptr, col = csr(row, col, 12)
+    graph = WeightedGraph(rowptr, col, None, torch.ones(12, 1, dtype=torch.long))
+    part = torch.tensor([0] * 8 + [1] * 4)
+    weights = refinement.part_weights(graph, part, 2)
+    assert len(graph.node_groups((part == 0).nonzero().squeeze(1), max_rows=4)) == 2
+    assert refinement._rebalance(graph, part, 2, weights, torch.tensor([7]), seed=0) == 1
+    assert part.tolist() == [0] * 7 + [1] * 5
+    assert weights.flatten().tolist() == [7, 5]

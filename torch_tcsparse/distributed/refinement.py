@@ -194,28 +194,32 @@ def _rebalance(graph: WeightedGraph, part: Tensor, num_parts: int, weights: Tens
     cut per weight freed go first, until its excess is covered; per target, moves are taken while
     the excess they remove stays over twice the excess they add. Parts over on different
     constraints (one on nonzeros, one on rows) thus trade nodes instead of blocking each other.
-    The candidates go a group at a time, each group for a few rounds, the weights updated after
-    each."""
+    A few rounds, the weights and connections updated after each; each round chooses among the
+    candidates of every over-full part at once, their connections counted a group at a time."""
     moved = 0
-    candidates = (((weights - limit) > 0).any(1))[part].nonzero().squeeze(1)
-    for group in graph.node_groups(candidates, max_rows=max(1, _TABLE_ENTRIES // num_parts)):
-        local, col, weight = graph.edges_of(group)
-        table = torch.zeros(group.numel() * num_parts, dtype=torch.long, device=group.device)
-        table = table.index_add_(0, local * num_parts + part[col], weight).view(group.numel(), num_parts)
-        del local, col, weight
-        noise = random_bits(tuple(table.shape), _TIE_BITS, seed * 65537 + int(group[0]), group.device)
-        for _ in range(rounds):
-            over = ((weights - limit) > 0).any(1)
-            if not bool(over.any()):
-                return moved
-            waiting = over[part[group]]
-            node, target, gain, reduction = _rebalancing_candidates(
-                graph, group[waiting], table[waiting], noise[waiting], part, weights, limit)
-            node, target = _chosen_moves(graph, part, weights, limit, node, target, gain, reduction)
-            if node.numel() == 0:
-                break
-            _apply(graph, part, weights, node, target)
-            moved += node.numel()
+    for _ in range(rounds):
+        over = ((weights - limit) > 0).any(1)
+        if not bool(over.any()):
+            break
+        # Candidates of all groups are chosen from together: Jet priced its moves against the
+        # cheapest room of the whole part, and a part may span several groups (R-MAT's hub part
+        # holds most of the edges), whose first alone would otherwise pay for all of its room.
+        found = []
+        candidates = over[part].nonzero().squeeze(1)
+        for group in graph.node_groups(candidates, max_rows=max(1, _TABLE_ENTRIES // num_parts)):
+            local, col, weight = graph.edges_of(group)
+            table = torch.zeros(group.numel() * num_parts, dtype=torch.long, device=group.device)
+            table = table.index_add_(0, local * num_parts + part[col], weight).view(group.numel(), num_parts)
+            del local, col, weight
+            noise = random_bits(tuple(table.shape), _TIE_BITS, seed * 65537 + int(group[0]), group.device)
+            found.append(_rebalancing_candidates(graph, group, table, noise, part, weights, limit))
+            del table, noise
+        node, target, gain, reduction = (torch.cat(column) for column in zip(*found))
+        node, target = _chosen_moves(graph, part, weights, limit, node, target, gain, reduction)
+        if node.numel() == 0:
+            break
+        _apply(graph, part, weights, node, target)
+        moved += node.numel()
     return moved
 
 
