@@ -98,6 +98,12 @@ def half_tolerance(csr, x, product, ref):
     return 4 * max(torch_error, rounding_error(ref, x.dtype)) + 1e-6
 
 
+def product_tolerance(csr, x, product, ref):
+    """For the exact product ``product`` of ``csr`` and x and the expected output ``ref``
+    (product + bias): torch's own bound in x's dtype (``fp32_tolerance``, ``half_tolerance``)."""
+    return fp32_tolerance(csr, x, product) if x.dtype == torch.float32 else half_tolerance(csr, x, product, ref)
+
+
 def torch_tf32_error(row, col, values, x, m):
     """Relative error of torch's TF32 dense matmul on (a sample of) the same rows and x. The
     product is padded to at least 64 x 64 (zero rows, repeated columns), since cuBLAS takes a

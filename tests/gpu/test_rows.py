@@ -20,8 +20,8 @@ from .kernel_data import (
     N_GRID,
     SUBSET,
     fp32_tolerance,
-    half_tolerance,
     poison,
+    product_tolerance,
     random_matrix,
     reference,
     relative_error,
@@ -32,11 +32,6 @@ from .kernel_data import (
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-
-
-def tolerance(csr, x, product, ref):
-    """For the exact product ``product`` and the expected output ``ref`` (product + bias)."""
-    return fp32_tolerance(csr, x, product) if x.dtype == torch.float32 else half_tolerance(csr, x, product, ref)
 
 
 def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree=8, dtype=torch.float32, coo=None,
@@ -64,7 +59,7 @@ def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree
     if ref.norm() == 0:
         assert err == 0.0
         return out
-    limit = tolerance(csr, x, product, ref)
+    limit = product_tolerance(csr, x, product, ref)
     assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (m={m} k={k} n={n} {dtype})"
     return out
 
@@ -131,7 +126,7 @@ def test_split_sums_stay_zero_between_calls(dtype):
     pieces = csr_rows.row_pieces(csr.rowptr, 5)
     x = torch.randn(2000, 64, device="cuda").to(dtype)
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 3000)
-    limit = tolerance(csr, x, product, product)
+    limit = product_tolerance(csr, x, product, product)
     with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
         kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, 2000)
     torch.cuda.current_stream().wait_stream(side)
@@ -184,7 +179,7 @@ def test_reordered_matrix_runs_rows_in_its_order(n, bias, dtype):
     poison(m * n * dtype.itemsize // 4 + 1)
     out = a.matmul(x, path="rows", bias=b)
     torch.cuda.synchronize()
-    err, limit = relative_error(out, ref), tolerance(csr, x, product, ref)
+    err, limit = relative_error(out, ref), product_tolerance(csr, x, product, ref)
     assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (n={n} {dtype})"
 
 
@@ -400,7 +395,7 @@ def test_unsplit_rows_are_bitwise_repeatable(n, dtype):
     second = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k)
     assert torch.equal(first, second)
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 2000)
-    bound = max(tolerance(csr, x, product, product), 4 * 2.0**-24 * HUB_NNZ**0.5)
+    bound = max(product_tolerance(csr, x, product, product), 4 * 2.0**-24 * HUB_NNZ**0.5)
     assert relative_error(first, product) <= bound
 
 
@@ -432,7 +427,7 @@ def checked_product(csr, pieces, x, b=None, rmap=None, add=None):
     poison(m * x.shape[1] * x.dtype.itemsize // 4 + 1)
     out = kernels.csr_rows_spmm(x, csr.rowptr, csr.col, csr.values, pieces, k, b, rmap, add)
     torch.cuda.synchronize()
-    err, limit = relative_error(out, ref), tolerance(csr, x, product, ref)
+    err, limit = relative_error(out, ref), product_tolerance(csr, x, product, ref)
     if x.dtype == torch.float32:
         limit = max(limit, split_sum_tolerance(csr, x, pieces.piece_nnz, ref))
     assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (n={x.shape[1]} {x.dtype})"
@@ -463,7 +458,7 @@ def test_padded_split_equals_the_exact_split(piece_nnz, n, dtype):
     theirs = checked_product(csr, exact, x)
     product = reference(csr.row_indices().long(), csr.col.long(), csr.values, x, 3000)
     # Each within the tolerance of the exact product, so within about twice of each other.
-    assert relative_error(ours, theirs.double()) <= 2.5 * tolerance(csr, x, product, product)
+    assert relative_error(ours, theirs.double()) <= 2.5 * product_tolerance(csr, x, product, product)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -17,9 +17,8 @@ from torch_tcsparse.formats.csr import from_coo
 
 from .kernel_data import (
     SUBSET,
-    fp32_tolerance,
-    half_tolerance,
     poison,
+    product_tolerance,
     reference,
     relative_error,
     rows_of_lengths,
@@ -47,9 +46,7 @@ def scatter_tolerance(transpose, grad_y, ref):
     ``ref``: the product's bound, or the atomics' eps sqrt(d) for the longest column of A."""
     longest = int((transpose.rowptr[1:] - transpose.rowptr[:-1]).max()) if transpose.num_rows else 0
     atomics = 4 * 2.0**-24 * max(longest, 1) ** 0.5 + 1e-7
-    if grad_y.dtype == torch.float32:
-        return max(fp32_tolerance(transpose, grad_y, ref), atomics)
-    return max(half_tolerance(transpose, grad_y, ref, ref), atomics)
+    return max(product_tolerance(transpose, grad_y, ref, ref), atomics)
 
 
 def check_scatter(csr, pieces, grad_y, rmap=None):
