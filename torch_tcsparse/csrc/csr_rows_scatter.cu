@@ -13,46 +13,14 @@
 // in column tiles (grid.y) of 32 V columns.
 #include "csr_rows_scatter.h"
 
-#include <type_traits>
-
-#include "elements.cuh"
+#include "loads.cuh"
+#include "static_switch.h"
 
 namespace tcsparse {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
 constexpr int kNonzerosInFlight = 4;  // columns and values a slot reads before their atomics
-
-template <typename T>
-__device__ __forceinline__ float load_float(const T* p) {
-    if constexpr (std::is_same_v<T, float>) {
-        return __ldg(p);
-    } else {
-        const unsigned short r = __ldg(reinterpret_cast<const unsigned short*>(p));
-        return Element<T>::to_float(*reinterpret_cast<const T*>(&r));
-    }
-}
-
-// V consecutive elements from p (aligned to V elements) as floats: one load.
-template <typename T, int V>
-__device__ __forceinline__ void load_row(const T* p, float (&out)[V]) {
-    if constexpr (V == 1) {
-        out[0] = load_float(p);
-    } else if constexpr (std::is_same_v<T, float> && V == 4) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-    } else if constexpr (std::is_same_v<T, float>) {
-        const float2 v = __ldg(reinterpret_cast<const float2*>(p));
-        out[0] = v.x, out[1] = v.y;
-    } else if constexpr (V == 4) {
-        const uint2 w = __ldg(reinterpret_cast<const uint2*>(p));
-        const float2 lo = Element<T>::unpack2(w.x), hi = Element<T>::unpack2(w.y);
-        out[0] = lo.x, out[1] = lo.y, out[2] = hi.x, out[3] = hi.y;
-    } else {
-        const float2 v = Element<T>::unpack2(__ldg(reinterpret_cast<const unsigned int*>(p)));
-        out[0] = v.x, out[1] = v.y;
-    }
-}
 
 // p[0..V) += a * g (p aligned to V floats).
 template <int V>
@@ -124,14 +92,7 @@ template <typename T, int V>
 cudaError_t launch_lanes(const CsrRows& a, const T* values, const T* grad_y, int64_t ldg, float* grad_x, int64_t n,
                          cudaStream_t stream) {
     const int64_t lanes = (n + V - 1) / V;
-#define TCS_SCATTER_LAUNCH(L) launch<T, V, L>(a, values, grad_y, ldg, grad_x, n, stream)
-    if (lanes <= 1) return TCS_SCATTER_LAUNCH(1);
-    if (lanes <= 2) return TCS_SCATTER_LAUNCH(2);
-    if (lanes <= 4) return TCS_SCATTER_LAUNCH(4);
-    if (lanes <= 8) return TCS_SCATTER_LAUNCH(8);
-    if (lanes <= 16) return TCS_SCATTER_LAUNCH(16);
-    return TCS_SCATTER_LAUNCH(32);
-#undef TCS_SCATTER_LAUNCH
+    return TCS_LANES_SWITCH(lanes, L, [&] { return launch<T, V, L>(a, values, grad_y, ldg, grad_x, n, stream); });
 }
 
 // The widest of 4, 2 and 1 elements that N, dY's row stride and base pointer allow.

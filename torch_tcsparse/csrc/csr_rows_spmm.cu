@@ -30,7 +30,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "elements.cuh"
+#include "loads.cuh"
 #include "static_switch.h"
 
 namespace tcsparse {
@@ -50,26 +50,6 @@ constexpr bool kStreams = static_cast<int>(sizeof(T)) >= kStreamMinElementBytes;
 constexpr int kLaneBytes = 16;       // bytes of a row of X per lane and nonzero
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int64_t kLastArrivalPieceColumns = int64_t{1} << 18;  // csr_rows_spmm says why
-
-// Raw words for the loads: __ldg has no overloads for packs of halves or bfloat16s.
-template <int Bytes>
-struct Raw;
-template <>
-struct Raw<16> {
-    using type = uint4;
-};
-template <>
-struct Raw<8> {
-    using type = uint2;
-};
-template <>
-struct Raw<4> {
-    using type = unsigned int;
-};
-template <>
-struct Raw<2> {
-    using type = unsigned short;
-};
 
 // The registers of one load of W bytes: float vectors for floats, raw words otherwise. With uint4
 // words for floats, ptxas sinks each gather down to its FMAs, leaving one in flight per lane.
@@ -97,13 +77,6 @@ struct Gather<float, 4> {
 // columns beside them.
 template <typename T, int W>
 constexpr int kMinBlocksPerSM = W == 16 || (W == 8 && !kStreams<T>) ? 5 : 4;
-
-template <typename T>
-__device__ __forceinline__ float load_float(const T* p) {
-    using R = typename Raw<sizeof(T)>::type;
-    const R r = __ldg(reinterpret_cast<const R*>(p));
-    return Element<T>::to_float(*reinterpret_cast<const T*>(&r));
-}
 
 // A launch's shape: W-byte loads, L lanes per slot.
 template <typename T, int W, int L>
@@ -475,6 +448,7 @@ __device__ __forceinline__ void walk_rows(const CsrRows& a, const Operands<T, W,
                 next_row();
                 row_end = __ldg(a.rowptr + row + 1);
             }
+            // The FMAs as walk writes them (docs/DECISIONS.md says why not one helper).
 #pragma unroll
             for (int c = 0; c < Sh::CH; ++c) {
                 float f[Sh::V];
@@ -565,14 +539,9 @@ cudaError_t launch_lanes(const CsrRows& a, const T* values, const T* x, int64_t 
                          const T* bias, const float* addend, const SplitSums& split, bool rounds_split_rows,
                          cudaStream_t stream) {
     const int64_t lanes = (n * static_cast<int64_t>(sizeof(T)) + kLaneBytes - 1) / kLaneBytes;
-#define TCS_ROWS_LAUNCH(L) launch<T, W, L>(a, values, x, ldx, y, ldy, n, bias, addend, split, rounds_split_rows, stream)
-    if (lanes <= 1) return TCS_ROWS_LAUNCH(1);
-    if (lanes <= 2) return TCS_ROWS_LAUNCH(2);
-    if (lanes <= 4) return TCS_ROWS_LAUNCH(4);
-    if (lanes <= 8) return TCS_ROWS_LAUNCH(8);
-    if (lanes <= 16) return TCS_ROWS_LAUNCH(16);
-    return TCS_ROWS_LAUNCH(32);
-#undef TCS_ROWS_LAUNCH
+    return TCS_LANES_SWITCH(lanes, L, [&] {
+        return launch<T, W, L>(a, values, x, ldx, y, ldy, n, bias, addend, split, rounds_split_rows, stream);
+    });
 }
 
 // The widest load (16, 8, 4 bytes or one element) that N, both row strides and both base

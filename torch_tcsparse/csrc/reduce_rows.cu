@@ -17,7 +17,7 @@
 // rows left whole, with the mapping and registers it had before any row was split.
 #include "reduce_rows.h"
 
-#include "elements.cuh"
+#include "loads.cuh"
 #include "static_switch.h"
 
 namespace tcsparse {
@@ -25,17 +25,6 @@ namespace {
 
 constexpr int kThreadsPerBlock = 256;
 constexpr int kLoadsInFlight = 4;  // U
-
-template <typename T>
-__device__ __forceinline__ float load_float(const T* p) {
-    if constexpr (sizeof(T) == 4) {
-        return __ldg(reinterpret_cast<const float*>(p));
-    } else {
-        // __ldg of a 16-bit word; the element types have no overloads of their own on every toolkit.
-        const unsigned short r = __ldg(reinterpret_cast<const unsigned short*>(p));
-        return Element<T>::to_float(*reinterpret_cast<const T*>(&r));
-    }
-}
 
 // Whether product v replaces the running extreme `best` (winner `win`, -1 for none yet).
 template <bool kMax>

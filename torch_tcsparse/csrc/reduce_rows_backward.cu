@@ -18,7 +18,7 @@
 
 #include <algorithm>
 
-#include "elements.cuh"
+#include "loads.cuh"
 
 namespace tcsparse {
 namespace {
@@ -26,27 +26,6 @@ namespace {
 constexpr int kThreadsPerBlock = 256;
 // Enough blocks to fill any GPU many times over; the threads stride over the rest.
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;
-
-template <typename T>
-__device__ __forceinline__ float load_float(const T* p) {
-    return Element<T>::to_float(*p);
-}
-
-// V consecutive elements from p (16-byte aligned for V = 4 of float, 8-byte for 16-bit types).
-template <typename T, int V>
-__device__ __forceinline__ void load_row(const T* __restrict__ p, float (&out)[V]) {
-    if constexpr (V == 4 && sizeof(T) == 4) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(p));
-        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-    } else if constexpr (V == 4) {
-        const uint2 w = __ldg(reinterpret_cast<const uint2*>(p));
-        const float2 lo = Element<T>::unpack2(w.x), hi = Element<T>::unpack2(w.y);
-        out[0] = lo.x, out[1] = lo.y, out[2] = hi.x, out[3] = hi.y;
-    } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v) out[v] = load_float(p + v);
-    }
-}
 
 template <int V>
 __device__ __forceinline__ void load_winners(const int32_t* __restrict__ p, int32_t (&out)[V]) {

@@ -36,3 +36,27 @@
             return __VA_ARGS__();         \
         }                                 \
     }()
+
+// Lanes per slot of the rows kernels: the fewest, a power of two up to 32, that reach LANES.
+#define TCS_LANES_SWITCH(LANES, NAME, ...)         \
+    [&] {                                          \
+        if ((LANES) <= 1) {                        \
+            constexpr int NAME = 1;                \
+            return __VA_ARGS__();                  \
+        } else if ((LANES) <= 2) {                 \
+            constexpr int NAME = 2;                \
+            return __VA_ARGS__();                  \
+        } else if ((LANES) <= 4) {                 \
+            constexpr int NAME = 4;                \
+            return __VA_ARGS__();                  \
+        } else if ((LANES) <= 8) {                 \
+            constexpr int NAME = 8;                \
+            return __VA_ARGS__();                  \
+        } else if ((LANES) <= 16) {                \
+            constexpr int NAME = 16;               \
+            return __VA_ARGS__();                  \
+        } else {                                   \
+            constexpr int NAME = 32;               \
+            return __VA_ARGS__();                  \
+        }                                          \
+    }()
