@@ -29,17 +29,24 @@ def applies(lin: torch.nn.Module, x: Tensor, adj: TCSparseTensor) -> bool:
 
 
 def _is_plain_linear(lin: torch.nn.Module) -> bool:
-    """Calling ``lin`` computes ``x W^T`` with W its own Parameter and nothing else. Pruning,
-    weight_norm, spectral_norm and parametrizations make W inside the call (a pre-hook or a
-    property), and hooks may change the result: those take autograd's path. Read through
+    """Calling ``lin`` computes ``x W^T``, with no bias."""
+    return calls_only_its_weight(lin, torch.nn.Linear) and lin._parameters["bias"] is None
+
+
+def calls_only_its_weight(lin: torch.nn.Module, linear_type: type) -> bool:
+    """Calling ``lin``, of exactly ``linear_type``, computes ``x W^T`` (+ its bias) with W its own
+    initialized Parameter and nothing else. Pruning, weight_norm, spectral_norm and
+    parametrizations make W inside the call (a pre-hook or a property), lazy modules initialize it
+    in a pre-hook, and hooks may change the result: those take autograd's path. Read through
     ``_parameters``, as ``lin.weight`` costs a module attribute lookup on every call."""
     parameters = lin._parameters
+    weight = parameters.get("weight")
     return (
-        type(lin) is torch.nn.Linear
+        type(lin) is linear_type
         and "forward" not in vars(lin)
-        and isinstance(parameters.get("weight"), torch.nn.Parameter)
+        and isinstance(weight, torch.nn.Parameter)
+        and not isinstance(weight, torch.nn.parameter.UninitializedParameter)
         and "bias" in parameters
-        and parameters["bias"] is None
         and not (lin._forward_pre_hooks or lin._forward_hooks or lin._backward_pre_hooks or lin._backward_hooks)
         and not (
             _module._global_forward_pre_hooks

@@ -5,8 +5,9 @@ A TCSparseTensor reports the sparse CSR layout and its CSR arrays, so PyG's ``Me
 takes it as a sparse ``adj_t`` and runs the layer's ``message_and_aggregate``, whose
 ``torch_geometric.utils.spmm`` calls ``torch.sparse.mm(adj_t, x, reduce)``: our product, with no
 adapter, for every reduction on the CPU and for "sum" and "mean" on CUDA. PyG's route misses our
-kernels in three cases, which ``fused(Layer)`` covers, a subclass of the PyG layer (PyG itself
-untouched) that loads the layer's state_dict and leaves any other ``adj_t`` to the layer's own code:
+kernels, or their cheaper order, in four cases, which ``fused(Layer)`` covers, a subclass of the
+PyG layer (PyG itself untouched) that loads the layer's state_dict and leaves any other ``adj_t``
+to the layer's own code:
 
 - on CUDA, PyG's ``spmm`` refuses "max" and "min" for every torch.sparse matrix before it
   multiplies: the subclass's ``message_and_aggregate`` multiplies a TCSparseTensor with
@@ -15,7 +16,10 @@ untouched) that loads the layer's state_dict and leaves any other ``adj_t`` to t
   forward by building a torch.sparse one: the subclass's forward normalizes a TCSparseTensor on
   our side once (:mod:`.normalizing_layers`) and propagates over it;
 - GATConv and TransformerConv gather E x heads x channels messages: the subclass's forward runs
-  their attention on our kernels (:mod:`.attention_layers`).
+  their attention on our kernels (:mod:`.attention_layers`);
+- SAGEConv and GraphConv aggregate before their linear map: where the map narrows the features,
+  the subclass's forward applies it first, so the product runs on fewer columns
+  (:mod:`.narrowing_layers`).
 """
 from __future__ import annotations
 
@@ -24,12 +28,12 @@ import inspect
 import sys
 
 from ..tensor import TCSparseTensor
-from . import attention_layers, normalizing_layers
+from . import attention_layers, narrowing_layers, normalizing_layers
 from .derived_graph import forget
 
 _FUSED: dict[type, type] = {}
 # PyG layer name -> its forward on a TCSparseTensor.
-_FORWARDS = {**normalizing_layers.FORWARDS, **attention_layers.FORWARDS}
+_FORWARDS = {**normalizing_layers.FORWARDS, **attention_layers.FORWARDS, **narrowing_layers.FORWARDS}
 
 
 def fused(layer_class: type) -> type:
