@@ -60,6 +60,8 @@ def check(m, k, n, x=None, bias=False, piece_nnz=csr_rows.PIECE_NNZ, mean_degree
         assert err == 0.0
         return out
     limit = product_tolerance(csr, x, product, ref)
+    if dtype == torch.float32 and pieces.split_rows.numel() > 0:  # split rows add their pieces by atomics
+        limit = max(limit, split_sum_tolerance(csr, x, piece_nnz, ref))
     assert err <= limit, f"relative error {err:.3g} over {limit:.3g} (m={m} k={k} n={n} {dtype})"
     return out
 
