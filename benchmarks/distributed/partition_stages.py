@@ -88,6 +88,20 @@ def _timed(device: torch.device, stages: list, steps: Counter):
             setattr(module, name, function)
 
 
+def _balance(partition, rowptr: torch.Tensor, row_weights: tuple[int, ...]) -> str:
+    """Per balanced weight (a row's nonzeros + 1 + its row weight), the heaviest part over an
+    equal share, and the parts' rows and nonzeros."""
+    part = partition.part_of_nodes()
+    degree = rowptr.diff().long()
+    heaviest = []
+    for weight in row_weights:
+        loads = torch.bincount(part, weights=(degree + 1 + weight).double(), minlength=partition.num_parts)
+        heaviest.append(f"{float(loads.max() / loads.mean()):.3f}")
+    rows = torch.bincount(part, minlength=partition.num_parts).tolist()
+    nonzeros = torch.bincount(part, weights=degree.double(), minlength=partition.num_parts).long().tolist()
+    return f"heaviest part / share {', '.join(heaviest)}; rows {rows}; nonzeros {nonzeros}"
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.threads is not None:
@@ -107,7 +121,8 @@ def main(argv=None) -> None:
             _sync(device)
             seconds = time.perf_counter() - start
         cut = partition.cut_nonzeros(rowptr.cpu(), col.cpu())
-        print(f"{parts} parts: {seconds:.2f} s, cut {cut} ({cut / max(col.numel(), 1):.4f} of the nonzeros)")
+        print(f"{parts} parts: {seconds:.2f} s, cut {cut} ({cut / max(col.numel(), 1):.4f} of the nonzeros), "
+              f"{_balance(partition, rowptr.cpu(), args.row_weight)}")
         for name, nodes, edges, stage_seconds, inside in stages:
             detail = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in inside.items())
             print(f"  {name:18s} {nodes:10d} nodes {edges:11d} edges {stage_seconds:8.2f} s  {detail}", flush=True)
