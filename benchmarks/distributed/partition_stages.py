@@ -21,6 +21,7 @@ import torch
 from torch_tcsparse.distributed import multilevel, partition_rows, refinement
 
 from .graph import rmat_block
+from .partitioner import balance, part_sums
 
 _STAGES = {multilevel: ("cluster", "contract", "initial_partition", "refine")}
 _STEPS = {refinement: ("_filtered_moves", "_rebalance", "cut_weight")}
@@ -91,15 +92,12 @@ def _timed(device: torch.device, stages: list, steps: Counter):
 def _balance(partition, rowptr: torch.Tensor, row_weights: tuple[int, ...]) -> str:
     """Per balanced weight (a row's nonzeros + 1 + its row weight), the heaviest part over an
     equal share, and the parts' rows and nonzeros."""
-    part = partition.part_of_nodes()
     degree = rowptr.diff().long()
-    heaviest = []
-    for weight in row_weights:
-        loads = torch.bincount(part, weights=(degree + 1 + weight).double(), minlength=partition.num_parts)
-        heaviest.append(f"{float(loads.max() / loads.mean()):.3f}")
-    rows = torch.bincount(part, minlength=partition.num_parts).tolist()
-    nonzeros = torch.bincount(part, weights=degree.double(), minlength=partition.num_parts).long().tolist()
-    return f"heaviest part / share {', '.join(heaviest)}; rows {rows}; nonzeros {nonzeros}"
+    heaviest = balance(partition, torch.stack([degree + 1 + weight for weight in row_weights], 1))
+    rows = [end - start for start, end in zip(partition.bounds[:-1], partition.bounds[1:])]
+    nonzeros = part_sums(partition, degree[:, None]).squeeze(1).long().tolist()
+    return (f"heaviest part / share {', '.join(f'{value:.3f}' for value in heaviest)}; rows {rows}; "
+            f"nonzeros {nonzeros}")
 
 
 def main(argv=None) -> None:

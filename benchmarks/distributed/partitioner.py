@@ -62,8 +62,14 @@ def real_graph(name: str):
     return torch.from_numpy(matrix.indptr.astype(np.int64)), torch.from_numpy(matrix.indices.astype(np.int64))
 
 
+def part_sums(partition, weights: torch.Tensor) -> torch.Tensor:
+    """[parts, columns]: each part's sum of each column of the per-node ``weights``."""
+    return torch.stack([weights[partition.nodes(r)].sum(0) for r in range(partition.num_parts)]).double()
+
+
 def balance(partition, weights: torch.Tensor) -> list[float]:
-    per_part = torch.stack([weights[partition.nodes(r)].sum(0) for r in range(partition.num_parts)]).double()
+    """Per column of ``weights``, the heaviest part over an equal share."""
+    per_part = part_sums(partition, weights)
     return (per_part.max(0).values / per_part.mean(0)).tolist()
 
 
