@@ -10,19 +10,11 @@ import torch
 from torch_tcsparse import TCSparseTensor, product
 from torch_tcsparse.nn import fused
 
+from test_pyg_layers import CASES, assert_close
+
 pyg_nn = pytest.importorskip("torch_geometric.nn")
 
 WIDE, NARROW = 12, 5
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-DEVICES = [
-    pytest.param("cpu", torch.float64, id="cpu-float64"),
-    pytest.param("cpu", torch.float32, id="cpu-float32"),
-    pytest.param("cuda", torch.float32, id="cuda-float32", marks=CUDA),
-    pytest.param("cuda", torch.float16, id="cuda-float16", marks=CUDA),
-]
-# Relative to the largest reference value (float32 on CUDA may run TF32 in the dense matmuls).
-TOLERANCE = {("cpu", torch.float64): 1e-10, ("cpu", torch.float32): 1e-5, ("cuda", torch.float32): 5e-3,
-             ("cuda", torch.float16): 2e-2}
 
 LAYERS = {
     "SAGEConv-mean": lambda i, o: pyg_nn.SAGEConv(i, o, aggr="mean"),
@@ -65,7 +57,7 @@ def run(layer, adj_t, x_source, x_target):
     return [out, x_source.grad, x_target.grad] + [p.grad for p in layer.parameters()]
 
 
-@pytest.mark.parametrize("device, dtype", DEVICES)
+@pytest.mark.parametrize("device, dtype", CASES)
 @pytest.mark.parametrize("name", LAYERS)
 def test_narrowing_map_runs_first_with_pygs_results(name, device, dtype, monkeypatch):
     torch.manual_seed(0)
@@ -83,15 +75,11 @@ def test_narrowing_map_runs_first_with_pygs_results(name, device, dtype, monkeyp
     assert widths == [NARROW]
     assert got[0].dtype == dtype and got[0].device.type == device
     expected = run(layer, a.to_torch_csr(), x_source, x_target)
-    tolerance = TOLERANCE[(device, dtype)]
     for ours_value, reference in zip(got, expected):
         if reference is None:  # x_target without root weight
             assert ours_value is None
-            continue
-        reference = reference.detach()
-        scale = max(float(reference.abs().max()), 1.0)
-        torch.testing.assert_close(ours_value.detach().double().cpu(), reference.double(), rtol=0,
-                                   atol=tolerance * scale)
+        else:
+            assert_close(ours_value, reference, dtype, device)
 
 
 def _options(layer) -> dict:
