@@ -1,9 +1,11 @@
 """torch_tcsparse: Tensor-Core SpMM for graphs, as a torch.Tensor subclass."""
-from . import nn, ops
+from . import fused_steps, nn, ops
 from .serialization import load
 from .tensor import TCSparseTensor
 
 __version__ = "0.1.0"
+
+fused_steps.install()
 
 
 def spmm(a: TCSparseTensor, x, reduce: str = "sum", path: str = "auto"):
