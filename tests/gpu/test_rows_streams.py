@@ -1,9 +1,11 @@
 """GPU tests of the rows kernel's stream walk: a warp whose rows hold at most 2 U nonzeros each
 (U = 4 gathers per round, 2 with one-element 16-bit loads) walks them as one stream per slot,
 writing every row, empty ones included, where its nonzeros end; a warp with a longer or split row
-runs its groups of rows one after another instead. Row lengths are laid out so that both kinds of
-warp, the boundaries at U and 2 U, runs of empty rows and a last warp cut short all occur at
-every launch shape (N from 1 to 257 columns). Against the float64 reference with test_rows.py's
+runs its groups of rows one after another instead. A launch groups rows where they hold at most
+2 U nonzeros on average, or where a warp is one slot. Row lengths are laid out so that both kinds
+of warp, the boundaries at U and 2 U, runs of empty rows and a last warp cut short all occur at
+every launch shape (N from 1 to 257 columns); long rows beside short ones (a mean above 2 U) run
+ungrouped except at one slot. Against the float64 reference with test_rows.py's
 tolerances, outputs poisoned first (``check``).
 """
 import pytest

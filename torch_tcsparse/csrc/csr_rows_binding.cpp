@@ -52,6 +52,7 @@ tcsparse::CsrRows rows_pattern(const at::Tensor& rowptr, const at::Tensor& col, 
                              num_rows,
                              piece_slots.numel(),
                              split_rows.numel(),
+                             col.numel(),
                              static_cast<int>(piece_nnz)};
 }
 

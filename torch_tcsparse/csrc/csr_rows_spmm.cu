@@ -410,7 +410,7 @@ __device__ __forceinline__ void run_rows(const CsrRows& a, const Operands<T, W, 
 }
 
 // R groups of S rows per warp: with streams up to 4, R S <= 32 (a lane reads each row's length);
-// 1 without.
+// 1 without. `groups_rows` says when a launch takes them.
 template <typename T, int S>
 constexpr int kGroups = !kStreams<T> ? 1 : 32 / S < 4 ? 32 / S : 4;
 
@@ -465,10 +465,10 @@ __device__ __forceinline__ void walk_rows(const CsrRows& a, const Operands<T, W,
 // The warp's R S rows from `first`. Where none is longer than 2 U (nor split), slot s walks rows
 // first + s R .. first + s R + R - 1 as one stream (walk_rows); else the R groups of S rows run
 // one after another (run_rows), as they would on R warps.
-template <typename T, int W, int L, bool kAddend>
+template <typename T, int W, int L, bool kAddend, int R>
 __device__ __forceinline__ void run_warp_rows(const CsrRows& a, const Operands<T, W, L>& o, int64_t first, int lane,
                                               int slot) {
-    constexpr int S = Shape<T, W, L>::S, R = kGroups<T, S>;
+    constexpr int S = Shape<T, W, L>::S;
     if constexpr (R > 1) {
         constexpr uint32_t U = kGathersInFlight<W>;
         const int64_t row = first + lane;
@@ -492,7 +492,7 @@ __device__ __forceinline__ void run_warp_rows(const CsrRows& a, const Operands<T
 }
 
 // Warps [0, num_pieces) take a piece each, the rest R S rows each; blockIdx.y is the column tile.
-template <typename T, int W, int L, bool kAddend>
+template <typename T, int W, int L, bool kAddend, int R>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T, W>)
     csr_rows_kernel(CsrRows a, const T* __restrict__ values, const T* __restrict__ x, int64_t ldx, T* __restrict__ y,
                     int64_t ldy, int64_t n, const T* __restrict__ bias, const float* __restrict__ addend,
@@ -508,9 +508,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kMinBlocksPerSM<T, W>)
         run_piece<T, W, L, kAddend>(a, o, split, rounds_split_rows, warp, slot);
         return;
     }
-    const int64_t first = (warp - a.num_pieces) * Sh::S * kGroups<T, Sh::S>;
+    const int64_t first = (warp - a.num_pieces) * Sh::S * R;
     if (first >= a.num_rows) return;
-    run_warp_rows<T, W, L, kAddend>(a, o, first, lane, slot);
+    run_warp_rows<T, W, L, kAddend, R>(a, o, first, lane, slot);
+}
+
+// Whether a launch groups rows for streams: the stream walk pays where all of a warp's R S rows
+// are short (at most 2 U nonzeros), which a mean row length of at most 2 U makes common; on longer
+// rows the groups only run one after another where R warps would run them side by side. A warp of
+// one slot (S = 1) groups at any length: R rows are few enough that skewed graphs' many short rows
+// fill them. Each choice is its own kernel: with R a runtime value the ungrouped launches ran 2-7%
+// slower than the grouped kernel on the fit families at N = 32, where compiled for R = 1 they ran
+// faster (H200).
+template <typename T, int W, int L>
+bool groups_rows(const CsrRows& a) {
+    return Shape<T, W, L>::S == 1 || a.nnz <= 2 * kGathersInFlight<W> * a.num_rows;
 }
 
 template <typename T, int W, int L>
@@ -520,16 +532,21 @@ cudaError_t launch(const CsrRows& a, const T* values, const T* x, int64_t ldx, T
     using Sh = Shape<T, W, L>;
     const int64_t tiles = (n + Sh::kTileColumns - 1) / Sh::kTileColumns;
     if (tiles > 65535 || (a.num_split_rows > 0 && tiles > csr_rows_max_tiles(n))) return cudaErrorInvalidValue;
-    constexpr int kRows = Sh::S * kGroups<T, Sh::S>;  // rows per warp
-    const int64_t warps = a.num_pieces + (a.num_rows + kRows - 1) / kRows;
-    const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    if (blocks > INT32_MAX) return cudaErrorInvalidValue;
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(tiles));
-    TCS_BOOL_SWITCH(addend != nullptr, kAddend, [&] {
-        csr_rows_kernel<T, W, L, kAddend><<<grid, kWarpsPerBlock * 32, 0, stream>>>(
-            a, values, x, ldx, y, ldy, n, bias, addend, split, rounds_split_rows);
+    const dim3 block(kWarpsPerBlock * 32);
+    const bool grouped = groups_rows<T, W, L>(a);
+    return TCS_BOOL_SWITCH(grouped, kGrouped, [&] {
+        // One slot always groups: no ungrouped kernel of that shape is built.
+        constexpr int R = kGrouped || Sh::S == 1 ? kGroups<T, Sh::S> : 1;
+        const int64_t warps = a.num_pieces + (a.num_rows + Sh::S * R - 1) / (Sh::S * R);
+        const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+        if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+        const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(tiles));
+        TCS_BOOL_SWITCH(addend != nullptr, kAddend, [&] {
+            csr_rows_kernel<T, W, L, kAddend, R><<<grid, block, 0, stream>>>(a, values, x, ldx, y, ldy, n, bias,
+                                                                           addend, split, rounds_split_rows);
+        });
+        return cudaGetLastError();
     });
-    return cudaGetLastError();
 }
 
 // The fewest lanes per slot (a power of two) whose 16 bytes each cover N; 32 from N * sizeof(T)

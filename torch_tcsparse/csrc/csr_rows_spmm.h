@@ -43,6 +43,7 @@ struct CsrRows {
     int64_t num_rows;
     int64_t num_pieces;
     int64_t num_split_rows;
+    int64_t nnz;  // col's entries: with num_rows, the mean row length a launch's warp shape follows
     int piece_nnz;
 };
 
