@@ -32,7 +32,7 @@ def build_loaded_structure(csr: CSR, window, row_perm: torch.Tensor | None, symm
     window, symmetric, _ = check_options(window, symmetric, 0)
     if row_perm is not None:
         return build_structure(csr, window, row_perm, symmetric, 0)
-    return CsrStructure(csr, window)
+    return CsrStructure(csr.rowptr, csr.col, csr.num_rows, csr.num_cols, window)
 
 
 def build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window) -> tuple[CsrStructure, torch.Tensor]:
@@ -47,46 +47,48 @@ def build_batch_structure(edge_index, edge_weight, num_nodes, dtype, window) -> 
         csr, longest = inputs.from_edge_index(edge_index, edge_weight, num_nodes, dtype), None
     else:
         csr, longest = built
-    return CsrStructure(csr, window, longest), csr.values
+    return CsrStructure(csr.rowptr, csr.col, csr.num_rows, csr.num_cols, window, longest), csr.values
 
 
-def sampled_csr(edge_index: torch.Tensor, num_sources: int, num_targets: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """rowptr and col of the ``[num_targets, num_sources]`` block that ``edge_index``, edges
-    ``loader.NeighborSampler`` drew, make. The sampler guarantees what the public route checks
-    with a host read (indices in range, no repeated edge, the targets ascending), so nothing here
-    waits for the device. The row-major keys' sort orders each row's columns; the rows are the
-    targets as they come. The leading rows and nonzeros of the result are the CSR of any block
-    of the batch's first hops (``sampled_structure``)."""
-    num_edges, device = edge_index.shape[1], edge_index.device
-    narrow = index_dtype_for(num_targets, num_sources, num_edges) == torch.int32
+def sampled_structures(edge_index: torch.Tensor, sizes: list[tuple[int, int, int]], longest: list[int],
+                       dtype: torch.dtype | None, window: int = 16) -> list[tuple[CsrStructure, torch.Tensor]]:
+    """``build_batch_structure`` for blocks of a batch ``loader.NeighborSampler`` drew: per block
+    of ``sizes`` (``(num_sources, num_targets, num_edges)``), its structure and unit values in
+    ``dtype``; ``longest``: each block's longest row, which the sampler read. ``edge_index``
+    holds the first block's edges, and every block's CSR is the first ``num_targets`` rows and
+    ``num_edges`` nonzeros of the first's (hops are appended in order, and hop h's targets are the
+    nodes hop h - 1 found, so a block of fewer hops is a prefix of one of more, in rows and in the
+    row-major sort): one sort serves them all, and every later block is views of the first's
+    arrays, values included (unit weights that no product writes).
+
+    The sampler guarantees what the public route checks with a host read (indices in range, no
+    repeated edge, the targets ascending), so nothing here waits for the device. The row-major
+    keys' sort orders each row's columns, as the Tensor-Core layout needs them; the rows are the
+    targets as they come, so rowptr is read off them in one op."""
+    num_sources, num_targets, num_edges = sizes[0]
+    index_dtype = index_dtype_for(num_targets, num_sources, num_edges)
     source, target = edge_index.unbind()
-    rowptr = torch.searchsorted(target, torch.arange(num_targets + 1, device=device), out_int32=narrow)
-    if narrow:
+    rowptr = torch._convert_indices_from_coo_to_csr(target, num_targets, out_int32=index_dtype == torch.int32)
+    if index_dtype == torch.int32:
         # Every index fits 31 bits: the key target * 2**32 + source sorts as the row-major key,
         # and its cast to int32 keeps its low 32 bits, the source: one op, where the key of the
         # int64 route needs a remainder (and would need a cast).
-        return rowptr, torch.sort(torch.add(source, target, alpha=2**32)).values.to(torch.int32)
-    key = torch.sort(torch.add(source, target, alpha=num_sources)).values
-    return rowptr, torch.remainder(key, max(num_sources, 1))
-
-
-def sampled_structure(rowptr: torch.Tensor, col: torch.Tensor, num_sources: int, num_targets: int, num_edges: int,
-                      longest: int, dtype: torch.dtype | None, window: int = 16) -> tuple[CsrStructure, torch.Tensor]:
-    """``build_batch_structure`` for a block of a sampled batch, unit weights in ``dtype``: its
-    CSR is the first ``num_targets`` rows and ``num_edges`` nonzeros of ``sampled_csr`` of a block
-    that holds it (hops are appended in order, and hop h's targets are the nodes hop h - 1
-    found, so a block of fewer hops is a prefix of one of more, in rows and in the row-major
-    sort). Views of those arrays: the values are its one new array; the indices are never
-    written. ``longest``: its longest row, which the sampler read."""
-    index_dtype = index_dtype_for(num_targets, num_sources, num_edges)
-    if rowptr.numel() != num_targets + 1:
-        rowptr = rowptr[: num_targets + 1]
-    if col.numel() != num_edges:
-        col = col[:num_edges]
-    if col.dtype != index_dtype:  # int32 fits this block, not the one that holds it
-        rowptr, col = rowptr.to(index_dtype), col.to(index_dtype)
+        col = torch.sort(torch.add(source, target, alpha=2**32)).values.to(torch.int32)
+    else:
+        col = torch.remainder(torch.sort(torch.add(source, target, alpha=num_sources)).values, max(num_sources, 1))
     values = torch.ones(num_edges, dtype=dtype or torch.float32, device=col.device)
-    return CsrStructure(CSR(rowptr, col, values, num_targets, num_sources), window, longest), values
+    structures = []
+    for (num_sources, num_targets, num_edges), longest_row in zip(sizes, longest):
+        block_rowptr, block_col, block_values = rowptr, col, values
+        if num_edges != col.numel():
+            block_rowptr, block_col, block_values = rowptr[: num_targets + 1], col[:num_edges], values[:num_edges]
+        elif num_targets + 1 != rowptr.numel():
+            block_rowptr = rowptr[: num_targets + 1]
+        if index_dtype != torch.int32 and index_dtype_for(num_targets, num_sources, num_edges) == torch.int32:
+            block_rowptr, block_col = block_rowptr.to(torch.int32), block_col.to(torch.int32)
+        structures.append((CsrStructure(block_rowptr, block_col, num_targets, num_sources, window, longest_row),
+                           block_values))
+    return structures
 
 
 def _distinct_edges_csr(edge_index, edge_weight, num_nodes, dtype) -> tuple[CSR, int] | None:

@@ -69,7 +69,7 @@ def state_of(structure, values: torch.Tensor) -> dict:
         "shape": (s.num_rows, s.num_cols),
         "rowptr": _own_bytes(s.rowptr),
         "col": _own_bytes(s.col),
-        "values": values.detach().contiguous(),
+        "values": _own_bytes(values.detach().contiguous()),
         "window": s.window,
         "row_perm": s.row_perm,
         "symmetric": s.col_perm is not None,
@@ -79,7 +79,7 @@ def state_of(structure, values: torch.Tensor) -> dict:
 
 def _own_bytes(array: torch.Tensor) -> torch.Tensor:
     """``array``, copied where it is a view of a larger storage (a sampled batch's later blocks
-    read prefixes of the first block's indices): torch.save writes a view's whole storage."""
+    read prefixes of the first block's arrays): torch.save writes a view's whole storage."""
     if array.untyped_storage().nbytes() == array.numel() * array.element_size():
         return array
     return array.clone()

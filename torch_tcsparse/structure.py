@@ -274,9 +274,10 @@ class CsrStructure(Structure):
     their CSR orders (``transposed_with_order``: one gather of the values); building either
     layout unlinks the pair, and the next transpose is built as any matrix's."""
 
-    def __init__(self, csr: CSR, window: int, max_row_nnz: int | None = None):
-        self.num_rows, self.num_cols = csr.num_rows, csr.num_cols
-        self.rowptr, self.col = csr.rowptr, csr.col
+    def __init__(self, rowptr: torch.Tensor, col: torch.Tensor, num_rows: int, num_cols: int, window: int,
+                 max_row_nnz: int | None = None):
+        self.num_rows, self.num_cols = num_rows, num_cols
+        self.rowptr, self.col = rowptr, col
         self.window = window
         self.row_perm = self.col_perm = None
         self.method = "none"
@@ -342,7 +343,7 @@ class CsrStructure(Structure):
         t = self.linked_transpose()
         if t is None:
             rowptr_t, col_t, order = transpose_pattern(self.csr(None))
-            t = CsrStructure(CSR(rowptr_t, col_t, col_t.new_empty(0), self.num_cols, self.num_rows), self.window)
+            t = CsrStructure(rowptr_t, col_t, self.num_cols, self.num_rows, self.window)
             # The way back is the inverse permutation. index_add_ onto zeros takes the int32
             # positions as they are (a permutation: the sum is the assignment).
             positions = torch.arange(order.numel(), dtype=order.dtype, device=order.device)
@@ -355,8 +356,8 @@ class CsrStructure(Structure):
         """A copy on ``device``, CSR only where the layout is still pending."""
         if self._layout is not None:
             return super().to(device)
-        return CsrStructure(CSR(self.rowptr.to(device), self.col.to(device), None, self.num_rows, self.num_cols),
-                            self.window, self._derived.get("max_row_nnz"))
+        return CsrStructure(self.rowptr.to(device), self.col.to(device), self.num_rows, self.num_cols, self.window,
+                            self._derived.get("max_row_nnz"))
 
     def _moved(self, device) -> "Structure":
         if self._layout is not None:

@@ -133,9 +133,14 @@ def test_a_step_converts_each_block_light(monkeypatch):
     from torch_tcsparse.loader import SampledBatch
 
     made = []
-    convert = SampledBatch._block
-    monkeypatch.setattr(SampledBatch, "_block",
-                        lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
+    convert = SampledBatch._blocks
+
+    def recorded(*args, **kwargs):
+        built = convert(*args, **kwargs)
+        made.extend(built)
+        return built
+
+    monkeypatch.setattr(SampledBatch, "_blocks", recorded)
     batch = sampled_batch(fanout=(4, 3, 2))
     torch.manual_seed(0)
     model = models.SAGE("ours", 6, 8, 3, 3, 0.5)

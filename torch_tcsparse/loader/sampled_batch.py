@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..conversion import sampled_csr, sampled_structure
+from ..conversion import sampled_structures
 from ..paths import VALUE_DTYPES
 from ..tensor import TCSparseTensor
 
@@ -60,43 +60,39 @@ class SampledBatch:
         """Per layer, first layer first, its block as a ``[num_targets, num_sources]``
         ``TCSparseTensor`` (``from_batch``: CSR only, the Tensor-Core layout left until the matrix
         has run enough products to pay for it), unit weights in ``dtype`` (float32 by default).
-        A batch the sampler drew sorts its edges once for all of them: the first layer's CSR
-        holds every later layer's (``conversion.sampled_structure``)."""
-        sizes = self._layer_sizes()
-        if not sizes:
-            return []
-        first = self._block(0, sizes[0], dtype)
-        held = (first._structure.rowptr, first._structure.col)
-        return [first] + [self._block(layer, sizes[layer], dtype, held) for layer in range(1, len(sizes))]
+        A batch the sampler drew sorts its edges once for all of them, and every later layer's
+        block is views of the first's arrays (``conversion.sampled_structures``)."""
+        return self._blocks(list(range(self.num_layers)), dtype)
 
     def block(self, layer: int, dtype: torch.dtype | None = None) -> TCSparseTensor:
         """Layer ``layer``'s block (0: the first layer), as ``blocks`` gives it."""
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
-        return self._block(layer, self._layer_sizes()[layer], dtype)
+        return self._blocks([layer], dtype)[0]
 
     def _layer_sizes(self) -> list[tuple[int, int, int]]:
         """Per layer, first layer first: ``(num_sources, num_targets, num_edges)`` of its block."""
         nodes, edges = _running_sums(self.num_sampled_nodes), _running_sums(self.num_sampled_edges)
         return [(nodes[hops + 1], nodes[hops], edges[hops]) for hops in range(self.num_layers, 0, -1)]
 
-    def _block(self, layer: int, sizes: tuple[int, int, int], dtype,
-               held: tuple[torch.Tensor, torch.Tensor] | None = None) -> TCSparseTensor:
-        """Layer ``layer``'s block of ``sizes`` (``_layer_sizes``); ``held``: rowptr and col of a
-        block of this batch that holds it."""
-        num_sources, num_targets, num_edges = sizes
+    def _blocks(self, layers: list[int], dtype) -> list[TCSparseTensor]:
+        """The blocks of ``layers`` (ascending)."""
+        sizes = self._layer_sizes()
         if self._longest_rows is None or (dtype is not None and dtype not in VALUE_DTYPES):
-            return TCSparseTensor.from_batch(self.edge_index[:, :num_edges], num_nodes=(num_sources, num_targets),
-                                             dtype=dtype)
-        # The block holds the edges of the first ``hops`` hops; each target's edges come from one
-        # hop, so its longest row is the longest of those hops'.
-        hops = self.num_layers - layer
-        longest = max(self._longest_rows[:hops], default=0)
-        if held is None:
-            edge_index = self.edge_index
-            held = sampled_csr(edge_index if edge_index.size(1) == num_edges else edge_index[:, :num_edges],
-                               num_sources, num_targets)
-        return TCSparseTensor(*sampled_structure(*held, num_sources, num_targets, num_edges, longest, dtype))
+            return [TCSparseTensor.from_batch(self.edge_index[:, :num_edges], num_nodes=(num_sources, num_targets),
+                                              dtype=dtype)
+                    for num_sources, num_targets, num_edges in (sizes[layer] for layer in layers)]
+        if not layers:
+            return []
+        # Layer i's block holds the edges of the first L - i hops; each target's edges come from
+        # one hop, so its longest row is the longest of those hops'.
+        longest = _running_maxima(self._longest_rows)
+        edge_index, first_edges = self.edge_index, sizes[layers[0]][2]
+        if edge_index.size(1) != first_edges:
+            edge_index = edge_index[:, :first_edges]
+        built = sampled_structures(edge_index, [sizes[layer] for layer in layers],
+                                   [longest[self.num_layers - layer] for layer in layers], dtype)
+        return [TCSparseTensor(structure, values) for structure, values in built]
 
     def to(self, device) -> "SampledBatch":
         return SampledBatch(self.nodes.to(device), self.edge_index.to(device), self.num_sampled_nodes,
@@ -108,3 +104,11 @@ def _running_sums(counts: tuple[int, ...]) -> list[int]:
     for count in counts:
         sums.append(sums[-1] + count)
     return sums
+
+
+def _running_maxima(counts: tuple[int, ...]) -> list[int]:
+    """``maxima[h]``: the largest of the first ``h`` counts (0 for none)."""
+    maxima = [0]
+    for count in counts:
+        maxima.append(max(maxima[-1], count))
+    return maxima
