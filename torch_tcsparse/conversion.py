@@ -58,8 +58,9 @@ def sampled_structures(edge_index: torch.Tensor, sizes: list[tuple[int, int, int
     holds the first block's edges, and every block's CSR is the first ``num_targets`` rows and
     ``num_edges`` nonzeros of the first's (hops are appended in order, and hop h's targets are the
     nodes hop h - 1 found, so a block of fewer hops is a prefix of one of more, in rows and in the
-    row-major sort): one sort serves them all, and every later block is views of the first's
-    arrays, values included (unit weights that no product writes).
+    row-major sort): one sort serves them all, and every later block's indices are views of the
+    first's (never written). Each block has its own unit values: a write to one block's values
+    must not reach another's.
 
     The sampler guarantees what the public route checks with a host read (indices in range, no
     repeated edge, the targets ascending), so nothing here waits for the device. The row-major
@@ -76,18 +77,18 @@ def sampled_structures(edge_index: torch.Tensor, sizes: list[tuple[int, int, int
         col = torch.sort(torch.add(source, target, alpha=2**32)).values.to(torch.int32)
     else:
         col = torch.remainder(torch.sort(torch.add(source, target, alpha=num_sources)).values, max(num_sources, 1))
-    values = torch.ones(num_edges, dtype=dtype or torch.float32, device=col.device)
     structures = []
     for (num_sources, num_targets, num_edges), longest_row in zip(sizes, longest):
-        block_rowptr, block_col, block_values = rowptr, col, values
+        block_rowptr, block_col = rowptr, col
         if num_edges != col.numel():
-            block_rowptr, block_col, block_values = rowptr[: num_targets + 1], col[:num_edges], values[:num_edges]
+            block_rowptr, block_col = rowptr[: num_targets + 1], col[:num_edges]
         elif num_targets + 1 != rowptr.numel():
             block_rowptr = rowptr[: num_targets + 1]
         if index_dtype != torch.int32 and index_dtype_for(num_targets, num_sources, num_edges) == torch.int32:
             block_rowptr, block_col = block_rowptr.to(torch.int32), block_col.to(torch.int32)
+        values = torch.ones(num_edges, dtype=dtype or torch.float32, device=col.device)
         structures.append((CsrStructure(block_rowptr, block_col, num_targets, num_sources, window, longest_row),
-                           block_values))
+                           values))
     return structures
 
 
