@@ -179,9 +179,14 @@ def test_a_block_step_on_cuda_equals_pyg_and_leaves_the_layouts_unbuilt(kernels,
     from torch_tcsparse.loader import SampledBatch
 
     made = []
-    convert = SampledBatch._block
-    monkeypatch.setattr(SampledBatch, "_block",
-                        lambda *args, **kwargs: made.append(convert(*args, **kwargs)) or made[-1])
+    convert = SampledBatch._blocks
+
+    def recorded(*args, **kwargs):
+        built = convert(*args, **kwargs)
+        made.extend(built)
+        return built
+
+    monkeypatch.setattr(SampledBatch, "_blocks", recorded)
     batch = cuda_sampler([10, 5, 3]).sample(torch.arange(0, 4000, 40, device="cuda"),
                                              torch.Generator("cuda").manual_seed(1))
     x = torch.randn(4000, 16, device="cuda")
