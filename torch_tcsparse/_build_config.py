@@ -25,6 +25,7 @@ SOURCES = (
     "kernels_f16.cu",
     "kernels_bf16.cu",
     "metcf_convert.cu",
+    "sampled_columns.cu",
     "csr_rows_spmm.cu",
     "csr_rows_scatter.cu",
     "grouped_spmm.cu",

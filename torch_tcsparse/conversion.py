@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import kernels
 from .formats import inputs
 from .formats.csr import CSR, cast_values, index_dtype_for
 from .formats.metcf import WINDOWS
@@ -63,14 +64,17 @@ def sampled_structures(edge_index: torch.Tensor, sizes: list[tuple[int, int, int
     must not reach another's.
 
     The sampler guarantees what the public route checks with a host read (indices in range, no
-    repeated edge, the targets ascending), so nothing here waits for the device. The row-major
-    keys' sort orders each row's columns, as the Tensor-Core layout needs them; the rows are the
-    targets as they come, so rowptr is read off them in one op."""
+    repeated edge, the targets ascending), so nothing here waits for the device. Each row's
+    columns are sorted, as the Tensor-Core layout needs them: on CUDA by a thread per row where
+    rows are short (``kernels.sort_row_sources``), else by the row-major keys' sort; the rows are
+    the targets as they come, so rowptr is read off them in one op."""
     num_sources, num_targets, num_edges = sizes[0]
     index_dtype = index_dtype_for(num_targets, num_sources, num_edges)
     source, target = edge_index.unbind()
     rowptr = torch._convert_indices_from_coo_to_csr(target, num_targets, out_int32=index_dtype == torch.int32)
-    if index_dtype == torch.int32:
+    if kernels.sorts_row_sources(source, longest[0]):
+        col = kernels.sort_row_sources(rowptr, source, longest[0])
+    elif index_dtype == torch.int32:
         # Every index fits 31 bits: the key target * 2**32 + source sorts as the row-major key,
         # and its cast to int32 keeps its low 32 bits, the source: one op, where the key of the
         # int64 route needs a remainder (and would need a cast).

@@ -160,6 +160,20 @@ def reduce_rows_backward(grad_y, winners, col, values, x, needs_x: bool,
     return _ext.load().reduce_rows_backward(grad_y, winners, col, values, x, needs_x, needs_values)
 
 
+# Rows a thread sorts for a sampled block (``csrc/sampled_columns.h``: kSortedRowLimit).
+SORTED_ROW_LIMIT = 64
+
+
+def sorts_row_sources(source: torch.Tensor, longest: int) -> bool:
+    """Whether ``sort_row_sources`` takes these int64 sources, rows of at most ``longest``."""
+    return source.device.type == "cuda" and source.dtype == torch.int64 and longest <= SORTED_ROW_LIMIT and available()
+
+
+def sort_row_sources(rowptr, source, longest: int) -> torch.Tensor:
+    """A sampled block's columns: each row's sources ascending, in rowptr's index type."""
+    return _ext.load().sort_row_sources(rowptr, source, longest)
+
+
 def metcf_row_map(perm, num_rows: int, window: int):
     """The conversion's first step (``csrc/metcf_convert.h``): window slot of every row and back."""
     return _ext.load().metcf_row_map(perm, num_rows, window)

@@ -1,4 +1,5 @@
-// Torch binding of the ME-TCF kernels and of the CSR -> ME-TCF conversion: validation
+// Torch binding of the ME-TCF kernels, of the CSR -> ME-TCF conversion and of a sampled block's
+// columns: validation
 // (TCS_CHECK), allocation, stream, dispatch. The kernels themselves live in the .cu files, which
 // never include torch headers.
 #include <c10/cuda/CUDAStream.h>
@@ -15,6 +16,7 @@
 #include "kernel_bindings.h"
 #include "metcf_convert.h"
 #include "metcf_spmm.h"
+#include "sampled_columns.h"
 
 namespace {
 
@@ -185,12 +187,32 @@ auto with_index_type(at::ScalarType dtype, F&& f) {
     }
 }
 
-// (row_map int32 [windows * window], slot_of_row int32 [rows], empty without a permutation) of
-// the row order `row_perm` (int64 [rows], or empty for the given order).
 }  // namespace
 
 namespace tcsparse_binding {
 
+at::Tensor sort_row_sources(const at::Tensor& rowptr, const at::Tensor& source, int64_t longest) {
+    TCS_CHECK(rowptr.is_cuda(), "rowptr must be a CUDA tensor, got device ", rowptr.device());
+    TCS_CHECK(rowptr.dim() == 1 && rowptr.numel() >= 1, "rowptr must be 1-D with num_rows + 1 entries, got shape ",
+              rowptr.sizes());
+    TCS_CHECK(longest >= 0 && longest <= tcsparse::kSortedRowLimit, "longest must lie in [0, ",
+              tcsparse::kSortedRowLimit, "], got ", longest);
+    check_index(source, "source", at::kLong, source.numel(), rowptr.device());
+    const c10::cuda::CUDAGuard guard(rowptr.device());
+    const int64_t num_rows = rowptr.numel() - 1;
+    at::Tensor col = at::empty({source.numel()}, rowptr.options());
+    with_index_type(rowptr.scalar_type(), [&](auto index) {
+        using I = decltype(index);
+        check_index(rowptr, "rowptr", rowptr.scalar_type(), num_rows + 1, rowptr.device());
+        check_launch(tcsparse::sort_row_sources<I>(rowptr.data_ptr<I>(), num_rows, source.data_ptr<int64_t>(),
+                                                   col.data_ptr<I>(), c10::cuda::getCurrentCUDAStream()),
+                     "sort_row_sources");
+    });
+    return col;
+}
+
+// (row_map int32 [windows * window], slot_of_row int32 [rows], empty without a permutation) of
+// the row order `row_perm` (int64 [rows], or empty for the given order).
 std::tuple<at::Tensor, at::Tensor> metcf_row_map(const at::Tensor& row_perm, int64_t num_rows, int64_t window) {
     TCS_CHECK(window == 8 || window == 16, "window must be 8 or 16, got ", window);
     TCS_CHECK(num_rows >= 0 && num_rows <= INT32_MAX, "num_rows must lie in [0, ", int64_t{INT32_MAX}, "], got ",

@@ -30,6 +30,10 @@ at::Tensor sddmm(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor
 std::vector<int64_t> launch_shape(int64_t window, int64_t num_windows, int64_t n, bool balanced, bool exact,
                                   at::ScalarType dtype);
 
+// A sampled block's columns (sampled_columns.cu): each row's sources ascending, in rowptr's type.
+// Rows of more than kSortedRowLimit sources are refused (the caller sorts those with torch).
+at::Tensor sort_row_sources(const at::Tensor& rowptr, const at::Tensor& source, int64_t longest);
+
 // The CSR -> ME-TCF conversion (metcf_convert.cu), in three steps.
 std::tuple<at::Tensor, at::Tensor> metcf_row_map(const at::Tensor& row_perm, int64_t num_rows, int64_t window);
 

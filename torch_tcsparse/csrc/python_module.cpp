@@ -10,6 +10,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("spmm", &tcsparse_binding::spmm);
     m.def("sddmm", &tcsparse_binding::sddmm);
     m.def("launch_shape", &tcsparse_binding::launch_shape);
+    m.def("sort_row_sources", &tcsparse_binding::sort_row_sources);
     m.def("metcf_row_map", &tcsparse_binding::metcf_row_map);
     m.def("metcf_count", &tcsparse_binding::metcf_count);
     m.def("metcf_fill", &tcsparse_binding::metcf_fill);
