@@ -6,6 +6,7 @@ import torch
 
 pytest.importorskip("ogb", reason="ogb is not installed")
 pytest.importorskip("torch_geometric", reason="torch_geometric is not installed")
+from converted_blocks import record_converted_blocks  # noqa: E402
 from examples.sage import blocks, models, products, train  # noqa: E402
 from graph_data import ogb_format  # noqa: E402
 from torch_tcsparse.loader import NeighborSampler  # noqa: E402
@@ -130,17 +131,7 @@ def test_a_block_step_equals_pyg_in_outputs_and_gradients(aggr, pyg_format):
 def test_a_step_converts_each_block_light(monkeypatch):
     from torch_tcsparse.structure import CsrStructure
 
-    from torch_tcsparse.loader import SampledBatch
-
-    made = []
-    convert = SampledBatch._blocks
-
-    def recorded(*args, **kwargs):
-        built = convert(*args, **kwargs)
-        made.extend(built)
-        return built
-
-    monkeypatch.setattr(SampledBatch, "_blocks", recorded)
+    made = record_converted_blocks(monkeypatch)
     batch = sampled_batch(fanout=(4, 3, 2))
     torch.manual_seed(0)
     model = models.SAGE("ours", 6, 8, 3, 3, 0.5)

@@ -10,6 +10,7 @@ import copy
 import pytest
 import torch
 
+from converted_blocks import record_converted_blocks
 from torch_tcsparse import TCSparseTensor
 from torch_tcsparse.structure import BUILD_AFTER_USES
 
@@ -176,17 +177,7 @@ def test_a_loader_takes_a_cuda_generator_without_an_index():
 def test_a_block_step_on_cuda_equals_pyg_and_leaves_the_layouts_unbuilt(kernels, aggr, monkeypatch):
     from examples.sage import blocks, models
 
-    from torch_tcsparse.loader import SampledBatch
-
-    made = []
-    convert = SampledBatch._blocks
-
-    def recorded(*args, **kwargs):
-        built = convert(*args, **kwargs)
-        made.extend(built)
-        return built
-
-    monkeypatch.setattr(SampledBatch, "_blocks", recorded)
+    made = record_converted_blocks(monkeypatch)
     batch = cuda_sampler([10, 5, 3]).sample(torch.arange(0, 4000, 40, device="cuda"),
                                              torch.Generator("cuda").manual_seed(1))
     x = torch.randn(4000, 16, device="cuda")
