@@ -83,11 +83,9 @@ def sampled_structures(edge_index: torch.Tensor, sizes: list[tuple[int, int, int
         col = torch.remainder(torch.sort(torch.add(source, target, alpha=num_sources)).values, max(num_sources, 1))
     structures = []
     for (num_sources, num_targets, num_edges), longest_row in zip(sizes, longest):
-        block_rowptr, block_col = rowptr, col
-        if num_edges != col.numel():
-            block_rowptr, block_col = rowptr[: num_targets + 1], col[:num_edges]
-        elif num_targets + 1 != rowptr.numel():
-            block_rowptr = rowptr[: num_targets + 1]
+        # Views only where the block is shorter: the first block keeps the arrays themselves.
+        block_rowptr = rowptr if num_targets + 1 == rowptr.numel() else rowptr[: num_targets + 1]
+        block_col = col if num_edges == col.numel() else col[:num_edges]
         if index_dtype != torch.int32 and index_dtype_for(num_targets, num_sources, num_edges) == torch.int32:
             block_rowptr, block_col = block_rowptr.to(torch.int32), block_col.to(torch.int32)
         values = torch.ones(num_edges, dtype=dtype or torch.float32, device=col.device)

@@ -160,13 +160,15 @@ def reduce_rows_backward(grad_y, winners, col, values, x, needs_x: bool,
     return _ext.load().reduce_rows_backward(grad_y, winners, col, values, x, needs_x, needs_values)
 
 
-# Rows a thread sorts for a sampled block (``csrc/sampled_columns.h``: kSortedRowLimit).
-SORTED_ROW_LIMIT = 64
+def sorted_row_limit() -> int:
+    """The longest row ``sort_row_sources`` takes (``csrc/sampled_columns.h``: kSortedRowLimit)."""
+    return _ext.load().sorted_row_limit
 
 
 def sorts_row_sources(source: torch.Tensor, longest: int) -> bool:
     """Whether ``sort_row_sources`` takes these int64 sources, rows of at most ``longest``."""
-    return source.device.type == "cuda" and source.dtype == torch.int64 and longest <= SORTED_ROW_LIMIT and available()
+    return (source.device.type == "cuda" and source.dtype == torch.int64 and available()
+            and longest <= sorted_row_limit())
 
 
 def sort_row_sources(rowptr, source, longest: int) -> torch.Tensor:

@@ -31,7 +31,7 @@ def by_keys(rowptr, source):
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=str)
 @pytest.mark.parametrize("distinct", [True, False], ids=["distinct", "repeated"])
 def test_rows_of_every_length_up_to_the_limit(kernels, index_dtype, distinct):
-    limit = kernels.SORTED_ROW_LIMIT
+    limit = kernels.sorted_row_limit()
     lengths = list(range(limit + 1)) * 3 + [0, 0, 1, limit, limit]
     rowptr, source = grouped_sources(lengths, 5000, distinct)
     col = kernels.sort_row_sources(rowptr.to(index_dtype), source, limit)
@@ -44,7 +44,7 @@ def test_empty_matrix_and_rows_past_the_limit(kernels):
     assert kernels.sort_row_sources(rowptr, torch.empty(0, dtype=torch.int64, device="cuda"), 0).numel() == 0
     rowptr, source = grouped_sources([2, 3], 10)
     with pytest.raises(RuntimeError, match="longest"):
-        kernels.sort_row_sources(rowptr, source, kernels.SORTED_ROW_LIMIT + 1)
+        kernels.sort_row_sources(rowptr, source, kernels.sorted_row_limit() + 1)
 
 
 @pytest.mark.parametrize("fanout", [[15, 10, 5], [-1, 3]])

@@ -5,12 +5,14 @@
 
 #include "attention_binding.h"
 #include "kernel_bindings.h"
+#include "sampled_columns.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("spmm", &tcsparse_binding::spmm);
     m.def("sddmm", &tcsparse_binding::sddmm);
     m.def("launch_shape", &tcsparse_binding::launch_shape);
     m.def("sort_row_sources", &tcsparse_binding::sort_row_sources);
+    m.attr("sorted_row_limit") = tcsparse::kSortedRowLimit;
     m.def("metcf_row_map", &tcsparse_binding::metcf_row_map);
     m.def("metcf_count", &tcsparse_binding::metcf_count);
     m.def("metcf_fill", &tcsparse_binding::metcf_fill);

@@ -1,7 +1,5 @@
 #include "sampled_columns.h"
 
-#include <algorithm>
-
 namespace tcsparse {
 namespace {
 
