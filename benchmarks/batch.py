@@ -25,8 +25,8 @@ yields) and one bipartite block per layer ([targets, sources]; ``layer1`` feeds 
   ``(convert ours-full - convert ours-batch) / (spmm ours-batch - spmm ours-full)`` (empty: never).
   A training step multiplies each block once forward and once backward.
 
-``--train`` then writes ``batch_epoch.csv``: per mode, aggregation and backend, the median of
-``--epochs`` epochs after one warm-up. Mini-batch: forward, backward and Adam step over the same
+``--train`` then writes ``batch_epoch.csv``: per mode, aggregation and backend, the median epoch
+of ``--epochs`` rounds that run one epoch of each backend in turn, after one warm-up. Mini-batch: forward, backward and Adam step over the same
 ``--epoch-batches`` sampled batches (``examples.sage.blocks.train_step``: each block converted
 inside the step, ``convert_ms`` the conversions alone; ``sample_ms`` sampling them, the same for
 both). Full-batch (mean only: PyG's max on CUDA scatters over ``edge_index``, E x C floats, 127
@@ -66,7 +66,7 @@ ACCURACY_FIELDS = ("mode", "backend", "device", "seeds", "epochs", "test_acc_mea
 # OGB's GraphSAGE examples for ogbn-products: neighbour sampling at 0.003, full batch at 0.01.
 LEARNING_RATE = {"mini-batch": 0.003, "full-batch": 0.01}
 # Options whose default depends on --quick (about 2 minutes of an H200) or not.
-SCALED = {"batches": (3, 2), "epochs": (3, 2), "epoch_batches": (None, 32), "seeds": (10, 2),
+SCALED = {"batches": (3, 2), "epochs": (7, 5), "epoch_batches": (None, 32), "seeds": (10, 2),
           "accuracy_epochs": (5, 2), "full_accuracy_epochs": (50, 20)}
 
 
@@ -88,7 +88,7 @@ def parse_args(argv=None):
     parser.add_argument("--train", action="store_true", help="also time training epochs and measure accuracy")
     parser.add_argument("--aggr", nargs="+", default=["mean", "max"], choices=["mean", "max"],
                         help="aggregations of the timed mini-batch epochs")
-    parser.add_argument("--epochs", type=int, default=None, help="timed epochs per row [quick: 2, else 3]")
+    parser.add_argument("--epochs", type=int, default=None, help="timed rounds of one epoch of each backend [quick: 5, else 7]")
     parser.add_argument("--epoch-batches", type=int, default=None,
                         help="batches of a timed mini-batch epoch [quick: 32, else the whole training split]")
     parser.add_argument("--seeds", type=int, default=None, help="accuracy runs per mode and backend, 0 for none "
@@ -237,9 +237,19 @@ def new_model(backend, aggr, task, args, device, seed):
                 aggr).to(device)
 
 
-def median_epoch_ms(epoch, device, epochs: int) -> float:
-    epoch()  # warm-up: kernels built, selector settled, allocator grown
-    return round(statistics.median(timed_s(epoch, device)[1] for _ in range(epochs)) * 1e3, 2)
+def interleaved_epoch_ms(epochs: dict, device, rounds: int) -> dict:
+    """Median ms of each of ``epochs`` (key -> epoch function) over ``rounds`` rounds that run one
+    epoch of each in turn, after one warm-up epoch each (kernels built, selector settled, allocator
+    grown). An epoch of sampled batches is partly host-bound and drifts with the host's state (one
+    process's epochs of one backend spread over 1.3x on an H200 host): interleaving exposes both
+    backends to the same drift."""
+    for epoch in epochs.values():
+        epoch()
+    times = {key: [] for key in epochs}
+    for _ in range(rounds):
+        for key, epoch in epochs.items():
+            times[key].append(timed_s(epoch, device)[1])
+    return {key: round(statistics.median(values) * 1e3, 2) for key, values in times.items()}
 
 
 def minibatch_epochs(task, sampler, args, device, name) -> list[dict]:
@@ -251,20 +261,13 @@ def minibatch_epochs(task, sampler, args, device, name) -> list[dict]:
     nnz = sum(batch.edge_index.size(1) for batch in batches) // len(batches)
     print(f"mini-batch epoch: {count} batches of {args.batch_size} seeds, {nnz} sampled edges a batch, "
           f"sampled in {seconds * 1e3:.1f} ms")
-    x, y = task.x, task.y
+    x = task.x
     rows = []
     for aggr in args.aggr:
         pyg_format = pyg_format_for(aggr, device)
-        for backend in BACKENDS:
-            model = new_model(backend, aggr, task, args, device, args.seed)
-            optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE["mini-batch"])
-
-            def epoch():
-                model.train()
-                for batch in batches:
-                    train_step(model, optimizer, batch, x, y, backend, pyg_format)
-
-            epoch_ms = median_epoch_ms(epoch, device, args.epochs)
+        epochs = {backend: minibatch_epoch(backend, aggr, pyg_format, task, batches, args, device)
+                  for backend in BACKENDS}
+        for backend, epoch_ms in interleaved_epoch_ms(epochs, device, args.epochs).items():
             _, convert_s = timed_s(lambda: [block_adjacencies(backend, b, pyg_format) for b in batches], device)
             rows.append({"mode": "mini-batch", "backend": backend if backend == "ours" else f"pyg-{pyg_format}",
                          "aggr": aggr, "device": name, "nodes": x.size(0), "nnz": nnz, "batches": count,
@@ -273,19 +276,35 @@ def minibatch_epochs(task, sampler, args, device, name) -> list[dict]:
     return with_speedups(rows)
 
 
+def minibatch_epoch(backend, aggr, pyg_format, task, batches, args, device):
+    """One epoch over ``batches`` of a fresh model of ``backend`` and its Adam."""
+    model = new_model(backend, aggr, task, args, device, args.seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE["mini-batch"])
+
+    def epoch():
+        model.train()
+        for batch in batches:
+            train_step(model, optimizer, batch, task.x, task.y, backend, pyg_format)
+
+    return epoch
+
+
 def full_batch_epochs(task, adjacencies, args, device, name) -> list[dict]:
+    epochs = {backend: full_batch_epoch_of(backend, adjacencies[backend][0], task, args, device)
+              for backend in BACKENDS}
     rows = []
-    train_idx = task.split["train"]
-    for backend in BACKENDS:
-        adj_t, convert_s = adjacencies[backend]
-        model = new_model(backend, "mean", task, args, device, args.seed)
-        optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE["full-batch"])
-        epoch_ms = median_epoch_ms(lambda: full_batch_epoch(model, optimizer, task.x, task.y, adj_t, train_idx),
-                                   device, args.epochs)
+    for backend, epoch_ms in interleaved_epoch_ms(epochs, device, args.epochs).items():
         rows.append({"mode": "full-batch", "backend": backend if backend == "ours" else "pyg-csr", "aggr": "mean",
                      "device": name, "nodes": task.x.size(0), "nnz": task.edge_index.size(1), "batches": 1,
-                     "sample_ms": 0.0, "convert_ms": round(convert_s * 1e3, 2), "epoch_ms": epoch_ms})
+                     "sample_ms": 0.0, "convert_ms": round(adjacencies[backend][1] * 1e3, 2), "epoch_ms": epoch_ms})
     return with_speedups(rows)
+
+
+def full_batch_epoch_of(backend, adj_t, task, args, device):
+    """One full-batch epoch of a fresh model of ``backend`` and its Adam."""
+    model = new_model(backend, "mean", task, args, device, args.seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE["full-batch"])
+    return lambda: full_batch_epoch(model, optimizer, task.x, task.y, adj_t, task.split["train"])
 
 
 def with_speedups(rows: list[dict]) -> list[dict]:

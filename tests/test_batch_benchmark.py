@@ -4,6 +4,7 @@ batch.csv, --train writes the epoch and accuracy tables with both backends on th
 import csv
 
 import pytest
+import torch
 
 pytest.importorskip("torch_geometric", reason="torch_geometric is not installed")
 from benchmarks import batch  # noqa: E402
@@ -66,10 +67,18 @@ def test_training_tables_over_the_same_batches(tmp_path):
 
 def test_quick_scales_the_defaults_and_explicit_values_win():
     quick = batch.parse_args(["--quick"])
-    assert (quick.batches, quick.epochs, quick.epoch_batches, quick.seeds) == (2, 2, 32, 2)
+    assert (quick.batches, quick.epochs, quick.epoch_batches, quick.seeds) == (2, 5, 32, 2)
     full = batch.parse_args([])
     assert (full.seeds, full.epoch_batches, full.accuracy_epochs) == (10, None, 5)
     assert batch.parse_args(["--quick", "--seeds", "5"]).seeds == 5
+
+
+def test_epochs_are_timed_in_interleaved_rounds_after_one_warm_up_each():
+    calls = []
+    medians = batch.interleaved_epoch_ms({"ours": lambda: calls.append("ours"), "pyg": lambda: calls.append("pyg")},
+                                         torch.device("cpu"), rounds=3)
+    assert calls == ["ours", "pyg"] * 4
+    assert set(medians) == {"ours", "pyg"} and all(ms >= 0 for ms in medians.values())
 
 
 @pytest.mark.parametrize("argument, value", [("--batches", "0"), ("--n", "0"), ("--nodes", "1"),

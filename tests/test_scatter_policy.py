@@ -31,8 +31,13 @@ def engine(monkeypatch):
     """The scattering csr engine on the route, which believes the kernels run."""
     stub = ScatteringCsr()
     monkeypatch.setitem(ENGINES, "csr", stub)
-    monkeypatch.setattr(product, "kernels", types.SimpleNamespace(usable=lambda x: True))
+    monkeypatch.setattr(product, "kernels", KERNELS_RUN)
     return stub
+
+
+# What the route asks of the kernels module, answered as on a GPU for the products (the engine
+# stub multiplies on the CPU) and as on the CPU for the mean's row scale (a kernel of its own).
+KERNELS_RUN = types.SimpleNamespace(usable=lambda x: True, usable_for=lambda dtype, device: device.type == "cuda")
 
 
 def matrix(m=30, k=40, seed=0):
@@ -128,7 +133,7 @@ def test_engines_without_a_scatter_and_the_cpu_take_the_transpose(monkeypatch):
     x, grad_y = torch.randn(40, 3, dtype=torch.float64), torch.randn(30, 3, dtype=torch.float64)
     torch.testing.assert_close(grad_x(a, x, grad_y), dense.t() @ grad_y)
     assert stub.scattered == 0 and a._structure.linked_transpose() is not None
-    monkeypatch.setattr(product, "kernels", types.SimpleNamespace(usable=lambda x: True))
+    monkeypatch.setattr(product, "kernels", KERNELS_RUN)
     b, _ = matrix(seed=1)
     assert not product.scatters_transpose(b._structure, ENGINES["reference"], grad_y)
     assert b._structure.backward_passes == 1

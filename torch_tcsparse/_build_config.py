@@ -26,6 +26,7 @@ SOURCES = (
     "kernels_bf16.cu",
     "metcf_convert.cu",
     "sampled_columns.cu",
+    "row_scale.cu",
     "csr_rows_spmm.cu",
     "csr_rows_scatter.cu",
     "grouped_spmm.cu",

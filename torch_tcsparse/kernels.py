@@ -176,6 +176,12 @@ def sort_row_sources(rowptr, source, longest: int) -> torch.Tensor:
     return _ext.load().sort_row_sources(rowptr, source, longest)
 
 
+def row_scale(rowptr: torch.Tensor, nnz: int, dtype: torch.dtype) -> torch.Tensor:
+    """The mean's row scale of a CUDA CSR: 1 / (nonzeros of its row) for each of its ``nnz``
+    nonzeros, in CSR order, in ``dtype`` (float32 or float64), one launch (``csrc/row_scale.h``)."""
+    return _ext.load().row_scale(rowptr, nnz, dtype)
+
+
 def metcf_row_map(perm, num_rows: int, window: int):
     """The conversion's first step (``csrc/metcf_convert.h``): window slot of every row and back."""
     return _ext.load().metcf_row_map(perm, num_rows, window)

@@ -249,14 +249,17 @@ def _mean_values(matrix, traced: bool) -> torch.Tensor:
     dtype = torch.float64 if values.dtype == torch.float64 else torch.float32
 
     def build():
-        scale = s.kept(("row_scale", dtype), lambda: _row_scale(s, dtype))
+        scale = s.kept(("row_scale", dtype), lambda: _row_scale(s, dtype, traced))
         return (values.to(dtype) * scale).to(values.dtype)
 
     return build() if traced else matrix._cache.get(("mean",), build)
 
 
-def _row_scale(structure, dtype: torch.dtype) -> torch.Tensor:
-    """1 / (nonzeros of its row) for every nonzero, in ``dtype``."""
+def _row_scale(structure, dtype: torch.dtype, traced: bool) -> torch.Tensor:
+    """1 / (nonzeros of its row) for every nonzero, in ``dtype``: one kernel where the kernels run
+    (a traced product's rowptr is a stand-in that no kernel may read), else torch's ops."""
+    if not traced and kernels.usable_for(torch.float32, structure.rowptr.device):
+        return kernels.row_scale(structure.rowptr, structure.nnz, dtype)
     counts = (structure.rowptr[1:] - structure.rowptr[:-1]).long()
     inverse = 1.0 / counts.clamp(min=1).to(dtype)
     return torch.repeat_interleave(inverse, counts, output_size=structure.nnz)

@@ -1,5 +1,5 @@
-// Torch binding of the ME-TCF kernels, of the CSR -> ME-TCF conversion and of a sampled block's
-// columns: validation
+// Torch binding of the ME-TCF kernels, of the CSR -> ME-TCF conversion, of a sampled block's
+// columns and of the mean's row scale: validation
 // (TCS_CHECK), allocation, stream, dispatch. The kernels themselves live in the .cu files, which
 // never include torch headers.
 #include <c10/cuda/CUDAStream.h>
@@ -16,6 +16,7 @@
 #include "kernel_bindings.h"
 #include "metcf_convert.h"
 #include "metcf_spmm.h"
+#include "row_scale.h"
 #include "sampled_columns.h"
 
 namespace {
@@ -209,6 +210,28 @@ at::Tensor sort_row_sources(const at::Tensor& rowptr, const at::Tensor& source, 
                      "sort_row_sources");
     });
     return col;
+}
+
+at::Tensor row_scale(const at::Tensor& rowptr, int64_t nnz, at::ScalarType dtype) {
+    TCS_CHECK(rowptr.is_cuda(), "rowptr must be a CUDA tensor, got device ", rowptr.device());
+    TCS_CHECK(rowptr.dim() == 1 && rowptr.numel() >= 1, "rowptr must be 1-D with num_rows + 1 entries, got shape ",
+              rowptr.sizes());
+    TCS_CHECK(nnz >= 0, "nnz must be non-negative, got ", nnz);
+    TCS_CHECK(dtype == at::kFloat || dtype == at::kDouble, "dtype must be float32 or float64, got ", dtype);
+    const c10::cuda::CUDAGuard guard(rowptr.device());
+    const int64_t num_rows = rowptr.numel() - 1;
+    TCS_CHECK(num_rows >= 1 || nnz == 0, "a matrix without rows has no nonzeros, got nnz ", nnz);
+    at::Tensor scale = at::empty({nnz}, rowptr.options().dtype(dtype));
+    with_index_type(rowptr.scalar_type(), [&](auto index) {
+        using I = decltype(index);
+        check_index(rowptr, "rowptr", rowptr.scalar_type(), num_rows + 1, rowptr.device());
+        auto launch = [&](auto* out) {
+            return tcsparse::row_scale<I>(rowptr.data_ptr<I>(), num_rows, nnz, out, c10::cuda::getCurrentCUDAStream());
+        };
+        check_launch(dtype == at::kFloat ? launch(scale.data_ptr<float>()) : launch(scale.data_ptr<double>()),
+                     "row_scale");
+    });
+    return scale;
 }
 
 // (row_map int32 [windows * window], slot_of_row int32 [rows], empty without a permutation) of

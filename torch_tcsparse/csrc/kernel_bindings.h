@@ -34,6 +34,10 @@ std::vector<int64_t> launch_shape(int64_t window, int64_t num_windows, int64_t n
 // Rows of more than kSortedRowLimit sources are refused (the caller sorts those with torch).
 at::Tensor sort_row_sources(const at::Tensor& rowptr, const at::Tensor& source, int64_t longest);
 
+// The mean's row scale (row_scale.cu): 1 / (nonzeros of its row) for each of the nnz =
+// rowptr[-1] nonzeros, in CSR order, float32 or float64 (dtype); rowptr int32 or int64.
+at::Tensor row_scale(const at::Tensor& rowptr, int64_t nnz, at::ScalarType dtype);
+
 // The CSR -> ME-TCF conversion (metcf_convert.cu), in three steps.
 std::tuple<at::Tensor, at::Tensor> metcf_row_map(const at::Tensor& row_perm, int64_t num_rows, int64_t window);
 

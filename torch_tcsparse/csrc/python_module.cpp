@@ -13,6 +13,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("launch_shape", &tcsparse_binding::launch_shape);
     m.def("sort_row_sources", &tcsparse_binding::sort_row_sources);
     m.attr("sorted_row_limit") = tcsparse::kSortedRowLimit;
+    m.def("row_scale", &tcsparse_binding::row_scale);
     m.def("metcf_row_map", &tcsparse_binding::metcf_row_map);
     m.def("metcf_count", &tcsparse_binding::metcf_count);
     m.def("metcf_fill", &tcsparse_binding::metcf_fill);
