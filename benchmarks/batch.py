@@ -26,15 +26,16 @@ yields) and one bipartite block per layer ([targets, sources]; ``layer1`` feeds 
   A training step multiplies each block once forward and once backward.
 
 ``--train`` then writes ``batch_epoch.csv``: per mode, aggregation and backend, the median epoch
-of ``--epochs`` rounds that run one epoch of each backend in turn, after one warm-up. Mini-batch: forward, backward and Adam step over the same
-``--epoch-batches`` sampled batches (``examples.sage.blocks.train_step``: each block converted
-inside the step, ``convert_ms`` the conversions alone; ``sample_ms`` sampling them, the same for
-both). Full-batch (mean only: PyG's max on CUDA scatters over ``edge_index``, E x C floats, 127
-GB here): the whole graph per step, ``convert_ms`` building ``adj_t`` once. ``speedup``: PyG's
-epoch over ours. Then ``batch_accuracy.csv``: ``--seeds`` runs per mode and backend (mean; seeds
-``--seed`` onwards), each seed's model and batches the same for both backends; test accuracy by full-graph inference after
-``--accuracy-epochs`` mini-batch epochs or ``--full-accuracy-epochs`` full-batch epochs. CSVs
-go to ``--out`` (default ``$OUT``, else ``out``), each as soon as its part is done.
+of ``--epochs`` rounds that run one epoch of each backend in turn, after one warm-up. Mini-batch:
+forward, backward and Adam step over the same ``--epoch-batches`` sampled batches
+(``examples.sage.blocks.train_step``: each block converted inside the step, ``convert_ms`` the
+conversions alone; ``sample_ms`` sampling them, the same for both). Full-batch (mean only: PyG's
+max on CUDA scatters over ``edge_index``, E x C floats, 127 GB here): the whole graph per step,
+``convert_ms`` building ``adj_t`` once. ``speedup``: PyG's epoch over ours. Then
+``batch_accuracy.csv``: ``--seeds`` runs per mode and backend (mean; seeds ``--seed`` onwards),
+each seed's model and batches the same for both backends; test accuracy by full-graph inference
+after ``--accuracy-epochs`` mini-batch epochs or ``--full-accuracy-epochs`` full-batch epochs.
+CSVs go to ``--out`` (default ``$OUT``, else ``out``), each as soon as its part is done.
 
     python -m benchmarks.batch --device cuda --quick --train     # about 2 minutes on an H200
     python -m benchmarks.batch --device cuda --train              # 10 seeds, whole epochs
@@ -88,7 +89,8 @@ def parse_args(argv=None):
     parser.add_argument("--train", action="store_true", help="also time training epochs and measure accuracy")
     parser.add_argument("--aggr", nargs="+", default=["mean", "max"], choices=["mean", "max"],
                         help="aggregations of the timed mini-batch epochs")
-    parser.add_argument("--epochs", type=int, default=None, help="timed rounds of one epoch of each backend [quick: 5, else 7]")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="timed rounds of one epoch of each backend [quick: 5, else 7]")
     parser.add_argument("--epoch-batches", type=int, default=None,
                         help="batches of a timed mini-batch epoch [quick: 32, else the whole training split]")
     parser.add_argument("--seeds", type=int, default=None, help="accuracy runs per mode and backend, 0 for none "
@@ -240,9 +242,8 @@ def new_model(backend, aggr, task, args, device, seed):
 def interleaved_epoch_ms(epochs: dict, device, rounds: int) -> dict:
     """Median ms of each of ``epochs`` (key -> epoch function) over ``rounds`` rounds that run one
     epoch of each in turn, after one warm-up epoch each (kernels built, selector settled, allocator
-    grown). An epoch of sampled batches is partly host-bound and drifts with the host's state (one
-    process's epochs of one backend spread over 1.3x on an H200 host): interleaving exposes both
-    backends to the same drift."""
+    grown). An epoch of sampled batches is bound by the host, whose speed drifts from one epoch to
+    the next: interleaving exposes both backends to the same drift."""
     for epoch in epochs.values():
         epoch()
     times = {key: [] for key in epochs}
