@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from benchmarks.common import out_dir, write_csv
 from torch_tcsparse.distributed.partition import METHODS
+from torch_tcsparse.distributed.placement import GATHERS
 
 from . import emulation, prediction, ranks, single
 from .errors import fail
@@ -48,6 +49,9 @@ def parse_args(argv=None):
     parser.add_argument("--edge-factor", type=int, default=16)
     parser.add_argument("--partitioner", choices=METHODS, default="auto",
                         help="auto: the multilevel partitioner, on the partitioning rank's GPU")
+    parser.add_argument("--gather", choices=GATHERS, default="whole",
+                        help="what the partitioning rank receives: every block's structure, or the graph of the "
+                             "clusters each rank makes of its block (multilevel only)")
     parser.add_argument("--row-weight", default=None,
                         help="a row's weight beside its nonzeros, or a comma list of them (one balanced constraint "
                              "each; default: the one-GPU run's time and memory per row in nonzeros)")
@@ -90,6 +94,9 @@ def parse_args(argv=None):
         args.row_weight = weights
     if args.link_gbps is not None and args.link_gbps <= 0:
         fail(f"--link-gbps must be positive, got {args.link_gbps}")
+    if args.gather == "clusters" and (args.partitioner not in ("auto", "multilevel") or args.emulate is not None):
+        fail("--gather clusters partitions with the multilevel partitioner across the ranks of a torchrun run, "
+             f"got --partitioner {args.partitioner}{' with --emulate' if args.emulate is not None else ''}")
     return args
 
 
@@ -221,6 +228,12 @@ def main(argv=None) -> None:
         progress.report_failure(error)
         os._exit(1)
     dist.destroy_process_group()
+    # The interpreter's teardown after a finished gloo run sometimes aborts the process ("terminate
+    # called without an active exception"), and torchrun then reports a run whose results are
+    # written as failed: a rank that finished ends here.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def format_parts(graph: str, built: dict) -> str:

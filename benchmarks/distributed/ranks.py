@@ -64,7 +64,7 @@ def build_parts(args, device, progress) -> dict:
                        lambda: rmat_block(args.scale, args.edge_factor, block[rank], block[rank + 1], device))
     part_of_rows = step("partition", "partitioned",
                         lambda: partition_blocks(rowptr, col, block, method=args.partitioner,
-                                                 row_weight=args.current_row_weight))
+                                                 row_weight=args.current_row_weight, gather=args.gather))
     placement = Placement(part_of_rows, block)
     rowptr, col, _ = step("place", "rows placed", lambda: placement.move_csr(rowptr, col))
     nodes = placement.move(torch.arange(block[rank], block[rank + 1], device=device))
@@ -112,6 +112,8 @@ def train_config(args, device, built: dict, config: str, progress) -> dict:
     element = x.element_size() if halo_dtype is None else halo_dtype.itemsize
     root = ranks[0]
     method = "multilevel" if args.partitioner == "auto" else args.partitioner
+    if args.gather == "clusters":
+        method += "-clusters"
     return {"status": "ok", "partitioner": method, "row_weight": args.current_row_weight_text,
             "config": config, "losses": loss_curve(losses), "overlap": int(overlap), "halo_bits": 8 * element, "epoch_ms": 1000 * epoch_s,
             "exchange_ms": 1000 * exchange_s, "compute_ms": 1000 * (instrumented_s - exchange_s),

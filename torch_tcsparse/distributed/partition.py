@@ -111,9 +111,8 @@ def partition_rows(rowptr: Tensor, col: Tensor, num_parts: int, method: str = "a
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     check_int("seed", seed, 0, None)
-    row_weights = _check_row_weights(row_weight)
-    if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or not 0 < imbalance < 1:
-        raise ValueError(f"imbalance must be a float in (0, 1), got {imbalance!r}")
+    row_weights = check_row_weights(row_weight)
+    check_imbalance(imbalance)
     if method in ("metis", "contiguous") and len(row_weights) > 1:
         raise ValueError(f"method={method!r} balances one weight, got row_weight={row_weight!r} "
                          "(method='multilevel' balances several)")
@@ -128,11 +127,17 @@ def partition_rows(rowptr: Tensor, col: Tensor, num_parts: int, method: str = "a
     return _from_membership(part, num_parts, "multilevel")
 
 
-def _check_row_weights(row_weight) -> tuple[int, ...]:
+def check_row_weights(row_weight) -> tuple[int, ...]:
     weights = row_weight if isinstance(row_weight, (tuple, list)) else (row_weight,)
     if not weights:
         raise ValueError("row_weight must be an int or a non-empty tuple of ints, got ()")
     return tuple(check_int("row_weight", weight, 0, None) for weight in weights)
+
+
+def check_imbalance(imbalance) -> float:
+    if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)) or not 0 < imbalance < 1:
+        raise ValueError(f"imbalance must be a float in (0, 1), got {imbalance!r}")
+    return float(imbalance)
 
 
 def _from_membership(membership: Tensor, num_parts: int, method: str) -> NodePartition:

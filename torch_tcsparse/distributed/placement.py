@@ -18,8 +18,15 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .checks import check_csr, check_int
-from .partition import METHODS, partition_rows
+from .block_coarsening import coarse_partition_blocks
+from .collectives import exchange_counts, from_root, gather_counts, to_root
+from .partition import METHODS, check_imbalance, check_row_weights, partition_rows
 from .row_ranges import range_rows, row_ranges
+
+
+# How the root sees the graph while it partitions: every block's structure, or the graph of the
+# clusters each rank made of its block.
+GATHERS = ("whole", "clusters")
 
 
 def block_bounds(num_nodes: int, world_size: int) -> tuple[int, ...]:
@@ -36,12 +43,15 @@ def block_bounds(num_nodes: int, world_size: int) -> tuple[int, ...]:
 
 def partition_blocks(rowptr: Tensor, col: Tensor, bounds, num_parts: int | None = None, method: str = "auto",
                      seed: int = 0, row_weight: int | tuple[int, ...] = 0, imbalance: float = 0.03, root: int = 0,
-                     group=None) -> Tensor:
+                     group=None, gather: str = "whole") -> Tensor:
     """The part of each row of this rank's block (a collective call). ``rowptr``/``col``: the
     block's rows (``bounds[rank]:bounds[rank + 1]`` of the original ids) with columns in
-    original ids. The root gathers every block's structure, runs ``partition_rows`` (with
-    ``method``, ``seed``, ``row_weight``, ``imbalance``) into ``num_parts`` parts (default: one
-    per rank) on the device of its tensors, and sends each rank its rows' parts."""
+    original ids. With ``gather="whole"`` the root gathers every block's structure, runs
+    ``partition_rows`` (with ``method``, ``seed``, ``row_weight``, ``imbalance``) into
+    ``num_parts`` parts (default: one per rank) on the device of its tensors, and sends each rank
+    its rows' parts. With ``gather="clusters"`` (the multilevel method only) each rank coarsens
+    its own block and the root receives only the graph of the clusters
+    (``block_coarsening.coarse_partition_blocks``)."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     bounds = _check_block_bounds(bounds, world)
     check_csr(rowptr, col, None, bounds[rank + 1] - bounds[rank], bounds[-1])
@@ -49,12 +59,19 @@ def partition_blocks(rowptr: Tensor, col: Tensor, bounds, num_parts: int | None 
     check_int("root", root, 0, world - 1)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if gather not in GATHERS:
+        raise ValueError(f"gather must be one of {GATHERS}, got {gather!r}")
+    if gather == "clusters":
+        if method not in ("auto", "multilevel"):
+            raise ValueError(f"gather='clusters' partitions with the multilevel method, got method={method!r}")
+        return coarse_partition_blocks(rowptr, col, bounds, num_parts, check_int("seed", seed, 0, None),
+                                       check_row_weights(row_weight), check_imbalance(imbalance), root, group)[0]
     device = rowptr.device
     lengths = rowptr.diff()
     columns = col.to(torch.int32 if bounds[-1] <= torch.iinfo(torch.int32).max else torch.int64)
-    gathered_lengths = _to_root(lengths, bounds, rank, root, group)
-    entry_counts = _gather_counts(columns.numel(), rank, root, world, device, group)
-    gathered_columns = _to_root(columns, entry_counts, rank, root, group)
+    gathered_lengths = to_root(lengths, bounds, rank, root, group)
+    entry_counts = gather_counts(columns.numel(), rank, root, world, device, group)
+    gathered_columns = to_root(columns, entry_counts, rank, root, group)
     del columns
     if rank == root:
         whole_rowptr = torch.zeros(bounds[-1] + 1, dtype=torch.long, device=device)
@@ -65,7 +82,7 @@ def partition_blocks(rowptr: Tensor, col: Tensor, bounds, num_parts: int | None 
         part = partition.part_of_nodes().to(device)
     else:
         part = torch.zeros(0, dtype=torch.long, device=device)
-    return _from_root(part, bounds, rank, root, group)
+    return from_root(part, bounds, rank, root, group)
 
 
 def _check_block_bounds(bounds, world_size: int) -> tuple[int, ...]:
@@ -75,38 +92,6 @@ def _check_block_bounds(bounds, world_size: int) -> tuple[int, ...]:
     if bounds[0] != 0 or any(b > c for b, c in zip(bounds, bounds[1:])):
         raise ValueError(f"bounds must start at 0 and never decrease, got {bounds}")
     return bounds
-
-
-def _gather_counts(count: int, rank: int, root: int, world: int, device, group) -> tuple[int, ...]:
-    """Every rank's ``count``, known on the root (zeros elsewhere), as block bounds."""
-    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]
-    dist.all_gather(counts, torch.tensor([count], dtype=torch.long, device=device), group=group)
-    sizes = [int(c) for c in counts]
-    return tuple([0] + torch.tensor(sizes).cumsum(0).tolist())
-
-
-def _to_root(tensor: Tensor, bounds: tuple[int, ...], rank: int, root: int, group) -> Tensor:
-    """Every rank's ``tensor`` (``bounds[r + 1] - bounds[r]`` entries on rank r), concatenated on
-    the root; empty elsewhere."""
-    world = len(bounds) - 1
-    send = [0] * world
-    send[root] = tensor.numel()
-    receive = [bounds[r + 1] - bounds[r] for r in range(world)] if rank == root else [0] * world
-    out = tensor.new_empty(sum(receive))
-    dist.all_to_all_single(out, tensor.contiguous(), receive, send, group=group)
-    return out
-
-
-def _from_root(tensor: Tensor, bounds: tuple[int, ...], rank: int, root: int, group) -> Tensor:
-    """The root's ``tensor`` (one entry per row of every block), each rank getting its block's."""
-    world = len(bounds) - 1
-    sizes = [bounds[r + 1] - bounds[r] for r in range(world)]
-    send = sizes if rank == root else [0] * world
-    receive = [0] * world
-    receive[root] = sizes[rank]
-    out = tensor.new_empty(sizes[rank])
-    dist.all_to_all_single(out, tensor.contiguous(), receive, send, group=group)
-    return out
 
 
 class Placement:
@@ -185,7 +170,7 @@ class Placement:
                 sent_values[lo:hi] = values[entries]
         del table, sources
         per_rank = [int(n) for n in _segment_sums(sent_lengths, self.send_counts)]
-        per_rank_in = _exchange_counts(per_rank, col.device, self.group)
+        per_rank_in = exchange_counts(per_rank, col.device, self.group)
         moved_col = self._exchange(sent_col, per_rank, per_rank_in)
         del sent_col
         moved_values = None if values is None else self._exchange(sent_values, per_rank, per_rank_in)
@@ -209,7 +194,7 @@ class Placement:
         del present
         inner = torch.tensor(self.block[1:-1], dtype=torch.long, device=col.device)
         asked = torch.bincount(torch.searchsorted(inner, ids, right=True), minlength=len(self.block) - 1).tolist()
-        asked_of_me = _exchange_counts(asked, col.device, self.group)
+        asked_of_me = exchange_counts(asked, col.device, self.group)
         requested = self._exchange(ids, asked, asked_of_me)
         answers = self.position.index_select(0, requested - self.first)
         dtype = torch.int32 if num_nodes <= torch.iinfo(torch.int32).max else torch.int64
@@ -223,11 +208,3 @@ def _segment_sums(values: Tensor, counts: list[int]) -> Tensor:
     ends = torch.cumsum(torch.tensor(counts, dtype=torch.long), 0)
     cumulative = torch.cat([values.new_zeros(1), torch.cumsum(values, 0)]).cpu()
     return cumulative[ends] - cumulative[ends - torch.tensor(counts, dtype=torch.long)]
-
-
-def _exchange_counts(counts: list[int], device, group) -> list[int]:
-    """Every rank's count for this rank, from this rank's count for every rank."""
-    send = torch.tensor(counts, dtype=torch.long, device=device)
-    received = torch.empty_like(send)
-    dist.all_to_all_single(received, send, group=group)
-    return received.tolist()

@@ -1,0 +1,65 @@
+"""``partition_blocks(gather="clusters")`` on 2, 3 and 4 gloo processes, an R-MAT graph: every
+rank coarsens its own block and the root partitions the graph of the clusters. The parts are
+valid and balanced, the cut within 1.1x of the whole-structure route's, the root receives under
+a third as many entries as the graph holds, and wrong arguments are refused on every rank."""
+import pytest
+import torch
+import torch.distributed as dist
+
+import graphs
+import processes
+from graph_data import synthetic
+from torch_tcsparse.distributed import block_bounds, partition_blocks
+from torch_tcsparse.distributed.block_coarsening import coarse_partition_blocks
+
+NUM_NODES = 1 << 12
+IMBALANCE = 0.03
+
+
+def rmat():
+    row, col, num_nodes = synthetic.rmat(12, seed=7)
+    rowptr, col, _ = graphs.csr_of(row, col, num_nodes)
+    return rowptr, col
+
+
+def whole_part(part: torch.Tensor) -> torch.Tensor:
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, part)
+    return torch.cat(parts)
+
+
+def cut(part: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor) -> int:
+    row = torch.repeat_interleave(torch.arange(NUM_NODES), rowptr.diff())
+    return int((part[row] != part[col]).sum())
+
+
+def check_blocks() -> None:
+    world, rank = dist.get_world_size(), dist.get_rank()
+    rowptr, col = rmat()
+    bounds = block_bounds(NUM_NODES, world)
+    first, end = bounds[rank], bounds[rank + 1]
+    block_rowptr = rowptr[first:end + 1] - rowptr[first]
+    block_col = col[int(rowptr[first]):int(rowptr[end])]
+    clusters = partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="clusters")
+    part, received = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), IMBALANCE, 0, None)
+    assert torch.equal(part, clusters)
+    whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1))
+    clusters = whole_part(clusters)
+    assert clusters.min() >= 0 and clusters.max() < world
+    weight = torch.bincount(clusters, weights=(rowptr.diff() + 1).double(), minlength=world)
+    assert float(weight.max()) <= (1 + IMBALANCE) * float(weight.sum()) / world + 1, weight.tolist()
+    assert cut(clusters, rowptr, col) <= 1.1 * cut(whole, rowptr, col)
+    if rank == 0:
+        assert 0 < received < col.numel() / 3, received
+    else:
+        assert received == 0
+    for options, match in (({"gather": "everything"}, "gather must be one of"),
+                           ({"gather": "clusters", "method": "metis"}, "multilevel method"),
+                           ({"gather": "clusters", "imbalance": 1.5}, "imbalance")):
+        with pytest.raises(ValueError, match=match):
+            partition_blocks(block_rowptr, block_col, bounds, **options)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_clusters_partition_blocks(world_size):
+    processes.run(world_size, check_blocks)
