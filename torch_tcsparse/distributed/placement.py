@@ -6,7 +6,9 @@ which it reads or generates itself, with their columns in original ids. :func:`p
 gathers the blocks' structure on one rank (the root), which partitions it on its device and
 sends every rank the part of each of its rows: the root holds the columns (int32 where the ids
 fit: 4 bytes per nonzero) and the row pointers (8 bytes per node) for the time of the partition,
-plus the partitioner's own memory, and never the values, features or labels. :class:`Placement`
+plus the partitioner's own memory, and never the values, features or labels. With
+``gather="clusters"`` the root receives only the graph of the clusters each rank makes of its
+block (:mod:`.block_coarsening`). :class:`Placement`
 then numbers the nodes by part and moves each block's rows, and any per-node tensor, to the rank
 of their part, with ``all_to_all_single``: no rank holds more than its block and its part, and,
 while it relabels its block's columns, a table of one position per node (4 bytes each).
