@@ -63,3 +63,19 @@ def check_blocks() -> None:
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_clusters_partition_blocks(world_size):
     processes.run(world_size, check_blocks)
+
+
+def check_empty_blocks_and_two_weights() -> None:
+    """Three nodes on four ranks (one block empty), two row weights."""
+    rowptr, col, _ = graphs.csr_of(torch.tensor([0, 1, 1, 2]), torch.tensor([1, 0, 2, 1]), 3)
+    rank = dist.get_rank()
+    bounds = block_bounds(3, dist.get_world_size())
+    first, end = bounds[rank], bounds[rank + 1]
+    part = partition_blocks(rowptr[first:end + 1] - rowptr[first], col[int(rowptr[first]):int(rowptr[end])],
+                            bounds, row_weight=(0, 3), gather="clusters")
+    assert part.numel() == end - first
+    assert bool(((part >= 0) & (part < dist.get_world_size())).all())
+
+
+def test_empty_blocks_and_two_weights():
+    processes.run(4, check_empty_blocks_and_two_weights)
