@@ -12,8 +12,9 @@ refines its rows against its neighbours' parts.
    another block, and sum their edges between clusters. The root receives only those coarse edges
    (an int64 key and an int64 weight per distinct pair of clusters) and the clusters' weights,
    partitions that graph with the multilevel partitioner, and sends each rank its clusters' parts.
-3. Each rank moves rows to the part they have the most edges into where that gains, in rounds
-   in which half of every block's rows (by a hash) may move, so that two neighbours never swap at
+3. Back down the block's levels, coarsest first, each rank moves whole units (a level's nodes:
+   the rows it grouped) to the part they have the most edges into where that gains, in rounds in
+   which half of every block's units (by a hash) may move, so that two neighbours never swap at
    once; a rank fills a part only up to its share of the room the part has left under its limit,
    so every part stays within it without a round of agreement.
 """
@@ -34,7 +35,7 @@ BLOCK_SHRINK = 32
 # ... or a level shrinks it by less than this factor.
 _STALLED = 0.95
 _CLUSTER_ROUNDS = 5
-# Rounds of the refinement after the coarse partition is projected back (halves alternate).
+# Rounds of the refinement at each level on the way back (halves alternate).
 _REFINE_ROUNDS = 16
 
 
@@ -82,7 +83,8 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     block = BlockColumns(col.long(), bounds, rank, group)
 
     cluster_limit = torch.clamp(torch.floor(total.double() * imbalance / num_parts), min=1).long()
-    mapping = _block_clusters(row_of, block, node_weight, cluster_limit, seed)
+    levels = _block_clusters(row_of, block, node_weight, cluster_limit, seed)
+    mapping = levels[-1]
     num_clusters = int(mapping.max()) + 1 if rows else 0
     offsets = gather_counts(num_clusters, rank, root, world, device, group)
     cluster_of_row = mapping + offsets[rank]
@@ -111,13 +113,22 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     del gathered_keys, gathered_weights, gathered_node_weight
     part_of_rows = from_root(part, offsets, rank, root, group)[mapping]
     limit = torch.ceil(total.double() * (1 + imbalance) / num_parts).long()
-    _refine_rows(part_of_rows, row_of, block, node_weight, limit, num_parts, seed, group)
+    # Every rank refines as many levels (each a collective), its coarsest units repeated where its
+    # block coarsened in fewer.
+    passes = torch.tensor([len(levels)], device=device)
+    dist.all_reduce(passes, op=dist.ReduceOp.MAX, group=group)
+    unit_levels = [torch.arange(rows, device=device)] + levels[:-1]
+    unit_levels += [unit_levels[-1]] * (int(passes) - len(unit_levels))
+    for units in reversed(unit_levels):
+        _refine_units(part_of_rows, units, row_of, block, node_weight, limit, num_parts, seed, group)
     return part_of_rows, received
 
 
-def _block_clusters(row_of: Tensor, block: BlockColumns, node_weight: Tensor, limit: Tensor, seed: int) -> Tensor:
-    """The cluster (0..k-1) of every row of the block, its columns in other blocks taking part as
-    weightless nodes without edges."""
+def _block_clusters(row_of: Tensor, block: BlockColumns, node_weight: Tensor, limit: Tensor,
+                    seed: int) -> list[Tensor]:
+    """The node (0..k-1) of every row of the block at each level of its coarsening, finest first,
+    the last the clusters; its columns in other blocks take part as weightless nodes without
+    edges."""
     rows = node_weight.size(0)
     device = node_weight.device
     target = torch.empty_like(block.columns)
@@ -129,16 +140,16 @@ def _block_clusters(row_of: Tensor, block: BlockColumns, node_weight: Tensor, li
     weight = torch.cat([node_weight, node_weight.new_zeros(block.halo.numel(), node_weight.size(1))])
     graph = WeightedGraph(rowptr, target, None, weight)
     mapping = torch.arange(nodes, device=device)
-    level = 0
+    levels = []
     while graph.num_nodes > max(1, nodes // BLOCK_SHRINK):
-        labels = cluster(graph, limit, _CLUSTER_ROUNDS, seed + level)
-        coarse, level_mapping = contract(graph, labels, symmetrize=level == 0)
+        labels = cluster(graph, limit, _CLUSTER_ROUNDS, seed + len(levels))
+        coarse, level_mapping = contract(graph, labels, symmetrize=not levels)
         if coarse.num_nodes > _STALLED * graph.num_nodes:
             break
         mapping = level_mapping[mapping]
+        levels.append(torch.unique(mapping[:rows], return_inverse=True)[1])
         graph = coarse
-        level += 1
-    return torch.unique(mapping[:rows], return_inverse=True)[1]
+    return levels or [torch.arange(rows, device=device)]
 
 
 def _partition_clusters(keys: Tensor, weights: Tensor, node_weight: Tensor, num_clusters: int, num_parts: int,
@@ -152,22 +163,33 @@ def _partition_clusters(keys: Tensor, weights: Tensor, node_weight: Tensor, num_
     return partition_graph(rowptr, col, node_weight, num_parts, imbalances, seed, edge_weight=weights)
 
 
-def _refine_rows(part: Tensor, row_of: Tensor, block: BlockColumns, node_weight: Tensor, limit: Tensor,
-                 num_parts: int, seed: int, group) -> None:
-    """Step 3 of the module's description, on ``part`` in place."""
+def _refine_units(part: Tensor, units: Tensor, row_of: Tensor, block: BlockColumns, node_weight: Tensor,
+                  limit: Tensor, num_parts: int, seed: int, group) -> None:
+    """Step 3 of the module's description on ``part`` in place, moving whole units (``units``:
+    the unit of every row, all rows of a unit in one part), the coarsest level's first."""
     world = dist.get_world_size(group)
     device = part.device
-    rows = part.numel()
-    ids = torch.arange(rows, device=device)
+    num_units = int(units.max()) + 1 if units.numel() else 0
+    ids = torch.arange(num_units, device=device)
     part_ids = torch.arange(num_parts, device=device)
+    unit_weight = torch.zeros(num_units, node_weight.size(1), dtype=torch.long, device=device)
+    unit_weight.index_add_(0, units, node_weight)
+    unit_of_entry = units[row_of]
+    # An edge inside a unit moves with it: it counts toward no part.
+    unit_of_column = torch.full_like(unit_of_entry, -1)
+    unit_of_column[block.inside] = units[block.columns[block.inside] - block.first]
+    external = unit_of_column != unit_of_entry
+    unit_of_entry = unit_of_entry[external]
+    unit_part = torch.zeros(num_units, dtype=torch.long, device=device)
     for round_ in range(_REFINE_ROUNDS):
-        table = torch.zeros(rows * num_parts, dtype=torch.long, device=device)
-        table.index_add_(0, row_of * num_parts + block.values(part), torch.ones_like(row_of))
-        table = table.view(rows, num_parts)
-        # Ties between parts break at random: connections doubled, plus a bit per (row, part).
+        unit_part[units] = part
+        table = torch.zeros(num_units * num_parts, dtype=torch.long, device=device)
+        table.index_add_(0, unit_of_entry * num_parts + block.values(part)[external], torch.ones_like(unit_of_entry))
+        table = table.view(num_units, num_parts)
+        # Ties between parts break at random: connections doubled, plus a bit per (unit, part).
         tie = hash_ids(ids.unsqueeze(1) * num_parts + part_ids, seed + round_) & 1
         best = (table * 2 + tie).argmax(1)
-        gain = table.gather(1, best.unsqueeze(1)).squeeze(1) - table.gather(1, part.unsqueeze(1)).squeeze(1)
+        gain = table.gather(1, best.unsqueeze(1)).squeeze(1) - table.gather(1, unit_part.unsqueeze(1)).squeeze(1)
         half = (hash_ids(ids, seed * 7919 + round_) & 1) == round_ % 2
         candidates = torch.nonzero((gain > 0) & half).squeeze(1)
         weights = torch.zeros(num_parts, node_weight.size(1), dtype=torch.long, device=device)
@@ -180,8 +202,9 @@ def _refine_rows(part: Tensor, row_of: Tensor, block: BlockColumns, node_weight:
         candidates = candidates[torch.argsort(gain[candidates], descending=True, stable=True)]
         candidates = candidates[torch.argsort(best[candidates], stable=True)]
         target = best[candidates]
-        running = torch.cumsum(node_weight[candidates], 0)
+        running = torch.cumsum(unit_weight[candidates], 0)
         starts = torch.searchsorted(target, part_ids)
         before = torch.where((starts > 0).unsqueeze(1), running[(starts - 1).clamp(min=0)], 0)
         accepted = (running - before[target] <= room[target]).all(1)
-        part[candidates[accepted]] = target[accepted]
+        unit_part[candidates[accepted]] = target[accepted]
+        part.copy_(unit_part[units])
