@@ -2,6 +2,8 @@
 rank coarsens its own block and the root partitions the graph of the clusters. The parts are
 valid and balanced, the cut within 1.1x of the whole-structure route's, the root receives under
 a third as many entries as the graph holds, and wrong arguments are refused on every rank."""
+import faulthandler
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -79,3 +81,23 @@ def check_empty_blocks_and_two_weights() -> None:
 
 def test_empty_blocks_and_two_weights():
     processes.run(4, check_empty_blocks_and_two_weights)
+
+
+def check_blocks_of_different_depths() -> None:
+    """Block 0 a path (coarsened level after level), block 1 isolated rows (no level): the ranks
+    refine the same number of passes, so their collectives meet (a hang fails after 120 s)."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    half = 600
+    path = torch.arange(half - 1)
+    rowptr, col, _ = graphs.csr_of(torch.cat([path, path + 1]), torch.cat([path + 1, path]), 2 * half)
+    rank = dist.get_rank()
+    bounds = block_bounds(2 * half, 2)
+    first, end = bounds[rank], bounds[rank + 1]
+    part = partition_blocks(rowptr[first:end + 1] - rowptr[first], col[int(rowptr[first]):int(rowptr[end])],
+                            bounds, gather="clusters")
+    faulthandler.cancel_dump_traceback_later()
+    assert part.numel() == end - first and bool(((part >= 0) & (part < 2)).all())
+
+
+def test_blocks_of_different_depths():
+    processes.run(2, check_blocks_of_different_depths)
