@@ -46,16 +46,18 @@ class BlockColumns:
     def __init__(self, columns: Tensor, bounds: tuple[int, ...], rank: int, group):
         device = columns.device
         self.columns = columns
-        self.first = bounds[rank]
+        first = bounds[rank]
         self.group = group
         self.inside = (columns >= bounds[rank]) & (columns < bounds[rank + 1])
+        # The block rows of the columns inside it, in the order of ``columns[inside]``.
+        self.inside_rows = columns[self.inside] - first
         self.halo, self.halo_index = torch.unique(columns[~self.inside], return_inverse=True)
         owner = torch.searchsorted(torch.tensor(bounds[1:-1], device=device), self.halo, right=True)
         self.send = torch.bincount(owner, minlength=len(bounds) - 1).tolist()
         self.receive = exchange_counts(self.send, device, group)
         asked = self.halo.new_empty(sum(self.receive))
         dist.all_to_all_single(asked, self.halo, self.receive, self.send, group=group)
-        self.asked = asked - self.first
+        self.asked = asked - first
 
     def values(self, local: Tensor) -> Tensor:
         """For every column, its entry of its own block's ``local`` (one per row of the block,
@@ -63,7 +65,7 @@ class BlockColumns:
         answered = local.new_empty(self.halo.numel())
         dist.all_to_all_single(answered, local[self.asked], self.send, self.receive, group=self.group)
         out = local.new_empty(self.columns.numel())
-        out[self.inside] = local[self.columns[self.inside] - self.first]
+        out[self.inside] = local[self.inside_rows]
         out[~self.inside] = answered[self.halo_index]
         return out
 
@@ -72,7 +74,7 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
                             row_weights: tuple[int, ...], imbalance: float, root: int, group) -> tuple[Tensor, int]:
     """(the part of each row of this rank's block, the coarse edges the root received; 0 on the
     other ranks). Arguments as ``placement.partition_blocks`` checked them."""
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    rank = dist.get_rank(group)
     device = col.device
     rows = bounds[rank + 1] - bounds[rank]
     degree = rowptr.diff().long()
@@ -86,7 +88,7 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     levels = _block_clusters(row_of, block, node_weight, cluster_limit, seed)
     mapping = levels[-1]
     num_clusters = int(mapping.max()) + 1 if rows else 0
-    offsets = gather_counts(num_clusters, rank, root, world, device, group)
+    offsets = gather_counts(num_clusters, device, group)
     cluster_of_row = mapping + offsets[rank]
     cluster_of_col = block.values(cluster_of_row)
     coarse_row = cluster_of_row[row_of]
@@ -96,7 +98,7 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     cluster_weight = torch.zeros(num_clusters, node_weight.size(1), dtype=torch.long, device=device)
     cluster_weight.index_add_(0, mapping, node_weight)
 
-    edge_bounds = gather_counts(keys.numel(), rank, root, world, device, group)
+    edge_bounds = gather_counts(keys.numel(), device, group)
     gathered_keys = to_root(keys, edge_bounds, rank, root, group)
     gathered_weights = to_root(key_weights.long(), edge_bounds, rank, root, group)
     constraints = node_weight.size(1)
@@ -132,7 +134,7 @@ def _block_clusters(row_of: Tensor, block: BlockColumns, node_weight: Tensor, li
     rows = node_weight.size(0)
     device = node_weight.device
     target = torch.empty_like(block.columns)
-    target[block.inside] = block.columns[block.inside] - block.first
+    target[block.inside] = block.inside_rows
     target[~block.inside] = rows + block.halo_index
     nodes = rows + block.halo.numel()
     rowptr = torch.zeros(nodes + 1, dtype=torch.long, device=device)
@@ -177,12 +179,12 @@ def _refine_units(part: Tensor, units: Tensor, row_of: Tensor, block: BlockColum
     unit_of_entry = units[row_of]
     # An edge inside a unit moves with it: it counts toward no part.
     unit_of_column = torch.full_like(unit_of_entry, -1)
-    unit_of_column[block.inside] = units[block.columns[block.inside] - block.first]
+    unit_of_column[block.inside] = units[block.inside_rows]
     external = unit_of_column != unit_of_entry
     unit_of_entry = unit_of_entry[external]
     unit_part = torch.zeros(num_units, dtype=torch.long, device=device)
+    unit_part[units] = part
     for round_ in range(_REFINE_ROUNDS):
-        unit_part[units] = part
         table = torch.zeros(num_units * num_parts, dtype=torch.long, device=device)
         table.index_add_(0, unit_of_entry * num_parts + block.values(part)[external], torch.ones_like(unit_of_entry))
         table = table.view(num_units, num_parts)

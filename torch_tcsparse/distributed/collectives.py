@@ -7,10 +7,10 @@ import torch.distributed as dist
 from torch import Tensor
 
 
-def gather_counts(count: int, rank: int, root: int, world: int, device, group) -> tuple[int, ...]:
+def gather_counts(count: int, device, group) -> tuple[int, ...]:
     """Every rank's ``count``, known on every rank, as bounds: rank r's entries are
     ``bounds[r]:bounds[r + 1]``."""
-    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world)]
+    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(dist.get_world_size(group))]
     dist.all_gather(counts, torch.tensor([count], dtype=torch.long, device=device), group=group)
     sizes = [int(c) for c in counts]
     return tuple([0] + torch.tensor(sizes).cumsum(0).tolist())

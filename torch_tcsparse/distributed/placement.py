@@ -72,7 +72,7 @@ def partition_blocks(rowptr: Tensor, col: Tensor, bounds, num_parts: int | None 
     lengths = rowptr.diff()
     columns = col.to(torch.int32 if bounds[-1] <= torch.iinfo(torch.int32).max else torch.int64)
     gathered_lengths = to_root(lengths, bounds, rank, root, group)
-    entry_counts = gather_counts(columns.numel(), rank, root, world, device, group)
+    entry_counts = gather_counts(columns.numel(), device, group)
     gathered_columns = to_root(columns, entry_counts, rank, root, group)
     del columns
     if rank == root:
