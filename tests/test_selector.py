@@ -26,7 +26,9 @@ TC_AND_CSR = ("base", "balanced", "csr")
 
 # The model's constants these tests check behaviour against (csrc/selector_model.h).
 EXACT_JOBS_PER_SLOT = 4
-ROWS_ORDER_GAIN = 0.2
+ROWS_ORDER_GAIN = 0.6
+# csrc/selector_model.cpp, grouped_prices: float32's price per MB of the fp32 sums.
+GROUPED_SUMS_US_PER_MB = 1.25
 
 
 def model(sm_count=2, resident=2, threshold=1.2, **overrides) -> DeviceModel:
@@ -270,15 +272,19 @@ def test_miss_terms_price_x_beyond_l2():
 @pytest.mark.parametrize("ratio", [0.4, 1.3])
 def test_rows_order_scales_the_rows_time(ratio):
     """A reordered matrix's rows path: its time (all but the split rows' launch) scales by
-    1 - ROWS_ORDER_GAIN x (1 - ratio), down when the order brings rows that share columns
-    together, up when it parts them."""
+    1 - ROWS_ORDER_GAIN x (share of X beyond L2) x (1 - ratio), down when the order brings rows
+    that share columns together, up when it parts them; an X held in L2 leaves it unchanged."""
     m = model(rows={"miss_nnz_us": 1e-3, "split_launch_us": 0.0})
     given = shape([4] * 12, nnz=384, cols=1 << 22)
     ordered = given.replace(rows_share_ratio=ratio)
     before, after = rank(given, 128, m), rank(ordered, 128, m)
     assert after.features["rows_share_ratio"] == ratio
-    expected = 1 - ROWS_ORDER_GAIN * (1 - ratio)
+    beyond = after.features["x_share_beyond_l2"]
+    assert beyond > 0.95
+    expected = 1 - ROWS_ORDER_GAIN * beyond * (1 - ratio)
     assert after.costs_us["rows"] == pytest.approx(before.costs_us["rows"] * expected)
+    near = given.replace(cols=64)
+    assert rank(near.replace(rows_share_ratio=ratio), 128, m).costs_us["rows"] == pytest.approx(rank(near, 128, m).costs_us["rows"])
     assert after.costs_us["csr"] == before.costs_us["csr"]  # cuSPARSE runs the rows as given
 
 
@@ -761,19 +767,25 @@ def grouped_us(features, n=128, dtype=torch.float32, sm_count=132) -> float:
 
 
 def test_grouped_path_cost_choice_and_availability(monkeypatch):
-    """The grouped kernel's time is a fixed part plus a cost per warp-step (blocks x warps per
-    chunk of 32 columns), scaled to the SM count; it is chosen where predicted fastest, and
+    """The grouped kernel's time is a fixed part, a cost per block and per warp-step (blocks x
+    warps per chunk of 32 columns), both scaled to the SM count, and a cost per byte of the fp32
+    sums it adds into (rows x N, the SM count aside); it is chosen where predicted fastest, and
     offered only where the matrix has a grouped layout and results need not be deterministic."""
     row, col, _ = synthetic.uniform(300, 60, seed=3)
     layout, _ = build_metcf(from_coo(row, col, None, (300, 300), None))
     plain = MatrixFeatures.of_layout(layout)
     with_blocks = {blocks: plain.replace(grouped_blocks=blocks) for blocks in (1000, 2000, 3000)}
-    step = grouped_us(with_blocks[2000]) - grouped_us(with_blocks[1000])
-    assert step > 0 and grouped_us(with_blocks[3000]) - grouped_us(with_blocks[2000]) == pytest.approx(step)
-    assert grouped_us(with_blocks[1000], n=256) - grouped_us(with_blocks[1000]) == pytest.approx(step)  # 2x the warps
-    assert grouped_us(with_blocks[1000], n=100) == pytest.approx(grouped_us(with_blocks[1000]))  # 4 warps either way
+    per_thousand = grouped_us(with_blocks[2000]) - grouped_us(with_blocks[1000])
+    assert per_thousand > 0 and grouped_us(with_blocks[3000]) - grouped_us(with_blocks[2000]) == pytest.approx(per_thousand)
+    sums_us = GROUPED_SUMS_US_PER_MB * 300 * 4 / 1e6  # per column of Y
+    # N = 256 doubles the warp-steps of N = 128 (2 x 4 warps per block) and the sums.
+    steps_us = grouped_us(with_blocks[1000], n=256) - grouped_us(with_blocks[1000]) - 128 * sums_us
+    assert 0 < steps_us < per_thousand
+    assert grouped_us(with_blocks[2000], n=256) - grouped_us(with_blocks[1000], n=256) == pytest.approx(per_thousand + steps_us)
+    # N = 100 takes 4 warps per block, as N = 128 does: only the sums shrink.
+    assert grouped_us(with_blocks[1000], n=100) == pytest.approx(grouped_us(with_blocks[1000]) - 28 * sums_us)
     on_half = grouped_us(with_blocks[2000], sm_count=66) - grouped_us(with_blocks[1000], sm_count=66)
-    assert on_half == pytest.approx(2 * step)
+    assert on_half == pytest.approx(2 * per_thousand)
     assert "grouped" not in rank(plain, 128, model()).costs_us
 
     costly = {path: {"launch_us": 1e6} for path in selector.CALIBRATED_CHOICES}

@@ -33,7 +33,7 @@ double linear_time_us(const LinearPrices& p, int64_t nnz, int64_t rows, int64_t 
 double rows_time_us(const LinearPrices& p, const Matrix& m, int64_t nnz, double miss, int64_t piece_nnz, int64_t n,
                     int64_t value_bytes) {
     const double split_launch = m.max_row_nnz > piece_nnz ? p.split_launch_us : 0.0;
-    const double in_order = 1.0 - kRowsOrderGain * (1.0 - m.rows_share_ratio);
+    const double in_order = 1.0 - kRowsOrderGain * miss * (1.0 - m.rows_share_ratio);
     const int64_t warps = ceil_div(m.rows, rows_per_warp(n, value_bytes));
     return linear_time_us(p, nnz, warps, std::min(m.max_row_nnz, piece_nnz), miss) * in_order + split_launch;
 }
@@ -253,9 +253,14 @@ bool grouped_direct(int64_t value_bytes, bool one_chunk, int64_t rest_nnz) {
 double grouped_us(const Matrix& m, const Prices& p, int64_t n, int64_t value_bytes, int64_t blocks, int64_t rest_nnz,
                   bool one_chunk, double miss) {
     const GroupedPrices g = grouped_prices(value_bytes);
-    const double steps = static_cast<double>(blocks * ceil_div(n, kGroupedColumnsPerWarp));
-    double us = (grouped_direct(value_bytes, one_chunk, rest_nnz) ? g.direct_fixed_us : g.fixed_us) +
-                g.step_ns * steps * g.reference_sms / static_cast<double>(p.sm_count) / 1e3;
+    const double b = static_cast<double>(blocks);
+    const double steps = b * static_cast<double>(ceil_div(n, kGroupedColumnsPerWarp));
+    const double y_mb = static_cast<double>(m.rows) * static_cast<double>(n) / 1e6;
+    const double y_us = grouped_direct(value_bytes, one_chunk, rest_nnz)
+                            ? g.direct_us_per_mb * y_mb * static_cast<double>(value_bytes)
+                            : g.sums_us_per_mb * y_mb * 4.0;
+    double us = g.fixed_us + (g.block_ns * b + g.step_ns * steps) * g.reference_sms / static_cast<double>(p.sm_count) / 1e3 +
+                y_us;
     if (rest_nnz != 0) us += rows_time_us(p.rows, m, rest_nnz, miss, p.rest_piece_nnz, n, value_bytes);
     return us;
 }
@@ -469,8 +474,8 @@ Choice choose(const Matrix& m, const Summary& s, const Prices& p, const Query& q
 
 
 GroupedPrices grouped_prices(int64_t value_bytes) {
-    if (value_bytes >= 4) return {0.498, 17.7, 4.4, 132};
-    return {0.320, 21.1, 4.4, 132};
+    if (value_bytes >= 4) return {7.6, 0.415, 0.344, 1.25, 0.0, 132};
+    return {5.6, 0.215, 0.305, 1.23, 0.179, 132};
 }
 
 int64_t rows_per_warp(int64_t n, int64_t value_bytes) {

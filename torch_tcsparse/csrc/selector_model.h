@@ -55,14 +55,17 @@ struct LinearPrices {  // csr and rows
     double launch_us = 0, nnz_us = 0, row_us = 0, max_row_us = 0, miss_nnz_us = 0, split_launch_us = 0, floor_us = 0;
 };
 
-// The grouped kernel's time: a fixed part (zeroing the fp32 sums, the launch; for 16-bit types
-// also rounding them into Y) and a cost per warp-step (one block of a chunk for one warp), whole
-// GPU, fitted on an H200 (132 SMs) by relative least squares on the grouped path's times at
-// N = 32..256 of every suite graph whose grouped layout leaves nothing to the rows kernel (the
-// fit and its error are in BENCHMARKS.md). A 16-bit Y where every group is one chunk and nothing is
-// left to the rows kernel is written by the kernel alone: no zeroing and no rounding launch.
+// The grouped kernel's time: a fixed part (the launches), a cost per block (its fragment slots and
+// metadata) and per warp-step (one block of a chunk for one warp: the gathers of X and the MMAs),
+// both whole GPU, and a cost per byte of Y: a launch that adds into fp32 sums zeroes them and adds
+// every chunk's sums atomically, a traffic that on graphs of millions of rows outweighs the
+// blocks'; where the kernel writes a 16-bit Y itself (every group one chunk, nothing left to the
+// rows kernel) it stores each row once. Fitted on an H200 (132 SMs) by relative least squares on
+// the grouped kernel's times at N = 32 and 128 on the corpus's "fit" families (4M and 16M
+// nonzeros, in their given, tca and community orders) and the suite graphs the grouped path
+// serves (docs/DECISIONS.md); the byte prices are the device's bandwidth, not scaled by SMs.
 struct GroupedPrices {
-    double step_ns = 0, fixed_us = 0, direct_fixed_us = 0, reference_sms = 1;
+    double fixed_us = 0, block_ns = 0, step_ns = 0, sums_us_per_mb = 0, direct_us_per_mb = 0, reference_sms = 1;
 };
 
 // Per element size of X: 4 bytes (float32 and wider), 2 bytes.
@@ -72,8 +75,10 @@ GroupedPrices grouped_prices(int64_t value_bytes);
 constexpr int64_t kGroupedColumnsPerWarp = 32;
 
 // The share of the rows path's time that an order removes per unit of distinct-column share
-// removed (the package docstring).
-constexpr double kRowsOrderGain = 0.2;
+// removed, where all of X lies beyond L2 (it scales with the share that does: an order moves
+// the rows of X that miss L2). Fitted with the grouped prices, on the same orders (the package
+// docstring).
+constexpr double kRowsOrderGain = 0.6;
 
 // List scheduling is simulated exactly up to this many jobs per slot, estimated beyond.
 constexpr int64_t kExactJobsPerSlot = 4;

@@ -34,17 +34,19 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
   ``split_launch_us`` when any row is split: the pieces of a split row add into float32 sums
   with atomics and the last to arrive (or, in large launches, a finishing kernel) rounds them
   into Y; it decides between rows and csr on small power-law graphs, where they are close;
-- grouped (the Tensor-Core kernel on the grouped layout): per warp-step constants fitted on an
-  H200 (in ``csrc/selector_model.h``), plus the rows time of the nonzeros the layout leaves to
-  the rows kernel (``grouped_rest_nnz``); the layout's split itself is chosen by the same prices
-  when it is built (``grouped_split``);
+- grouped (the Tensor-Core kernel on the grouped layout): a cost per block, per warp-step and
+  per byte of the fp32 sums it adds into (rows x N: zeroed, then added to atomically; a 16-bit Y
+  the kernel writes itself costs its own bytes), fitted on an H200 (in ``csrc/selector_model.h``),
+  plus the rows time of the nonzeros the layout leaves to the rows kernel (``grouped_rest_nnz``);
+  the layout's split itself is chosen by the same prices when it is built (``grouped_split``);
 - every path costs at least its ``floor_us``: the host-side cost of one call (Python, dispatch,
   launch), which is what a call on a small graph costs when calls run back to back;
 - a reordered matrix runs the rows path in its order; the order's ``rows_share_ratio``
   (``reorder.locality.share_ratio``: distinct columns per group of rows against the given order)
-  scales the rows time by ``1 - gain * (1 - ratio)``, the gain (``kRowsOrderGain`` in
-  ``csrc/selector_model.h``) set within the range measured on R-MAT graphs, where the choice to
-  reorder is close (BENCHMARKS.md gives the measurements).
+  scales the rows time by ``1 - gain * beyond * (1 - ratio)``, ``beyond`` the share of X that
+  L2 cannot hold (an order only moves the rows of X that miss it), the gain (``kRowsOrderGain``
+  in ``csrc/selector_model.h``) fitted on the "fit" families in their tca and community orders
+  (docs/DECISIONS.md).
 
 On a GPU, resident blocks per SM and column slices come from the compiled kernels
 (``kernels.occupancy(path, n)``, ``kernels.column_slices(path, n)``); without one (tests, CPU
