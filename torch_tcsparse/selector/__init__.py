@@ -44,9 +44,9 @@ The launch shapes simulated are those of ``csrc/metcf_spmm.cuh``, whose unit of 
 - a reordered matrix runs the rows path in its order; the order's ``rows_share_ratio``
   (``reorder.locality.share_ratio``: distinct columns per group of rows against the given order)
   scales the rows time by ``1 - gain * beyond * (1 - ratio)``, ``beyond`` the share of X that
-  L2 cannot hold (an order only moves the rows of X that miss it), the gain (``kRowsOrderGain``
-  in ``csrc/selector_model.h``) fitted on the "fit" families in their tca and community orders
-  (docs/DECISIONS.md).
+  L2 cannot hold (an order only moves the rows of X that miss it), the gain
+  (``rows_order_gain`` in ``csrc/selector_model.h``, per element size) fitted on the "fit"
+  families in their tca and community orders (docs/DECISIONS.md).
 
 On a GPU, resident blocks per SM and column slices come from the compiled kernels
 (``kernels.occupancy(path, n)``, ``kernels.column_slices(path, n)``); without one (tests, CPU
