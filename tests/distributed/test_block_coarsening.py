@@ -1,7 +1,9 @@
 """``partition_blocks(gather="clusters")`` on 2, 3 and 4 gloo processes, an R-MAT graph: every
 rank coarsens its own block and the root partitions the graph of the clusters. The parts are
 valid and balanced, the cut within 1.1x of the whole-structure route's, the root receives under
-a third as many entries as the graph holds, and wrong arguments are refused on every rank."""
+a third as many entries as the graph holds, and wrong arguments are refused on every rank. The
+root keeps the best of its tries, and the refinement's moves of no gain make room in a full
+part."""
 import faulthandler
 
 import pytest
@@ -11,8 +13,9 @@ import torch.distributed as dist
 import graphs
 import processes
 from graph_data import synthetic
-from torch_tcsparse.distributed import block_bounds, partition_blocks
+from torch_tcsparse.distributed import block_bounds, block_coarsening, partition_blocks
 from torch_tcsparse.distributed.block_coarsening import coarse_partition_blocks
+from torch_tcsparse.distributed.multilevel import partition_graph
 
 NUM_NODES = 1 << 12
 IMBALANCE = 0.03
@@ -101,3 +104,47 @@ def check_blocks_of_different_depths() -> None:
 
 def test_blocks_of_different_depths():
     processes.run(2, check_blocks_of_different_depths)
+
+
+def test_root_keeps_the_best_of_its_tries():
+    """The root's partition of the clusters' graph is, of its tries (seeds apart), the one of the
+    lowest cut; on this graph the first try is not it."""
+    num_clusters, num_parts, seed = 300, 4, 4
+    gen = torch.Generator().manual_seed(0)
+    row = torch.randint(0, num_clusters, (1500,), generator=gen)
+    col = torch.randint(0, num_clusters, (1500,), generator=gen)
+    keep = row != col
+    row, col = row[keep], col[keep]
+    keys, weights = torch.unique(torch.cat([row * num_clusters + col, col * num_clusters + row]), return_counts=True)
+    node_weight = torch.randint(1, 20, (num_clusters, 1), generator=gen)
+    part = block_coarsening._partition_clusters(keys, weights, node_weight, num_clusters, num_parts, IMBALANCE, seed)
+    row, col = keys // num_clusters, keys % num_clusters
+    rowptr = torch.zeros(num_clusters + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(row, minlength=num_clusters), 0, out=rowptr[1:])
+    tries = block_coarsening._ROOT_TRIES
+    cuts = []
+    for attempt in range(tries):
+        tried = partition_graph(rowptr, col, node_weight, num_parts, torch.tensor([IMBALANCE], dtype=torch.float64),
+                                seed * tries + attempt, edge_weight=weights)
+        cuts.append(int((weights * (tried[row] != tried[col])).sum()))
+    assert cuts[0] > min(cuts), cuts
+    assert int((weights * (part[row] != part[col])).sum()) == min(cuts), cuts
+
+
+def check_even_moves_make_room() -> None:
+    """Part 0 (a triangle and an isolated node) is at its limit, so the node of part 1 with two
+    edges into the triangle cannot join it until the isolated node, as connected to part 1 as to
+    its own, moves there at no cost."""
+    edges = torch.tensor([[0, 1], [0, 2], [1, 2], [4, 0], [4, 1], [4, 5]])
+    row, col = torch.cat([edges[:, 0], edges[:, 1]]), torch.cat([edges[:, 1], edges[:, 0]])
+    rowptr, col, _ = graphs.csr_of(row, col, 6)
+    row_of = torch.repeat_interleave(torch.arange(6), rowptr.diff())
+    block = block_coarsening.BlockColumns(col, (0, 6), 0, None)
+    node_weight = torch.tensor([[1], [1], [1], [1], [1], [0]])
+    part = torch.tensor([0, 0, 0, 0, 1, 1])
+    block_coarsening._refine_units(part, torch.arange(6), row_of, block, node_weight, torch.tensor([4]), 2, 0, None)
+    assert part.tolist() == [0, 0, 0, 1, 0, 0]
+
+
+def test_even_moves_make_room():
+    processes.run(1, check_even_moves_make_room)
