@@ -95,30 +95,33 @@ def select_graphs(patterns: str | None, loaders: dict) -> list[str]:
     return chosen
 
 
-def load_graph(load) -> TCSparseTensor:
+def load_graph(load, reorder: str = "none") -> TCSparseTensor:
     row, col, size = load("cuda")
     shape = size if isinstance(size, tuple) else (size, size)
     gen = torch.Generator(device="cuda").manual_seed(7)
     values = torch.rand(row.numel(), device="cuda", generator=gen) + 0.5
-    return TCSparseTensor.from_coo(row.cuda(), col.cuda(), values, shape=shape)
+    return TCSparseTensor.from_coo(row.cuda(), col.cuda(), values, shape=shape, reorder=reorder)
 
 
 # Measurements.
 
 
-def measure(loaders: dict, names, n_values, dtypes, repeat: int, out: Path, info: dict):
+def measure(loaders: dict, names, n_values, dtypes, repeat: int, out: Path, info: dict, reorder: str = "none"):
     """Times of every path, the selector's own cost, the kernels' launch shapes, and the matrix
     shapes, for each graph, N and dtype; saved after each graph, so a run cut short can still be
     refitted offline."""
     records, shapes = [], {}
     model = selector.device_model(torch.device("cuda"))
     subjects = {}  # record index -> what first_choice_rounds times for it
-    for name in names:
-        load, split = loaders[name]
-        a32 = load_graph(load)
+    for graph in names:
+        load, split = loaders[graph]
+        a32 = load_graph(load, reorder)
+        # A reordered graph is its own matrix to the fit: its name says the order kept.
+        name = graph if reorder == "none" else f"{graph}@{a32.reorder_method}"
         layout = a32._structure.layout
         blocks, rest, one_chunk = a32._structure.grouped_size() or (None, 0, False)
-        shapes[name] = MatrixFeatures.of_layout(layout, grouped_blocks=blocks, grouped_rest_nnz=rest,
+        shapes[name] = MatrixFeatures.of_layout(layout, rows_share_ratio=a32._structure.selection.rows_share_ratio,
+                                                grouped_blocks=blocks, grouped_rest_nnz=rest,
                                                 grouped_one_chunk=one_chunk)
         windows = layout.num_windows
         for dtype in dtypes:
@@ -362,6 +365,9 @@ def main(argv=None) -> None:
     parser.add_argument("--first-choice", action="store_true",
                         help="time only the first choice at each N bucket (with or without a GPU); --graphs picks "
                         f"among the suite and {', '.join(FIRST_CHOICE_GRAPHS)} (default {FIRST_CHOICE_DEFAULT})")
+    parser.add_argument("--reorder", default="none",
+                        help='the matrices\' row order ("none", "auto" or a method of torch_tcsparse.reorder): '
+                        "the fit then sees the order's rows share ratio")
     add_corpus_arguments(parser)
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -385,7 +391,7 @@ def main(argv=None) -> None:
             raise SystemExit(f"N values must be N buckets (powers of two from 32), got {n_values}")
         info = device_info(n_values)
         dtypes = [getattr(torch, name) for name in args.dtypes.split(",")]
-        records, shapes = measure(loaders, names, n_values, dtypes, args.repeat, out, info)
+        records, shapes = measure(loaders, names, n_values, dtypes, args.repeat, out, info, args.reorder)
 
     text = report(records, shapes, info)
     out.mkdir(parents=True, exist_ok=True)

@@ -850,8 +850,9 @@ def made_up_run(tmp_path, name, scale=1.0, dtypes=(torch.float32,), graphs=6, tr
     shapes, records = {}, []
     for i in range(graphs):
         blocks = np.minimum(rng.pareto(0.8 + 0.3 * i, 400 * (i + 1)).astype(np.int64) * 3 + 1, 3000)
+        # Every other graph reordered: its rows share ratio travels with the run.
         shapes[f"g{i}"] = MatrixFeatures.of_window_blocks(16, blocks, 16 * blocks.size, int(blocks.sum()) * (3 + i),
-                                                          int(blocks.max()) * 2)
+                                                          int(blocks.max()) * 2, rows_share_ratio=1.0 - 0.2 * (i % 2))
         for dtype in dtypes:
             for n in selector.BUCKETS:
                 record = {"graph": f"g{i}", "n": n, "dtype": selector.dtype_name(dtype),
@@ -897,6 +898,7 @@ def test_calibration_runs_load_back_merged_and_without_stale_times(tmp_path, cap
     for name, features in shapes.items():
         assert (loaded[name].max_row_nnz, loaded[name].num_cols) == (features.max_row_nnz, features.num_cols)
         assert loaded[name].window_blocks.tolist() == features.window_blocks.tolist()
+        assert loaded[name].rows_share_ratio == features.rows_share_ratio
     (first / "stale.json").write_text(json.dumps({"stale": [{"path": "rows", "n": 256, "why": "test"}]}))
     assert all(("rows" in r["times_us"]) == (r["n"] != 256) for r in calibrate.load_saved(first)[0])
     # Merged: each path's geometric mean over the runs that measured it.

@@ -80,6 +80,7 @@ def save(out: Path, records, shapes: dict, info: dict) -> None:
              -1 if shape.grouped_blocks is None else shape.grouped_blocks, shape.grouped_rest_nnz,
              int(shape.grouped_one_chunk)], dtype=np.int64
         )
+        arrays[f"{name}/rows_share_ratio"] = np.array([shape.rows_share_ratio], dtype=np.float64)
     np.savez_compressed(out / "shapes.npz", **arrays)
 
 
@@ -99,9 +100,12 @@ def load_saved(folder: Path):
                 grouped = later[2] if len(later) > 2 and later[2] >= 0 else None
                 rest = later[3] if len(later) > 3 else 0
                 one_chunk = bool(later[4]) if len(later) > 4 else False
+                # A reordered matrix's rows share ratio (runs that record none: the given order's)
+                share = f"{name}/rows_share_ratio"
                 shapes[name] = MatrixFeatures.of_window_blocks(
-                    window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, cols, grouped_blocks=grouped,
-                    grouped_rest_nnz=rest, grouped_one_chunk=one_chunk)
+                    window, arrays[f"{name}/window_blocks"], rows, nnz, max_row, cols,
+                    rows_share_ratio=float(arrays[share][0]) if share in arrays.files else 1.0,
+                    grouped_blocks=grouped, grouped_rest_nnz=rest, grouped_one_chunk=one_chunk)
     return drop_stale(data["records"], folder), shapes, data["device"]
 
 
