@@ -2,7 +2,8 @@
 rank coarsens its own block and the root partitions the graph of the clusters. The parts are
 valid and balanced, the cut within 1.1x of the whole-structure route's, the root receives under
 a third as many entries as the graph holds, and wrong arguments are refused on every rank. The
-root keeps the best of its tries, and the refinement's moves of no gain make room in a full
+root keeps the best of its tries, the clusters' graph reaches it as int64 where int32 does not
+hold its values with the same parts, and the refinement's moves of no gain make room in a full
 part."""
 import faulthandler
 
@@ -16,6 +17,7 @@ from graph_data import synthetic
 from torch_tcsparse.distributed import block_bounds, block_coarsening, partition_blocks
 from torch_tcsparse.distributed.block_coarsening import coarse_partition_blocks
 from torch_tcsparse.distributed.multilevel import partition_graph
+from torch_tcsparse.distributed.weighted_graph import WeightedGraph
 
 NUM_NODES = 1 << 12
 IMBALANCE = 0.03
@@ -117,10 +119,11 @@ def test_root_keeps_the_best_of_its_tries():
     row, col = row[keep], col[keep]
     keys, weights = torch.unique(torch.cat([row * num_clusters + col, col * num_clusters + row]), return_counts=True)
     node_weight = torch.randint(1, 20, (num_clusters, 1), generator=gen)
-    part = block_coarsening._partition_clusters(keys, weights, node_weight, num_clusters, num_parts, IMBALANCE, seed)
     row, col = keys // num_clusters, keys % num_clusters
     rowptr = torch.zeros(num_clusters + 1, dtype=torch.long)
     torch.cumsum(torch.bincount(row, minlength=num_clusters), 0, out=rowptr[1:])
+    graph = WeightedGraph(rowptr, col.int(), weights.int(), node_weight)
+    part = block_coarsening._partition_clusters(graph, num_parts, IMBALANCE, seed)
     tries = block_coarsening._ROOT_TRIES
     cuts = []
     for attempt in range(tries):
@@ -129,6 +132,35 @@ def test_root_keeps_the_best_of_its_tries():
         cuts.append(int((weights * (tried[row] != tried[col])).sum()))
     assert cuts[0] > min(cuts), cuts
     assert int((weights * (part[row] != part[col])).sum()) == min(cuts), cuts
+
+
+def check_int64_fallback() -> None:
+    """The root receives the clusters' columns and edge weights as int32, as int64 where they
+    exceed the int32 limit (here lowered below them), and partitions alike either way."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    rowptr, col = rmat()
+    bounds = block_bounds(NUM_NODES, world)
+    first, end = bounds[rank], bounds[rank + 1]
+    block_rowptr = rowptr[first:end + 1] - rowptr[first]
+    block_col = col[int(rowptr[first]):int(rowptr[end])]
+    sent = []
+    to_root = block_coarsening.to_root
+
+    def recording_to_root(tensor, *args):
+        sent.append(tensor.dtype)
+        return to_root(tensor, *args)
+
+    block_coarsening.to_root = recording_to_root
+    narrow = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), IMBALANCE, 0, None)
+    block_coarsening._INT32_MAX = 1
+    wide = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), IMBALANCE, 0, None)
+    # Columns, edge weights, edges per cluster, then the clusters' weights (always int64).
+    assert sent == [torch.int32] * 3 + [torch.int64] + [torch.int64] * 4, sent
+    assert torch.equal(narrow[0], wide[0]) and narrow[1] == wide[1]
+
+
+def test_int64_fallback():
+    processes.run(3, check_int64_fallback)
 
 
 def check_even_moves_make_room() -> None:

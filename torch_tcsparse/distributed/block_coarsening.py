@@ -9,10 +9,11 @@ refines its rows against its neighbours' parts.
    join its cluster, and so one another's, though a block holds only about 1 / P of its rows'
    edges.
 2. The ranks number their clusters globally, learn the cluster of every column they reference in
-   another block, and sum their edges between clusters. The root receives only those coarse edges
-   (an int64 key and an int64 weight per distinct pair of clusters) and the clusters' weights,
-   partitions that graph with the multilevel partitioner a few times (seeds apart), and sends each
-   rank its clusters' parts from the try of the lowest cut.
+   another block, and sum their edges between clusters. The root receives only the graph of the
+   clusters as CSR: each cluster's weights and number of coarse edges, and per distinct pair of
+   clusters the column and the weight, each int32 where every rank's values fit (8 bytes a coarse
+   edge; int64 else). It partitions that graph with the multilevel partitioner a few times (seeds
+   apart), and sends each rank its clusters' parts from the try of the lowest cut.
 3. Back down the block's levels, coarsest first, each rank moves whole units (a level's nodes:
    the rows it grouped) to the part they have the most edges into where that gains, in rounds in
    which half of every block's units (by a hash) may move, so that two neighbours never swap at
@@ -31,6 +32,7 @@ from .coarsening import cluster, contract
 from .collectives import exchange_counts, from_root, gather_counts, to_root
 from .hashing import hash_ids
 from .multilevel import partition_graph
+from .refinement import cut_weight
 from .weighted_graph import WeightedGraph
 
 # A block is coarsened until its graph has at most this fraction of its nodes ...
@@ -47,6 +49,8 @@ _REFINE_ROUNDS = 16
 # 0: Cora at 4 parts 1.13x against 1.20x the whole route's cut, Amazon Photo at 2 parts 0.80x
 # against 1.09x). The clusters' graph holds a tenth to a third of the nonzeros.
 _ROOT_TRIES = 4
+# The largest value the clusters' graph sends to the root as int32.
+_INT32_MAX = torch.iinfo(torch.int32).max
 
 
 class BlockColumns:
@@ -107,22 +111,41 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     del cluster_of_col, coarse_row, between
     cluster_weight = torch.zeros(num_clusters, node_weight.size(1), dtype=torch.long, device=device)
     cluster_weight.index_add_(0, mapping, node_weight)
+    # The root receives this block's rows of the clusters' graph as CSR (the keys ascend): the
+    # number of edges of each cluster, and per edge its column and weight, 32-bit where they fit
+    # (8 bytes a coarse edge against an int64 key and weight's 16). Every rank must send the
+    # dtype the root receives: columns and counts stay under the number of clusters, which all
+    # ranks know; the weights fit where the largest of any rank's does (one all-reduce).
+    key_rows = torch.div(keys, offsets[-1], rounding_mode="floor")
+    index_dtype = torch.int32 if offsets[-1] <= _INT32_MAX else torch.long
+    ends = (keys - key_rows * offsets[-1]).to(index_dtype)
+    edges_of_cluster = torch.bincount(key_rows - offsets[rank], minlength=num_clusters).to(index_dtype)
+    del keys, key_rows
+    heaviest = torch.tensor([int(key_weights.max()) if key_weights.numel() else 0], device=device)
+    dist.all_reduce(heaviest, op=dist.ReduceOp.MAX, group=group)
+    key_weights = key_weights.to(torch.int32 if int(heaviest) <= _INT32_MAX else torch.long)
 
-    edge_bounds = gather_counts(keys.numel(), device, group)
-    gathered_keys = to_root(keys, edge_bounds, rank, root, group)
-    gathered_weights = to_root(key_weights.long(), edge_bounds, rank, root, group)
+    edge_bounds = gather_counts(ends.numel(), device, group)
+    gathered_ends = to_root(ends, edge_bounds, rank, root, group)
+    gathered_weights = to_root(key_weights, edge_bounds, rank, root, group)
+    gathered_edges_of_cluster = to_root(edges_of_cluster, offsets, rank, root, group)
     constraints = node_weight.size(1)
     weight_bounds = tuple(b * constraints for b in offsets)
     gathered_node_weight = to_root(cluster_weight.reshape(-1), weight_bounds, rank, root, group)
-    del keys, key_weights
+    del ends, key_weights, edges_of_cluster
     received = 0
     if rank == root:
-        received = gathered_keys.numel()
-        part = _partition_clusters(gathered_keys, gathered_weights, gathered_node_weight.view(-1, constraints),
-                                   offsets[-1], num_parts, imbalance, seed)
+        received = gathered_ends.numel()
+        coarse_rowptr = torch.zeros(offsets[-1] + 1, dtype=torch.long, device=device)
+        torch.cumsum(gathered_edges_of_cluster, 0, out=coarse_rowptr[1:])
+        del gathered_edges_of_cluster
+        part = _partition_clusters(WeightedGraph(coarse_rowptr, gathered_ends, gathered_weights,
+                                                 gathered_node_weight.view(-1, constraints)),
+                                   num_parts, imbalance, seed)
+        del coarse_rowptr
     else:
         part = torch.zeros(0, dtype=torch.long, device=device)
-    del gathered_keys, gathered_weights, gathered_node_weight
+    del gathered_ends, gathered_weights, gathered_node_weight
     part_of_rows = from_root(part, offsets, rank, root, group)[mapping]
     limit = torch.ceil(total.double() * (1 + imbalance) / num_parts).long()
     # Every rank refines as many levels (each a collective), its coarsest units repeated where its
@@ -164,21 +187,15 @@ def _block_clusters(row_of: Tensor, block: BlockColumns, node_weight: Tensor, li
     return levels or [torch.arange(rows, device=device)]
 
 
-def _partition_clusters(keys: Tensor, weights: Tensor, node_weight: Tensor, num_clusters: int, num_parts: int,
-                        imbalance: float, seed: int) -> Tensor:
-    """The part of every cluster, from the clusters' edges as ascending keys row * n + col: of
-    ``_ROOT_TRIES`` runs of the multilevel partitioner, the one of the lowest cut (the first of
-    them on a tie)."""
-    row = torch.div(keys, num_clusters, rounding_mode="floor")
-    col = keys - row * num_clusters
-    rowptr = torch.zeros(num_clusters + 1, dtype=torch.long, device=keys.device)
-    torch.cumsum(torch.bincount(row, minlength=num_clusters), 0, out=rowptr[1:])
-    imbalances = torch.full((node_weight.size(1),), float(imbalance), dtype=torch.float64)
+def _partition_clusters(graph: WeightedGraph, num_parts: int, imbalance: float, seed: int) -> Tensor:
+    """The part of every cluster of the clusters' graph: of ``_ROOT_TRIES`` runs of the multilevel
+    partitioner, the one of the lowest cut (the first of them on a tie)."""
+    imbalances = torch.full((graph.node_weight.size(1),), float(imbalance), dtype=torch.float64)
     best, best_cut = None, None
     for attempt in range(_ROOT_TRIES):
-        part = partition_graph(rowptr, col, node_weight, num_parts, imbalances, seed * _ROOT_TRIES + attempt,
-                               edge_weight=weights)
-        cut = int((weights * (part[row] != part[col])).sum())
+        part = partition_graph(graph.rowptr, graph.col, graph.node_weight, num_parts, imbalances,
+                               seed * _ROOT_TRIES + attempt, edge_weight=graph.edge_weight)
+        cut = cut_weight(graph, part)
         if best_cut is None or cut < best_cut:
             best, best_cut = part, cut
     return best

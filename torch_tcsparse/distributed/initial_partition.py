@@ -40,7 +40,7 @@ def initial_partition(graph: WeightedGraph, num_parts: int, limit: Tensor, imbal
     rowptr = graph.rowptr.cpu().numpy()
     col = graph.col.cpu().numpy().astype(np.int64)
     weight = (np.ones(col.size, dtype=np.int64) if graph.edge_weight is None
-              else graph.edge_weight.cpu().numpy())
+              else graph.edge_weight.cpu().numpy().astype(np.int64))
     node_weight = graph.node_weight.cpu().numpy().astype(np.float64)
     # Each bisection may exceed its share by a part of the imbalance the parts may end with.
     depth = max(1, int(np.ceil(np.log2(num_parts))))

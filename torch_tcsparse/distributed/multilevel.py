@@ -39,8 +39,8 @@ def partition_graph(rowptr: Tensor, col: Tensor, node_weight: Tensor, num_parts:
     """The part (int64, in [0, num_parts)) of every row of a square matrix's CSR, balancing every
     column of ``node_weight`` (int64, [rows, constraints]) to within ``1 + imbalance`` of its
     mean per part, with few weighty edges between parts. Edges count in the direction stored
-    (each stored entry weighs its ``edge_weight``, int64, or 1 without); self-loops cost nothing.
-    Arguments are checked by the caller."""
+    (each stored entry weighs its ``edge_weight``, int32 or int64, or 1 without); self-loops
+    cost nothing. Arguments are checked by the caller."""
     graph = WeightedGraph(rowptr, col, edge_weight, node_weight)
     n = graph.num_nodes
     if num_parts == 1 or n == 0:

@@ -18,8 +18,9 @@ from .row_ranges import RANGE_ENTRIES, range_rows, row_ranges
 
 @dataclass
 class WeightedGraph:
-    """``rowptr`` (int64, n + 1), ``col`` (int32 or int64), ``edge_weight`` (int64 per edge, or
-    None: every edge weighs 1) and ``node_weight`` (int64, [n, constraints])."""
+    """``rowptr`` (int64, n + 1), ``col`` (int32 or int64), ``edge_weight`` (int32 or int64 per
+    edge, or None: every edge weighs 1) and ``node_weight`` (int64, [n, constraints]). Edges and
+    their weights are read as int64, so every sum of them is."""
 
     rowptr: Tensor
     col: Tensor
@@ -44,11 +45,12 @@ class WeightedGraph:
         return row_ranges(self.rowptr, max_edges, max_rows)
 
     def edges(self, start: int, end: int) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Rows (int64, global ids), columns (int64) and weights of the edges of rows start:end."""
+        """Rows (int64, global ids), columns (int64) and weights (int64) of the edges of rows
+        start:end."""
         first, last = int(self.rowptr[start]), int(self.rowptr[end])
         row = range_rows(self.rowptr, start, end)
         col = self.col[first:last].long()
-        weight = None if self.edge_weight is None else self.edge_weight[first:last]
+        weight = None if self.edge_weight is None else self.edge_weight[first:last].long()
         return row, col, weight
 
     def node_groups(self, nodes: Tensor, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[Tensor]:
@@ -60,7 +62,7 @@ class WeightedGraph:
 
     def edges_of(self, nodes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The edges of the rows ``nodes``: each one's index in ``nodes``, its column (int64) and
-        its weight (ones where the graph has none)."""
+        its weight (int64; ones where the graph has none)."""
         starts = self.rowptr[nodes]
         degree = self.rowptr[nodes + 1] - starts
         total = int(degree.sum())
@@ -68,7 +70,7 @@ class WeightedGraph:
         offsets = torch.cumsum(degree, 0) - degree
         entries = (starts - offsets)[local] + torch.arange(total, device=nodes.device)
         weight = (torch.ones(total, dtype=torch.long, device=nodes.device) if self.edge_weight is None
-                  else self.edge_weight[entries])
+                  else self.edge_weight[entries].long())
         return local, self.col[entries].long(), weight
 
 
