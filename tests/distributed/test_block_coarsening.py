@@ -40,13 +40,18 @@ def cut(part: torch.Tensor, rowptr: torch.Tensor, col: torch.Tensor) -> int:
     return int((part[row] != part[col]).sum())
 
 
+def own_block(rowptr: torch.Tensor, col: torch.Tensor):
+    """This rank's bounds of blocks and its block of the matrix (rows in the block, original columns)."""
+    rank = dist.get_rank()
+    bounds = block_bounds(NUM_NODES, dist.get_world_size())
+    first, end = bounds[rank], bounds[rank + 1]
+    return bounds, rowptr[first:end + 1] - rowptr[first], col[int(rowptr[first]):int(rowptr[end])]
+
+
 def check_blocks() -> None:
     world, rank = dist.get_world_size(), dist.get_rank()
     rowptr, col = rmat()
-    bounds = block_bounds(NUM_NODES, world)
-    first, end = bounds[rank], bounds[rank + 1]
-    block_rowptr = rowptr[first:end + 1] - rowptr[first]
-    block_col = col[int(rowptr[first]):int(rowptr[end])]
+    bounds, block_rowptr, block_col = own_block(rowptr, col)
     clusters = partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="clusters")
     part, received = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), IMBALANCE, 0, None)
     assert torch.equal(part, clusters)
@@ -137,12 +142,9 @@ def test_root_keeps_the_best_of_its_tries():
 def check_int64_fallback() -> None:
     """The root receives the clusters' columns and edge weights as int32, as int64 where they
     exceed the int32 limit (here lowered below them), and partitions alike either way."""
-    world, rank = dist.get_world_size(), dist.get_rank()
+    world = dist.get_world_size()
     rowptr, col = rmat()
-    bounds = block_bounds(NUM_NODES, world)
-    first, end = bounds[rank], bounds[rank + 1]
-    block_rowptr = rowptr[first:end + 1] - rowptr[first]
-    block_col = col[int(rowptr[first]):int(rowptr[end])]
+    bounds, block_rowptr, block_col = own_block(rowptr, col)
     sent = []
     to_root = block_coarsening.to_root
 

@@ -62,7 +62,7 @@ class BlockColumns:
         self.columns = columns
         first = bounds[rank]
         self.group = group
-        self.inside = (columns >= bounds[rank]) & (columns < bounds[rank + 1])
+        self.inside = (columns >= first) & (columns < bounds[rank + 1])
         # The block rows of the columns inside it, in the order of ``columns[inside]``.
         self.inside_rows = columns[self.inside] - first
         self.halo, self.halo_index = torch.unique(columns[~self.inside], return_inverse=True)
