@@ -20,7 +20,7 @@ from .progress import Progress
 from .training import CONFIGS, partition_weights
 
 FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "row_weight", "config", "overlap", "halo_bits",
-          "status", "losses", "epoch_ms", "compute_ms", "exchange_ms", "halo_rows", "cut_nonzeros", "exchanged_width",
+          "status", "losses", "epoch_ms", "compute_ms", "exchange_ms", "exchange_ms_per_rank", "halo_rows", "cut_nonzeros", "exchanged_width",
           "halo_bytes_per_epoch", "cut_x_feature_bytes", "rows_per_rank", "nnz_per_rank", "halo_per_rank",
           "send_per_rank", "generate_s", "partition_s", "partition_peak_gb", "build_s", "sparse_ms", "graph_gb",
           "graph_gb_per_rank", "link_gbps", "single_gb_needed", "build_peak_gb_per_rank", "peak_gb_per_rank", "peak_gb",
@@ -55,6 +55,9 @@ def parse_args(argv=None):
     parser.add_argument("--row-weight", default=None,
                         help="a row's weight beside its nonzeros, or a comma list of them (one balanced constraint "
                              "each; default: the one-GPU run's time and memory per row in nonzeros)")
+    parser.add_argument("--imbalance", type=float, default=0.03,
+                        help="how far above its share of each row weight a part may be (every rank waits for the "
+                             "slowest at each exchange)")
     parser.add_argument("--configs", default="plain,overlap,overlap-bf16,plain-bf16",
                         help=f"comma list of exchanges to time on the parts, of {list(CONFIGS)}")
     parser.add_argument("--features", type=int, default=128)
@@ -92,6 +95,8 @@ def parse_args(argv=None):
         if any(w < 0 for w in weights):
             fail(f"--row-weight entries must be at least 0, got {args.row_weight!r}")
         args.row_weight = weights
+    if not 0 < args.imbalance < 1:
+        fail(f"--imbalance must be in (0, 1), got {args.imbalance}")
     if args.link_gbps is not None and args.link_gbps <= 0:
         fail(f"--link-gbps must be positive, got {args.link_gbps}")
     if args.gather == "clusters" and (args.partitioner not in ("auto", "multilevel") or args.emulate is not None):

@@ -105,7 +105,8 @@ def predict_main(args) -> None:
         row_weight = partition_weights(args.partitioner, _row_weights(one))
         for count in args.parts:
             start = time.perf_counter()
-            partition = partition_rows(rowptr, col, count, args.partitioner, row_weight=row_weight)
+            partition = partition_rows(rowptr, col, count, args.partitioner, row_weight=row_weight,
+                                       imbalance=args.imbalance)
             partition_s = time.perf_counter() - start
             guess = predict(part_shape(partition, rowptr, col), measured, network(args), parameter_bytes(args))
             run = runs.get(count, {})

@@ -64,7 +64,8 @@ def build_parts(args, device, progress) -> dict:
                        lambda: rmat_block(args.scale, args.edge_factor, block[rank], block[rank + 1], device))
     part_of_rows = step("partition", "partitioned",
                         lambda: partition_blocks(rowptr, col, block, method=args.partitioner,
-                                                 row_weight=args.current_row_weight, gather=args.gather))
+                                                 row_weight=args.current_row_weight, imbalance=args.imbalance,
+                                                 gather=args.gather))
     placement = Placement(part_of_rows, block)
     rowptr, col, _ = step("place", "rows placed", lambda: placement.move_csr(rowptr, col))
     nodes = placement.move(torch.arange(block[rank], block[rank + 1], device=device))
@@ -116,7 +117,8 @@ def train_config(args, device, built: dict, config: str, progress) -> dict:
         method += "-clusters"
     return {"status": "ok", "partitioner": method, "row_weight": args.current_row_weight_text,
             "config": config, "losses": loss_curve(losses), "overlap": int(overlap), "halo_bits": 8 * element, "epoch_ms": 1000 * epoch_s,
-            "exchange_ms": 1000 * exchange_s, "compute_ms": 1000 * (instrumented_s - exchange_s),
+            "exchange_ms": 1000 * exchange_s,
+            "exchange_ms_per_rank": ";".join(f"{1000 * g['exchange_s']:.2f}" for g in gathered), "compute_ms": 1000 * (instrumented_s - exchange_s),
             "halo_rows": halo_rows, "cut_nonzeros": cut, "exchanged_width": width,
             "halo_bytes_per_epoch": halo_rows * width * element, "cut_x_feature_bytes": cut * width * element,
             "nnz": sum(r["nnz"] for r in ranks), "rows_per_rank": _joined(ranks, "rows"),

@@ -14,15 +14,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run(world_size: int, worker, *args) -> None:
-    """``worker(*args)`` on every rank; an exception on any rank fails the call with its traceback."""
-    mp.spawn(_entry, args=(world_size, free_port(), worker, args), nprocs=world_size, join=True)
+def run(world_size: int, worker, *args, backend: str = "gloo") -> None:
+    """``worker(*args)`` on every rank; an exception on any rank fails the call with its traceback.
+    With ``backend="nccl"`` rank r works on GPU r."""
+    mp.spawn(_entry, args=(world_size, free_port(), backend, worker, args), nprocs=world_size, join=True)
 
 
-def _entry(rank: int, world_size: int, port: int, worker, args) -> None:
+def _entry(rank: int, world_size: int, port: int, backend: str, worker, args) -> None:
     # Several ranks share the test machine's cores: a team of threads per rank would oversubscribe them.
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
         worker(*args)
     finally:

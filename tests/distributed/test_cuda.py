@@ -1,4 +1,5 @@
-"""The partitioner and the single-GPU rank emulation on a GPU (skipped without CUDA)."""
+"""The partitioner and the single-GPU rank emulation on a GPU (skipped without CUDA), and the
+clusters route of ``partition_blocks`` across two GPUs under NCCL (skipped with fewer)."""
 import csv
 
 import pytest
@@ -6,7 +7,9 @@ import torch
 
 from benchmarks import distributed as benchmark
 from benchmarks.distributed.graph import rmat_block
-from torch_tcsparse.distributed import partition_rows
+import processes
+from test_block_coarsening import IMBALANCE, cut, own_block, rmat, whole_part
+from torch_tcsparse.distributed import partition_blocks, partition_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -30,3 +33,27 @@ def test_emulated_ranks_report_memory(tmp_path):
     assert [int(r["rank"]) for r in rows] == [0, 1]
     for row in rows:
         assert 0 < float(row["peak_gb"]) and 0 < float(row["predicted_peak_gb"]) and row["within_target"] in ("0", "1")
+
+
+def check_clusters_on_gpus() -> None:
+    """Each rank's block on its own GPU: the clusters route gives valid, balanced parts on the
+    blocks' device, the same parts run after run, and a cut within 1.1x of the whole route's."""
+    rowptr, col = rmat()
+    bounds, block_rowptr, block_col = own_block(rowptr, col)
+    device = torch.device("cuda", torch.cuda.current_device())
+    block_rowptr, block_col = block_rowptr.to(device), block_col.to(device)
+    clusters = partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="clusters")
+    assert clusters.device == device
+    again = partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="clusters")
+    assert torch.equal(clusters, again)
+    whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1).cpu())
+    clusters = whole_part(clusters.cpu())
+    world = torch.distributed.get_world_size()
+    weight = torch.bincount(clusters, weights=(rowptr.diff() + 1).double(), minlength=world)
+    assert float(weight.max()) <= (1 + IMBALANCE) * float(weight.sum()) / world + 1, weight.tolist()
+    assert cut(clusters, rowptr, col) <= 1.1 * cut(whole, rowptr, col)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (NCCL puts one rank on each)")
+def test_clusters_route_on_two_gpus():
+    processes.run(2, check_clusters_on_gpus, backend="nccl")
