@@ -29,11 +29,19 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def calibration(rows: list[dict], graph: str) -> dict:
-    fits = [r for r in rows if r["graph"] == graph and r["gpus"] == "1" and r["status"] == "ok"]
-    if not fits:
-        fail(f"--predict needs a one-GPU row of {graph} that ran (status ok); {MEASURE_FIRST}")
-    return fits[0]
+def calibrations(rows: list[dict]) -> dict[str, dict]:
+    """Per graph, its first one-GPU row that ran; a graph whose one-GPU runs all failed (did not
+    fit, say) is said and left out, since the model scales from that run."""
+    ran = {}
+    for row in rows:
+        if row["gpus"] == "1" and row["status"] == "ok":
+            ran.setdefault(row["graph"], row)
+    for graph in dict.fromkeys(r["graph"] for r in rows if r["gpus"] == "1"):
+        if graph not in ran:
+            print(f"{graph}: no one-GPU run that ran, not modelled")
+    if not ran:
+        fail(f"--predict needs a one-GPU row that ran (status ok); {MEASURE_FIRST}")
+    return ran
 
 
 def link_bytes_per_s(args, rows: list[dict]) -> float:
@@ -86,14 +94,11 @@ def emulated_peaks(path: Path, graph: str) -> dict[int, tuple[float, float]]:
 def predict_main(args) -> None:
     path = Path(args.predict)
     rows = read_rows(path)
-    graphs = list(dict.fromkeys(r["graph"] for r in rows if r["gpus"] == "1"))
-    if not graphs:
-        fail(f"{path} holds no one-GPU row; {MEASURE_FIRST}")
+    graphs = calibrations(rows)
     link = link_bytes_per_s(args, rows)
     device = torch.device("cpu" if rows[0]["device"] == "cpu" or not torch.cuda.is_available() else "cuda")
     results = []
-    for graph in graphs:
-        one = calibration(rows, graph)
+    for graph, one in graphs.items():
         for name in ("features", "hidden", "classes", "layers"):
             setattr(args, name, int(one[name]))
         measured = measured_of(one, link)

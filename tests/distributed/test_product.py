@@ -340,3 +340,21 @@ def test_benchmark_rows_and_model(distributed_run, tmp_path):
         assert float(row["predicted_overlapped_epoch_ms"]) <= float(row["predicted_epoch_ms"])
     assert float(predicted[0]["predicted_epoch_ms"]) == pytest.approx(float(rows[0]["epoch_ms"]), rel=1e-6)
     assert "| rmat8 | 4 |" in (tmp_path / "distributed_model.md").read_text()
+
+
+def test_model_leaves_out_a_graph_whose_one_gpu_run_failed(distributed_run, tmp_path, capsys):
+    """A graph that did not fit one GPU has no run to scale from: the model says so and models
+    the others."""
+    _, _, csv_path = distributed_run
+    with open(csv_path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    failed = dict(rows[0], graph="rmat9", status="out of memory", epoch_ms="nan")
+    with_failed = tmp_path / "distributed.csv"
+    with open(with_failed, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows + [failed])
+    benchmark.main(["--predict", str(with_failed), "--parts", "2", "--out", str(tmp_path)])
+    assert "rmat9: no one-GPU run that ran, not modelled" in capsys.readouterr().out
+    with open(tmp_path / "distributed_model.csv", newline="") as handle:
+        assert {r["graph"] for r in csv.DictReader(handle)} == {"rmat8"}
