@@ -14,7 +14,7 @@ from benchmarks.common import out_dir, write_csv
 from torch_tcsparse.distributed.partition import METHODS
 from torch_tcsparse.distributed.placement import GATHERS
 
-from . import emulation, prediction, ranks, single
+from . import emulation, prediction, ranks, rebalance, single
 from .errors import fail
 from .progress import Progress
 from .training import CONFIGS, partition_weights
@@ -58,6 +58,8 @@ def parse_args(argv=None):
     parser.add_argument("--imbalance", type=float, default=0.03,
                         help="how far above its share of each row weight a part may be (every rank waits for the "
                              "slowest at each exchange)")
+    parser.add_argument("--rebalance", action="store_true",
+                        help="partition again with the time weight per row fitted to the first partition's ranks")
     parser.add_argument("--configs", default="plain,overlap,overlap-bf16,plain-bf16",
                         help=f"comma list of exchanges to time on the parts, of {list(CONFIGS)}")
     parser.add_argument("--features", type=int, default=128)
@@ -99,6 +101,8 @@ def parse_args(argv=None):
         fail(f"--imbalance must be in (0, 1), got {args.imbalance}")
     if args.link_gbps is not None and args.link_gbps <= 0:
         fail(f"--link-gbps must be positive, got {args.link_gbps}")
+    if args.rebalance and args.emulate is not None:
+        fail("--rebalance partitions again from the ranks' times under torchrun; --emulate has no ranks to time")
     if args.gather == "clusters" and (args.partitioner not in ("auto", "multilevel") or args.emulate is not None):
         fail("--gather clusters partitions with the multilevel partitioner across the ranks of a torchrun run, "
              f"got --partitioner {args.partitioner}{' with --emulate' if args.emulate is not None else ''}")
@@ -157,6 +161,14 @@ def measure(args, device: torch.device, progress: Progress | None = None) -> lis
         if rows and rank == 0:
             rows[-1]["row_weight"] = args.current_row_weight_text
         built = ranks.build_parts(args, device, progress)
+        if args.rebalance:
+            weights = rebalance.rebalanced_weights(args, device, built, progress)
+            if rank == 0:
+                print(f"{common['graph']} row weights {args.current_row_weight_text} -> "
+                      f"{';'.join(map(str, weights))}", flush=True)
+            args.current_row_weight, args.current_row_weight_text = weights, ";".join(map(str, weights))
+            del built
+            built = ranks.build_parts(args, device, progress)
         if rank == 0:
             print(format_parts(common["graph"], built), flush=True)
         if bandwidth is None:
