@@ -16,8 +16,8 @@ the one-GPU bytes per nonzero and per row of a smaller scale say it cannot fit (
 with the estimate; out of memory is recorded too). Rows are weighed in the partition by their
 nonzeros plus a row weight per balanced constraint (``--row-weight``, default: the one-GPU run's
 time per row over its time per nonzero, and its training bytes per row over its graph bytes per
-nonzero: time and memory are both balanced); ``--rebalance`` partitions a second time with the time weight fitted to the
-first partition's ranks: ``rebalance``).
+nonzero: time and memory are both balanced; ``--rebalance`` partitions a second time with the
+time weight fitted to the first partition's ranks: ``rebalance``).
 
 Under torchrun, every rank generates its block of rows (a range of node ids); rank 0 gathers the
 blocks' structure and partitions it on its GPU (the only global pass: 4 bytes per nonzero and 8
