@@ -100,6 +100,7 @@ def _emulated_rank(args, device, partition: NodePartition, rows, requested: list
     reset_peak(device)
     nodes = partition.nodes(rank).to(device)
     x, y = node_features(nodes, args.features, 0), node_labels(nodes, args.classes, 0)
+    part.fix_features(x)
     epoch_s = statistics.median(epochs(make_model(args, device), x, y, part, nodes, args, device, parts)[0][WARMUP:])
     send = sum(part.send_counts)
     row = {"mode": "emulated", "graph": f"rmat{args.scale}", "nodes": args.num_nodes, "gpus": parts, "rank": rank,

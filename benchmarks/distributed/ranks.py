@@ -92,6 +92,7 @@ def train_config(args, device, built: dict, config: str, progress) -> dict:
     reset_peak(device)
     nodes = built["nodes"]
     x, y = node_features(nodes, args.features, 0), node_labels(nodes, args.classes, 0)
+    part.fix_features(x)
     ddp = DistributedDataParallel(make_model(args, device), device_ids=[device.index] if device.type == "cuda" else None)
     progress(f"{config}: model and features ready")
     times, losses = epochs(ddp, x, y, part, nodes, args, device, world, progress.epochs(config))

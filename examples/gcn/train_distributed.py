@@ -197,6 +197,8 @@ def train_placed(block, placed: dict, part: GraphPart, config: dict, device: tor
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
 
+    # The features stay as they are through training: their halo rows cross the link once.
+    part.fix_features(x)
     losses, epoch_times, best, last = [], [], None, None
     for epoch in range(1, config["epochs"] + 1):
         start = time.perf_counter()

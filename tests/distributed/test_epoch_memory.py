@@ -35,6 +35,7 @@ def _epoch_peak(part, nodes, args) -> int:
     model = make_model(args, torch.device("cpu"))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     x, y = node_features(nodes, args.features, 0), node_labels(nodes, args.classes, 0)
+    part.fix_features(x)
 
     def epoch(index):
         optimizer.zero_grad()
@@ -46,7 +47,10 @@ def _epoch_peak(part, nodes, args) -> int:
     epoch(0)
     optimizer.zero_grad()
     tracker = MemTracker()
-    tracker.track_external(model, optimizer, x, y, nodes)
+    # The features' halo rows, received in the first epoch where a product multiplies them,
+    # are held by the part.
+    fixed = [] if part._fixed[2] is None else [part._fixed[2]]
+    tracker.track_external(model, optimizer, x, y, nodes, *fixed)
     with tracker:
         epoch(1)
     return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]

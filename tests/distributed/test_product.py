@@ -1,7 +1,7 @@
 """torch_tcsparse.distributed on 2, 3 and 4 gloo processes against one process: the product and
 its gradients for every reduction (uneven parts, an empty part, isolated nodes, a rank without
 halo, the GCN normalization from own rows, rows relabeled by a partition; the exchange
-overlapped or not, in 16 bits or not), the cost model's part shapes against the parts built,
+overlapped or not, in 16 bits or not, features fixed), the cost model's part shapes against the parts built,
 the partition of blocks no process holds whole and the placement of their rows, the loss curves
 of the distributed example's GCN, GraphSAGE (every aggregation) and GIN, and the benchmark's
 smallest run. One set of processes per world size runs every check."""
@@ -137,6 +137,28 @@ def check_emulated(part, case) -> None:
     assert torch.equal(alone.interior.csr.values, part.interior.csr.values), case["name"]
 
 
+def check_fixed_features(part, case, nodes, y: torch.Tensor) -> None:
+    """Features fixed on a part cross the link at the first product only; every reduction gives
+    what an exchange at every product gives; an in-place change of them raises at the next
+    product; features that require grad are refused."""
+    fixed = part.exchanging(False, None)
+    x = case["x"][nodes].clone()
+    fixed.fix_features(x)
+    exchanges = []
+    gather = fixed.gather_halo
+    fixed.gather_halo = lambda *args: exchanges.append(1) or gather(*args)
+    for _ in range(2):
+        assert torch.equal(spmm(fixed, x), y), case["name"]
+    for reduce in REDUCTIONS:
+        torch.testing.assert_close(spmm(fixed, x, reduce), spmm(part, x, reduce), msg=lambda m: f"{case['name']}: {m}")
+    assert len(exchanges) == 1, (case["name"], len(exchanges))
+    x.add_(1)
+    with pytest.raises(ValueError, match="changed in place since"):
+        spmm(fixed, x)
+    with pytest.raises(ValueError, match="requires grad"):
+        fixed.fix_features(x.clone().requires_grad_())
+
+
 def check_reductions(part, case, nodes) -> None:
     """Mean, max and min against one process's, forward and backward, overlapped or not."""
     for reduce, (y_expected, grad_expected) in case["reductions"].items():
@@ -164,6 +186,7 @@ def check_products(all_cases) -> None:
         y.backward(case["grad"][nodes])
         torch.testing.assert_close(x.grad, case["x_grad"][nodes], **tolerance, msg=lambda m: f"{case['name']}: {m}")
         check_exchanges(part, case, nodes, y.detach(), x.grad)
+        check_fixed_features(part, case, nodes, y.detach())
         check_emulated(part, case)
         if not case["normalize"]:
             narrow = GraphPart.from_rows(rowptr.int(), col.int(), values, partition.bounds)

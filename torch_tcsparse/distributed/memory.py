@@ -93,14 +93,22 @@ def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int
         tape.alloc(f"parameter {index}", r, w, e)
         tape.alloc(f"adam moments {index}", r, w, 2 * e)
 
+    # The first product multiplies the features themselves where the first layer widens: their
+    # halo rows were received once, before training (GraphPart.fix_features), and stay.
+    fixed_features = sizes[0] < sizes[1]
+    if fixed_features:
+        tape.alloc("halo 0", halo_in, features, e)
+
     def product(layer: int, width: int, source: str) -> str:
         """Forward of the distributed product of ``source`` (rows x width); returns its result."""
-        tape.alloc(f"sent {layer}", halo_out, width, e)
-        _receive(tape, f"halo {layer}", halo_in, width, e, emulated and halo_out > 0)
-        tape.free(f"sent {layer}")
+        received_now = not (layer == 0 and fixed_features)
+        if received_now:
+            tape.alloc(f"sent {layer}", halo_out, width, e)
+            _receive(tape, f"halo {layer}", halo_in, width, e, emulated and halo_out > 0)
+            tape.free(f"sent {layer}")
         tape.alloc(f"interior product {layer}", rows, width, e)
         tape.alloc(f"boundary product {layer}", rows, width, e)
-        tape.free(f"boundary product {layer}", f"halo {layer}")
+        tape.free(f"boundary product {layer}", *([f"halo {layer}"] if received_now else []))
         return f"interior product {layer}"
 
     current, saved = "x", {}  # saved: per layer, what its Linear keeps for the weight's gradient

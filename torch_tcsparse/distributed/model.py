@@ -41,8 +41,10 @@ def product_widths(features: int, hidden: int, classes: int, layers: int) -> lis
 
 
 def exchanged_width(widths: list[tuple[int, bool]]) -> int:
-    """Columns exchanged per epoch: each product's forward, and its backward where it has one."""
-    return sum(width * (2 if backward else 1) for width, backward in widths)
+    """Columns exchanged per epoch: the forward and backward of each product that has a
+    backward. One without multiplies the input features, whose halo rows cross the link once,
+    before training (``GraphPart.fix_features``)."""
+    return sum(2 * width for width, backward in widths if backward)
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ def predict_ranks(shape: PartShape, measured: Measured, network: tuple[int, int,
     nnz_share = shape.nnz.double() / measured.nnz
     row_share = shape.rows.double() / measured.nodes
     compute = measured.sparse_s * nnz_share + measured.dense_s * row_share
-    exchanges = sum(2 if backward else 1 for _, backward in widths)
+    exchanges = sum(2 for _, backward in widths if backward)
     halo = torch.maximum(shape.halo_in, shape.halo_out).double()
     exchange = halo * exchanged_width(widths) * element_size / measured.link_bytes_per_s
     if shape.num_parts > 1:

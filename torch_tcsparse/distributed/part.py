@@ -46,6 +46,7 @@ class GraphPart:
         self.overlap = _check_overlap(overlap)
         self.halo_dtype = _check_halo_dtype(halo_dtype)
         self._row_counts = None
+        self._fixed = None  # (features, their version, their halo rows): fix_features
 
     @classmethod
     def from_rows(cls, rowptr: Tensor, col: Tensor, values: Tensor | None, bounds, group=None, *,
@@ -151,6 +152,36 @@ class GraphPart:
         """Starts receiving the halo rows of X (``x``: this rank's own rows) from their owners;
         the wait returns them, one row per halo column."""
         return self.peers.start(x.index_select(0, self.send_index), self.send_counts, self.recv_counts, halo_dtype)
+
+    def fix_features(self, x: Tensor) -> None:
+        """Marks ``x`` (this rank's rows of the input features) as fixed through training: the
+        first product of this part by this very tensor receives its halo rows, and every later
+        one reuses them, so they cross the link once, not at every epoch. ``x`` must not require
+        grad (no gradient returns through rows received once); a product after an in-place
+        change of ``x`` raises (call again to receive them anew)."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.requires_grad:
+            raise ValueError("fix_features takes features that stay fixed, but x requires grad")
+        if x.dim() != 2 or x.size(0) != self.num_own:
+            raise ValueError(f"x must have shape [{self.num_own}, N] (this rank's rows), got {tuple(x.shape)}")
+        if x.dtype != self.dtype or x.device != self.device:
+            raise ValueError(f"x must be {self.dtype} on {self.device} like the part, got {x.dtype} on {x.device}")
+        self._fixed = (x, x._version, None)
+
+    def fixed_halo(self, x: Tensor) -> Tensor | None:
+        """The halo rows of ``x`` where ``fix_features`` fixed this very tensor (received at the
+        first call: a collective then, as every product is), else None."""
+        if self._fixed is None or self._fixed[0] is not x:
+            return None
+        _, version, halo = self._fixed
+        if x._version != version:
+            raise ValueError("the features given to fix_features changed in place since; call fix_features "
+                             "again to receive their halo rows anew")
+        if halo is None:
+            halo = self.gather_halo(x.contiguous(), self.halo_dtype).wait()
+            self._fixed = (x, version, halo)
+        return halo
 
     def scatter_halo(self, grad_halo: Tensor, halo_dtype=None) -> exchange.Pending:
         """Starts returning the halo gradients to their owners; the wait returns the gradients

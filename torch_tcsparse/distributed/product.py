@@ -22,8 +22,10 @@ from .part import GraphPart
 
 class DistributedProduct(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, part: GraphPart) -> Tensor:
+    def forward(ctx, x: Tensor, part: GraphPart, fixed_halo: Tensor | None) -> Tensor:
         ctx.part = part
+        if fixed_halo is not None:
+            return part.interior.matmul(x).add_(part.boundary.matmul(fixed_halo))
         pending = part.gather_halo(x, part.halo_dtype)
         y, halo = _beside(pending, lambda: part.interior.matmul(x), part.overlap)
         return y.add_(part.boundary.matmul(halo))
@@ -34,7 +36,7 @@ class DistributedProduct(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         pending = part.scatter_halo(part.boundary_t.matmul(grad_out), part.halo_dtype)
         grad_x, returned = _beside(pending, lambda: part.interior_t.matmul(grad_out), part.overlap)
-        return grad_x.index_add_(0, part.send_index, returned), None
+        return grad_x.index_add_(0, part.send_index, returned), None, None
 
 
 class HaloRows(torch.autograd.Function):
@@ -69,7 +71,8 @@ def spmm(part: GraphPart | TCSparseTensor, x: Tensor, reduce: str = "sum") -> Te
     the same order), the products ``A[i, j] * X[j]`` of a row combined by ``reduce`` ("sum",
     "mean", "max" or "min", as ``TCSparseTensor.matmul`` takes it; an empty row gives 0), from
     its rows of X. Differentiable for ``x``. A ``TCSparseTensor`` is the part of a single
-    process, which holds the whole matrix: the layers then run without torch.distributed."""
+    process, which holds the whole matrix: the layers then run without torch.distributed.
+    Features given to ``part.fix_features`` take the halo rows received then."""
     if not isinstance(reduce, str) or REDUCTION_ALIASES.get(reduce, reduce) not in REDUCTIONS:
         raise ValueError(f"reduce must be one of {REDUCTIONS} (or {tuple(REDUCTION_ALIASES)}), got {reduce!r}")
     reduce = REDUCTION_ALIASES.get(reduce, reduce)
@@ -85,11 +88,12 @@ def spmm(part: GraphPart | TCSparseTensor, x: Tensor, reduce: str = "sum") -> Te
         raise TypeError(f"x has dtype {x.dtype} but the part's matrix holds {part.dtype} (part.to(dtype) casts it)")
     if x.device != part.device:
         raise ValueError(f"x is on {x.device} but the part is on {part.device}")
+    fixed_halo = part.fixed_halo(x)
     x = x.contiguous()
     if reduce in ("sum", "mean"):
-        total = DistributedProduct.apply(x, part)
+        total = DistributedProduct.apply(x, part, fixed_halo)
         return total if reduce == "sum" else total / part.row_counts().clamp(min=1).unsqueeze(1).to(total.dtype)
-    halo = HaloRows.apply(x, part)
+    halo = HaloRows.apply(x, part) if fixed_halo is None else fixed_halo
     interior = part.interior.matmul(x, reduce=reduce)
     boundary = part.boundary.matmul(halo, reduce=reduce)
     both = torch.maximum(interior, boundary) if reduce == "max" else torch.minimum(interior, boundary)
