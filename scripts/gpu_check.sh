@@ -106,7 +106,7 @@ fi
 if [ -n "${BASELINE:-}" ]; then
   baseline() { PYTHONPATH="$BASELINE" TCSPARSE_BUILD_DIR="$PWD/.devdata/build-baseline" "$@"; }
   start=$SECONDS
-  baseline $PY -m torch_tcsparse._ext >"$OUT/build-baseline.log" 2>&1
+  baseline $PY -m torch_tcsparse >"$OUT/build-baseline.log" 2>&1
   record baseline "build rc=$? ($((SECONDS - start)) s)"
 fi
 
