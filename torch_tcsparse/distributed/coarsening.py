@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .hashing import hash_ids, random_bits
-from .weighted_graph import WeightedGraph, accept_within_limit, coalesce, segment_offsets, select
+from .weighted_graph import WeightedGraph, accept_within_limit, coalesce, coalesce_pieces, segment_offsets, select
 
 # Fine edges whose coarse edges are gathered and summed at once, in contraction.
 _RANGE_EDGES = 1 << 26
@@ -134,8 +134,7 @@ def contract(graph: WeightedGraph, labels: Tensor, symmetrize: bool) -> tuple[We
     load = torch.zeros(num_coarse, dtype=torch.long, device=device).index_add_(0, mapping, graph.rowptr.diff())
     index_dtype = torch.int32 if num_coarse <= torch.iinfo(torch.int32).max else torch.int64
     counts, cols, weights = [], [], []
-    for low, high in _coarse_ranges(load * (2 if symmetrize else 1), _RANGE_EDGES):
-        keys, sums = _range_edges(graph, mapping, num_coarse, low, high, symmetrize)
+    for low, high, keys, sums in coarse_ranges(graph, mapping, num_coarse, load, symmetrize):
         row = torch.div(keys, num_coarse, rounding_mode="floor")
         counts.append(torch.bincount(row - low, minlength=high - low))
         cols.append((keys - row * num_coarse).to(index_dtype))
@@ -147,6 +146,16 @@ def contract(graph: WeightedGraph, labels: Tensor, symmetrize: bool) -> tuple[We
     col = torch.cat(cols) if cols else torch.zeros(0, dtype=index_dtype, device=device)
     weight = torch.cat(weights) if weights else torch.zeros(0, dtype=torch.long, device=device)
     return WeightedGraph(rowptr, col, weight, node_weight), mapping
+
+
+def coarse_ranges(graph: WeightedGraph, mapping: Tensor, num_coarse: int, load: Tensor, symmetrize: bool,
+                  first: int = 0):
+    """The coarse edges a range of coarse rows at a time: ``(low, high, keys, sums)`` per range of
+    about ``_RANGE_EDGES`` fine edges (``load``: the fine edges of each coarse row ``first + i``),
+    the keys ``row * num_coarse + col`` of the edges of rows ``first + low:first + high``
+    (ascending, distinct) and their summed weights."""
+    for low, high in _coarse_ranges(load * (2 if symmetrize else 1), _RANGE_EDGES):
+        yield (low, high, *_range_edges(graph, mapping, num_coarse, first + low, first + high, symmetrize))
 
 
 def _coarse_ranges(load: Tensor, budget: int) -> list[tuple[int, int]]:
@@ -181,7 +190,8 @@ def _range_edges(graph: WeightedGraph, mapping: Tensor, num_coarse: int, low: in
             sums.append(chunk_sums)
     if len(keys) == 1:
         return keys[0], sums[0]
-    return coalesce(torch.cat(keys), torch.cat(sums))
+    # The chunks' pieces are freed as soon as they are concatenated.
+    return coalesce_pieces(keys, sums)
 
 
 def is_symmetric(graph: WeightedGraph, seed: int = 0) -> bool:

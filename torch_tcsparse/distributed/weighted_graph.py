@@ -39,10 +39,11 @@ class WeightedGraph:
     def device(self) -> torch.device:
         return self.col.device
 
-    def chunks(self, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[tuple[int, int]]:
-        """Consecutive row ranges ``(start, end)`` of at most ``max_edges`` edges (a row with
-        more edges is a range of its own) and ``max_rows`` rows each."""
-        return row_ranges(self.rowptr, max_edges, max_rows)
+    def chunks(self, max_edges: int | None = None, max_rows: int | None = None) -> list[tuple[int, int]]:
+        """Consecutive row ranges ``(start, end)`` of at most ``max_edges`` edges (default
+        ``RANGE_ENTRIES``, read at the call; a row with more edges is a range of its own) and
+        ``max_rows`` rows each."""
+        return row_ranges(self.rowptr, RANGE_ENTRIES if max_edges is None else max_edges, max_rows)
 
     def edges(self, start: int, end: int) -> tuple[Tensor, Tensor, Tensor | None]:
         """Rows (int64, global ids), columns (int64) and weights (int64) of the edges of rows
@@ -53,12 +54,13 @@ class WeightedGraph:
         weight = None if self.edge_weight is None else self.edge_weight[first:last].long()
         return row, col, weight
 
-    def node_groups(self, nodes: Tensor, max_edges: int = RANGE_ENTRIES, max_rows: int | None = None) -> list[Tensor]:
-        """``nodes`` (ascending ids) in consecutive groups of at most ``max_edges`` edges (a node
-        with more is a group of its own) and ``max_rows`` nodes."""
+    def node_groups(self, nodes: Tensor, max_edges: int | None = None, max_rows: int | None = None) -> list[Tensor]:
+        """``nodes`` (ascending ids) in consecutive groups of at most ``max_edges`` edges (default
+        as :meth:`chunks`; a node with more is a group of its own) and ``max_rows`` nodes."""
         group_rowptr = torch.zeros(nodes.numel() + 1, dtype=torch.long, device=nodes.device)
         torch.cumsum(self.rowptr[nodes + 1] - self.rowptr[nodes], 0, out=group_rowptr[1:])
-        return [nodes[a:b] for a, b in row_ranges(group_rowptr, max_edges, max_rows)]
+        return [nodes[a:b] for a, b in row_ranges(group_rowptr, RANGE_ENTRIES if max_edges is None else max_edges,
+                                                  max_rows)]
 
     def edges_of(self, nodes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The edges of the rows ``nodes``: each one's index in ``nodes``, its column (int64) and
@@ -87,16 +89,32 @@ def coalesce(keys: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
     if weights is None:
         # Counting needs no sort order: a sort of the keys alone, faster on a GPU than with indices.
         return torch.unique(keys, return_counts=True)
-    keys, order = torch.sort(keys)
-    if keys.numel() == 0:
-        return keys, torch.zeros(0, dtype=torch.long, device=keys.device)
-    first = torch.ones(keys.numel(), dtype=torch.bool, device=keys.device)
-    torch.ne(keys[1:], keys[:-1], out=first[1:])
+    return coalesce_pieces([keys], [weights])
+
+
+def coalesce_pieces(keys: list[Tensor], weights: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """:func:`coalesce` of the concatenated pieces (with weights), emptying both lists: each
+    array is freed as soon as it is dead (the pieces once concatenated, the keys once sorted, the
+    sort's indices once the weights are in key order), where nothing else holds it."""
+    merged = keys[0] if len(keys) == 1 else torch.cat(keys)
+    keys.clear()
+    sorted_keys, order = torch.sort(merged)
+    del merged
+    if sorted_keys.numel() == 0:
+        weights.clear()
+        return sorted_keys, torch.zeros(0, dtype=torch.long, device=sorted_keys.device)
+    merged = weights[0] if len(weights) == 1 else torch.cat(weights)
+    weights.clear()
+    sorted_weights = merged.index_select(0, order)
+    del merged, order
+    first = torch.ones(sorted_keys.numel(), dtype=torch.bool, device=sorted_keys.device)
+    torch.ne(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
     starts = first.nonzero().squeeze(1)
     segment = torch.cumsum(first, 0).sub_(1)
-    summed = torch.zeros(starts.numel(), dtype=torch.long, device=keys.device)
-    summed.index_add_(0, segment, weights.index_select(0, order))
-    return keys.index_select(0, starts), summed
+    del first
+    summed = torch.zeros(starts.numel(), dtype=torch.long, device=sorted_keys.device)
+    summed.index_add_(0, segment, sorted_weights)
+    return sorted_keys.index_select(0, starts), summed
 
 
 def accept_within_limit(target: Tensor, node_weight: Tensor, weight: Tensor, limit: Tensor,
