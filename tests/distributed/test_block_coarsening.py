@@ -197,11 +197,10 @@ def check_even_moves_make_room() -> None:
     edges = torch.tensor([[0, 1], [0, 2], [1, 2], [4, 0], [4, 1], [4, 5]])
     row, col = torch.cat([edges[:, 0], edges[:, 1]]), torch.cat([edges[:, 1], edges[:, 0]])
     rowptr, col, _ = graphs.csr_of(row, col, 6)
-    row_of = torch.repeat_interleave(torch.arange(6), rowptr.diff())
-    block = block_coarsening.BlockColumns(col, (0, 6), 0, None)
     node_weight = torch.tensor([[1], [1], [1], [1], [1], [0]])
+    block = block_coarsening.BlockGraph(rowptr, col, (0, 6), 0, None, node_weight)
     part = torch.tensor([0, 0, 0, 0, 1, 1])
-    block_coarsening._refine_units(part, torch.arange(6), row_of, block, node_weight, torch.tensor([4]), 2, 0, None)
+    block_coarsening._refine_units(part, torch.arange(6), block, node_weight, torch.tensor([4]), 2, 0, None)
     assert part.tolist() == [0, 0, 0, 1, 0, 0]
 
 

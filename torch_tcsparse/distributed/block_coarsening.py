@@ -27,6 +27,13 @@ refines its rows against its neighbours' parts.
    the rows costing least per weight, trade rows that gaining moves never would: with several
    row weights the clusters, grown around hubs with their leaves, leave the root no partition
    that separates the leaves (heavy in rows, light in nonzeros) from the hubs, and Jet does it.
+
+Memory: a rank holds its block's columns once more, as the columns of the graph of step 1 (int32
+where its nodes fit), which the clustering, the clusters' graph and both refinements share; its
+other arrays are per node, and every pass over its nonzeros goes a chunk of them at a time (the
+clusters' graph a range of clusters at a time, as a contraction). With its own CSR (int64
+columns) a rank peaks near 25 bytes a nonzero of its block (R-MAT 18 on two CPU ranks, the
+chunks shrunk to their proportion of a block of 268M nonzeros).
 """
 from __future__ import annotations
 
@@ -34,12 +41,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .coarsening import cluster, contract
+from .coarsening import cluster, coarse_ranges, contract
 from .collectives import exchange_counts, from_root, gather_counts, to_root
 from .hashing import hash_ids
 from .multilevel import _FINEST_TOLERANCE, partition_graph
 from .refinement import cut_weight, refine
-from .weighted_graph import WeightedGraph
+from .row_ranges import RANGE_ENTRIES
+from .weighted_graph import WeightedGraph, select
 
 # A block is coarsened until its graph has at most this fraction of its nodes ...
 BLOCK_SHRINK = 32
@@ -61,21 +69,41 @@ _ROW_PASSES = 3
 _ROOT_TRIES = 4
 # The largest value the clusters' graph sends to the root as int32.
 _INT32_MAX = torch.iinfo(torch.int32).max
+# Nonzeros whose temporaries are held at once in the passes over a block's columns.
+_ENTRY_CHUNK = RANGE_ENTRIES
 
 
-class BlockColumns:
-    """The columns of a block's nonzeros: which lie in the block, and the distinct ones in other
-    blocks, each asked of its block's rank by :meth:`values`."""
+class BlockGraph:
+    """A block's rows and, after them, its columns in other blocks (weightless nodes without
+    edges) as one graph, held once for the clustering and the refinements; and the values of its
+    halo nodes, each asked of its block's rank by :meth:`node_values`."""
 
-    def __init__(self, columns: Tensor, bounds: tuple[int, ...], rank: int, group):
-        device = columns.device
-        self.columns = columns
-        first = bounds[rank]
+    def __init__(self, rowptr: Tensor, col: Tensor, bounds: tuple[int, ...], rank: int, group, node_weight: Tensor):
+        device = col.device
+        first, end, rows = bounds[rank], bounds[rank + 1], bounds[rank + 1] - bounds[rank]
         self.group = group
-        self.inside = (columns >= first) & (columns < bounds[rank + 1])
-        # The block rows of the columns inside it, in the order of ``columns[inside]``.
-        self.inside_rows = columns[self.inside] - first
-        self.halo, self.halo_index = torch.unique(columns[~self.inside], return_inverse=True)
+        # The distinct columns in other blocks, then each nonzero's node: a row of the block, else
+        # rows plus its column's index among them. A chunk of nonzeros at a time: the temporaries
+        # of the sort stay bounded by the chunk and the halo, however many of the nonzeros lie in
+        # other blocks (most of them on many ranks).
+        halo = col.new_zeros(0)
+        for start in range(0, col.numel(), _ENTRY_CHUNK):
+            piece = col[start:start + _ENTRY_CHUNK]
+            halo = torch.unique(torch.cat([halo, piece[(piece < first) | (piece >= end)]]))
+        nodes = rows + halo.numel()
+        # int32 where the nodes fit: 4 bytes a nonzero, the only per-nonzero array held past here.
+        target = torch.empty(col.numel(), dtype=torch.int32 if nodes <= _INT32_MAX else torch.long, device=device)
+        for start in range(0, col.numel(), _ENTRY_CHUNK):
+            piece = col[start:start + _ENTRY_CHUNK]
+            node = piece - first
+            outside = (node < 0) | (node >= rows)
+            node[outside] = torch.searchsorted(halo, piece[outside]) + rows
+            target[start:start + _ENTRY_CHUNK] = node
+        self.halo = halo.long()
+        del halo
+        node_rowptr = torch.cat([rowptr.long(), rowptr[-1:].long().expand(self.halo.numel())])
+        weight = torch.cat([node_weight, node_weight.new_zeros(self.halo.numel(), node_weight.size(1))])
+        self.graph = WeightedGraph(node_rowptr, target, None, weight)
         owner = torch.searchsorted(torch.tensor(bounds[1:-1], device=device), self.halo, right=True)
         self.send = torch.bincount(owner, minlength=len(bounds) - 1).tolist()
         self.receive = exchange_counts(self.send, device, group)
@@ -83,15 +111,12 @@ class BlockColumns:
         dist.all_to_all_single(asked, self.halo, self.receive, self.send, group=group)
         self.asked = asked - first
 
-    def values(self, local: Tensor) -> Tensor:
-        """For every column, its entry of its own block's ``local`` (one per row of the block,
-        every rank calling with its own): read here inside the block, sent by the owner else."""
+    def node_values(self, local: Tensor) -> Tensor:
+        """For every node of the graph, its entry of its own block's ``local`` (one per row of the
+        block, every rank calling with its own): its rows' here, its halo's sent by their owners."""
         answered = local.new_empty(self.halo.numel())
         dist.all_to_all_single(answered, local[self.asked], self.send, self.receive, group=self.group)
-        out = local.new_empty(self.columns.numel())
-        out[self.inside] = local[self.inside_rows]
-        out[~self.inside] = answered[self.halo_index]
-        return out
+        return torch.cat([local, answered])
 
 
 def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...], num_parts: int, seed: int,
@@ -105,35 +130,25 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     node_weight = torch.stack([degree + 1 + weight for weight in row_weights], 1)
     total = node_weight.sum(0)
     dist.all_reduce(total, group=group)
-    row_of = torch.repeat_interleave(torch.arange(rows, device=device), degree, output_size=col.numel())
-    block = BlockColumns(col.long(), bounds, rank, group)
+    block = BlockGraph(rowptr, col, bounds, rank, group, node_weight)
 
     cluster_limit = torch.clamp(torch.floor(total.double() * imbalance / num_parts), min=1).long()
-    levels = _block_clusters(row_of, block, node_weight, cluster_limit, seed)
+    levels = _block_clusters(block.graph, rows, cluster_limit, seed)
     mapping = levels[-1]
     num_clusters = int(mapping.max()) + 1 if rows else 0
     offsets = gather_counts(num_clusters, device, group)
-    cluster_of_row = mapping + offsets[rank]
-    cluster_of_col = block.values(cluster_of_row)
-    coarse_row = cluster_of_row[row_of]
-    between = coarse_row != cluster_of_col
-    keys, key_weights = torch.unique(coarse_row[between] * offsets[-1] + cluster_of_col[between], return_counts=True)
-    del cluster_of_col, coarse_row, between
-    cluster_weight = torch.zeros(num_clusters, node_weight.size(1), dtype=torch.long, device=device)
-    cluster_weight.index_add_(0, mapping, node_weight)
-    # The root receives this block's rows of the clusters' graph as CSR (the keys ascend): the
-    # number of edges of each cluster, and per edge its column and weight, 32-bit where they fit
-    # (8 bytes a coarse edge against an int64 key and weight's 16). Every rank must send the
-    # dtype the root receives: columns and counts stay under the number of clusters, which all
-    # ranks know; the weights fit where the largest of any rank's does (one all-reduce).
-    key_rows = torch.div(keys, offsets[-1], rounding_mode="floor")
+    # The root receives this block's rows of the clusters' graph as CSR: the number of edges of
+    # each cluster, and per edge its column and weight, 32-bit where they fit (8 bytes a coarse
+    # edge against an int64 key and weight's 16). Every rank must send the dtype the root
+    # receives: columns and counts stay under the number of clusters, which all ranks know; the
+    # weights fit where the largest of any rank's does (one all-reduce).
     index_dtype = torch.int32 if offsets[-1] <= _INT32_MAX else torch.long
-    ends = (keys - key_rows * offsets[-1]).to(index_dtype)
-    edges_of_cluster = torch.bincount(key_rows - offsets[rank], minlength=num_clusters).to(index_dtype)
-    del keys, key_rows
+    ends, key_weights, edges_of_cluster = _clusters_graph(block, mapping, degree, offsets, rank, index_dtype)
     heaviest = torch.tensor([int(key_weights.max()) if key_weights.numel() else 0], device=device)
     dist.all_reduce(heaviest, op=dist.ReduceOp.MAX, group=group)
     key_weights = key_weights.to(torch.int32 if int(heaviest) <= _INT32_MAX else torch.long)
+    cluster_weight = torch.zeros(num_clusters, node_weight.size(1), dtype=torch.long, device=device)
+    cluster_weight.index_add_(0, mapping, node_weight)
 
     edge_bounds = gather_counts(ends.numel(), device, group)
     gathered_ends = to_root(ends, edge_bounds, rank, root, group)
@@ -165,25 +180,47 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     unit_levels = [torch.arange(rows, device=device)] + levels[:-1]
     unit_levels += [unit_levels[-1]] * (int(passes) - len(unit_levels))
     for units in reversed(unit_levels):
-        _refine_units(part_of_rows, units, row_of, block, node_weight, limit, num_parts, seed, group)
-    _refine_rows(part_of_rows, row_of, block, node_weight, limit, num_parts, seed, group)
+        _refine_units(part_of_rows, units, block, node_weight, limit, num_parts, seed, group)
+    _refine_rows(part_of_rows, block, node_weight, limit, num_parts, seed, group)
     return part_of_rows, received
 
 
-def _block_clusters(row_of: Tensor, block: BlockColumns, node_weight: Tensor, limit: Tensor,
-                    seed: int) -> list[Tensor]:
+def _clusters_graph(block: BlockGraph, mapping: Tensor, degree: Tensor, offsets: tuple[int, ...], rank: int,
+                    index_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """This block's rows of the clusters' graph (``mapping``: the block's cluster of each row,
+    ``offsets``: every rank's first cluster): per edge its column (``index_dtype``) and weight
+    (int64), and the number of edges of each cluster. Built a range of clusters at a time from
+    chunks of the block's nonzeros, as a contraction: its keys, before they are summed, are held
+    for one range, not for the block."""
+    num_clusters = offsets[rank + 1] - offsets[rank]
+    cluster_of_node = block.node_values(mapping + offsets[rank])
+    load = torch.zeros(num_clusters, dtype=torch.long, device=degree.device).index_add_(0, mapping, degree)
+    ends, weights, counts = [], [], []
+    for low, high, keys, sums in coarse_ranges(block.graph, cluster_of_node, offsets[-1], load, False, offsets[rank]):
+        key_rows = torch.div(keys, offsets[-1], rounding_mode="floor")
+        ends.append((keys - key_rows * offsets[-1]).to(index_dtype))
+        del keys
+        counts.append(torch.bincount(key_rows - (offsets[rank] + low), minlength=high - low).to(index_dtype))
+        weights.append(sums)
+        del key_rows
+    if not ends:
+        empty = torch.zeros(0, dtype=index_dtype, device=degree.device)
+        return empty, empty.long(), empty
+    return torch.cat(ends), torch.cat(weights), torch.cat(counts)
+
+
+def _block_clusters(graph: WeightedGraph, rows: int, limit: Tensor, seed: int) -> list[Tensor]:
     """The node (0..k-1) of every row of the block at each level of its coarsening, finest first,
-    the last the clusters; its columns in other blocks take part as weightless nodes without
-    edges."""
-    rows = node_weight.size(0)
-    device = node_weight.device
-    graph = _block_graph(row_of, block, node_weight)
+    the last the clusters; its columns in other blocks (the graph's nodes after its ``rows``) take
+    part as weightless nodes without edges."""
+    device = graph.device
     nodes = graph.num_nodes
     mapping = torch.arange(nodes, device=device)
     levels = []
     while graph.num_nodes > max(1, nodes // BLOCK_SHRINK):
         labels = cluster(graph, limit, _CLUSTER_ROUNDS, seed + len(levels))
         coarse, level_mapping = contract(graph, labels, symmetrize=not levels)
+        del labels
         if coarse.num_nodes > _STALLED * graph.num_nodes:
             break
         mapping = level_mapping[mapping]
@@ -192,23 +229,8 @@ def _block_clusters(row_of: Tensor, block: BlockColumns, node_weight: Tensor, li
     return levels or [torch.arange(rows, device=device)]
 
 
-def _block_graph(row_of: Tensor, block: BlockColumns, node_weight: Tensor) -> WeightedGraph:
-    """The block's rows and, after them, its columns in other blocks (weightless, without edges),
-    as one graph."""
-    rows = node_weight.size(0)
-    device = node_weight.device
-    nodes = rows + block.halo.numel()
-    target = block.columns.new_empty(block.columns.numel(), dtype=torch.int32 if nodes <= _INT32_MAX else torch.long)
-    target[block.inside] = block.inside_rows.to(target.dtype)
-    target[~block.inside] = (rows + block.halo_index).to(target.dtype)
-    rowptr = torch.zeros(nodes + 1, dtype=torch.long, device=device)
-    torch.cumsum(torch.bincount(row_of, minlength=nodes), 0, out=rowptr[1:])
-    weight = torch.cat([node_weight, node_weight.new_zeros(block.halo.numel(), node_weight.size(1))])
-    return WeightedGraph(rowptr, target, None, weight)
-
-
-def _refine_rows(part: Tensor, row_of: Tensor, block: BlockColumns, node_weight: Tensor, limit: Tensor,
-                 num_parts: int, seed: int, group) -> None:
+def _refine_rows(part: Tensor, block: BlockGraph, node_weight: Tensor, limit: Tensor, num_parts: int, seed: int,
+                 group) -> None:
     """Jet (``refinement.refine``) on each block's rows, in place, the parts of its columns in
     other blocks fixed, for ``_ROW_PASSES`` passes. Each rank's weight in a part may grow by its
     share of the room the part has left under the limit (or must shrink by its share of the
@@ -221,17 +243,13 @@ def _refine_rows(part: Tensor, row_of: Tensor, block: BlockColumns, node_weight:
     world = dist.get_world_size(group)
     device = part.device
     rows = part.numel()
-    graph = _block_graph(row_of, block, node_weight)
-    halo_part = torch.empty(block.halo.numel(), dtype=torch.long, device=device)
     best_part, best = part.clone(), None
     for pass_ in range(_ROW_PASSES + 1):
-        column_part = block.values(part)
-        halo_part[block.halo_index] = column_part[~block.inside]
+        full = block.node_values(part)
         own = torch.zeros(num_parts, node_weight.size(1), dtype=torch.long, device=device)
         own.index_add_(0, part, node_weight)
         # The parts' weights and the cut, in one all-reduce.
-        totals = torch.cat([own.reshape(-1), (part[row_of] != column_part).sum().reshape(1)])
-        del column_part
+        totals = torch.cat([own.reshape(-1), torch.tensor([cut_weight(block.graph, full)], device=device)])
         dist.all_reduce(totals, group=group)
         weights, cut = totals[:-1].view_as(own), int(totals[-1])
         excess = float(((weights - limit).clamp(min=0).double() / limit.double()).sum())
@@ -241,9 +259,8 @@ def _refine_rows(part: Tensor, row_of: Tensor, block: BlockColumns, node_weight:
         if pass_ == _ROW_PASSES:
             break
         local_limit = (own + torch.div(limit - weights, world, rounding_mode="floor")).clamp(min=0)
-        full = torch.cat([part, halo_part])
         # Jet's tolerance of a negative gain: the multilevel partitioner's on its input graph.
-        refine(graph, full, num_parts, local_limit, _FINEST_TOLERANCE, seed * _ROW_PASSES + pass_)
+        refine(block.graph, full, num_parts, local_limit, _FINEST_TOLERANCE, seed * _ROW_PASSES + pass_)
         part.copy_(full[:rows])
     part.copy_(best_part)
 
@@ -262,8 +279,8 @@ def _partition_clusters(graph: WeightedGraph, num_parts: int, imbalance: float, 
     return best
 
 
-def _refine_units(part: Tensor, units: Tensor, row_of: Tensor, block: BlockColumns, node_weight: Tensor,
-                  limit: Tensor, num_parts: int, seed: int, group) -> None:
+def _refine_units(part: Tensor, units: Tensor, block: BlockGraph, node_weight: Tensor, limit: Tensor,
+                  num_parts: int, seed: int, group) -> None:
     """Step 3 of the module's description on ``part`` in place, moving whole units (``units``:
     the unit of every row, all rows of a unit in one part), the coarsest level's first."""
     world = dist.get_world_size(group)
@@ -273,18 +290,13 @@ def _refine_units(part: Tensor, units: Tensor, row_of: Tensor, block: BlockColum
     part_ids = torch.arange(num_parts, device=device)
     unit_weight = torch.zeros(num_units, node_weight.size(1), dtype=torch.long, device=device)
     unit_weight.index_add_(0, units, node_weight)
-    unit_of_entry = units[row_of]
-    # An edge inside a unit moves with it: it counts toward no part.
-    unit_of_column = torch.full_like(unit_of_entry, -1)
-    unit_of_column[block.inside] = units[block.inside_rows]
-    external = unit_of_column != unit_of_entry
-    unit_of_entry = unit_of_entry[external]
+    # The unit of every node of the block's graph; its halo's are none (-1).
+    node_units = torch.cat([units, units.new_full((block.halo.numel(),), -1)])
+    chunks = block.graph.chunks()
     unit_part = torch.zeros(num_units, dtype=torch.long, device=device)
     unit_part[units] = part
     for round_ in range(_REFINE_ROUNDS):
-        table = torch.zeros(num_units * num_parts, dtype=torch.long, device=device)
-        table.index_add_(0, unit_of_entry * num_parts + block.values(part)[external], torch.ones_like(unit_of_entry))
-        table = table.view(num_units, num_parts)
+        table = _unit_connections(block.graph, chunks, node_units, block.node_values(part), num_units, num_parts)
         # Ties between parts break at random: connections doubled, plus a bit per (unit, part).
         tie = hash_ids(ids.unsqueeze(1) * num_parts + part_ids, seed + round_) & 1
         best = (table * 2 + tie).argmax(1)
@@ -320,3 +332,19 @@ def _refine_units(part: Tensor, units: Tensor, row_of: Tensor, block: BlockColum
         accepted = (running - before[target] <= room[target]).all(1)
         unit_part[candidates[accepted]] = target[accepted]
         part.copy_(unit_part[units])
+
+
+def _unit_connections(graph: WeightedGraph, chunks: list[tuple[int, int]], node_units: Tensor, node_part: Tensor,
+                      num_units: int, num_parts: int) -> Tensor:
+    """``[num_units, num_parts]``: each unit's edges into each part, a chunk of the block's
+    nonzeros at a time (their temporaries bounded by the chunk). An edge inside a unit moves with
+    it: it counts toward no part."""
+    table = torch.zeros(num_units * num_parts, dtype=torch.long, device=node_part.device)
+    for start, end in chunks:
+        row, col, _ = graph.edges(start, end)
+        unit_of_row = node_units.index_select(0, row)
+        del row
+        unit_of_row, col = select(unit_of_row != node_units.index_select(0, col), unit_of_row, col)
+        table.index_add_(0, unit_of_row * num_parts + node_part.index_select(0, col), torch.ones_like(unit_of_row))
+        del unit_of_row, col
+    return table.view(num_units, num_parts)
