@@ -55,6 +55,8 @@ def check_blocks() -> None:
     clusters = partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="clusters")
     part, received = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), IMBALANCE, 0, None)
     assert torch.equal(part, clusters)
+    narrow = partition_blocks(block_rowptr, block_col.int(), bounds, seed=1, gather="clusters")
+    assert torch.equal(narrow, clusters), "int32 columns give the parts of int64 ones"
     whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1))
     clusters = whole_part(clusters)
     assert clusters.min() >= 0 and clusters.max() < world

@@ -86,21 +86,21 @@ class BlockGraph:
         # rows plus its column's index among them. A chunk of nonzeros at a time: the temporaries
         # of the sort stay bounded by the chunk and the halo, however many of the nonzeros lie in
         # other blocks (most of them on many ranks).
-        halo = col.new_zeros(0)
+        # int64 pieces (a chunk at a time): the columns may come as int32.
+        halo = torch.zeros(0, dtype=torch.long, device=device)
         for start in range(0, col.numel(), _ENTRY_CHUNK):
-            piece = col[start:start + _ENTRY_CHUNK]
+            piece = col[start:start + _ENTRY_CHUNK].long()
             halo = torch.unique(torch.cat([halo, piece[(piece < first) | (piece >= end)]]))
         nodes = rows + halo.numel()
         # int32 where the nodes fit: 4 bytes a nonzero, the only per-nonzero array held past here.
         target = torch.empty(col.numel(), dtype=torch.int32 if nodes <= _INT32_MAX else torch.long, device=device)
         for start in range(0, col.numel(), _ENTRY_CHUNK):
-            piece = col[start:start + _ENTRY_CHUNK]
+            piece = col[start:start + _ENTRY_CHUNK].long()
             node = piece - first
             outside = (node < 0) | (node >= rows)
             node[outside] = torch.searchsorted(halo, piece[outside]) + rows
             target[start:start + _ENTRY_CHUNK] = node
-        self.halo = halo.long()
-        del halo
+        self.halo = halo
         node_rowptr = torch.cat([rowptr.long(), rowptr[-1:].long().expand(self.halo.numel())])
         weight = torch.cat([node_weight, node_weight.new_zeros(self.halo.numel(), node_weight.size(1))])
         self.graph = WeightedGraph(node_rowptr, target, None, weight)
