@@ -139,8 +139,8 @@ def check_emulated(part, case) -> None:
 
 def check_fixed_features(part, case, nodes, y: torch.Tensor) -> None:
     """Features fixed on a part cross the link at the first product only; every reduction gives
-    what an exchange at every product gives; an in-place change of them raises at the next
-    product; features that require grad are refused."""
+    what an exchange at every product gives; an in-place change of them, or their requiring grad
+    since, raises at the next product; features that require grad are refused."""
     fixed = part.exchanging(False, None)
     x = case["x"][nodes].clone()
     fixed.fix_features(x)
@@ -152,6 +152,11 @@ def check_fixed_features(part, case, nodes, y: torch.Tensor) -> None:
     for reduce in REDUCTIONS:
         torch.testing.assert_close(spmm(fixed, x, reduce), spmm(part, x, reduce), msg=lambda m: f"{case['name']}: {m}")
     assert len(exchanges) == 1, (case["name"], len(exchanges))
+    x.requires_grad_()
+    with pytest.raises(ValueError, match="require grad since"):
+        spmm(fixed, x)
+    x = x.detach()
+    fixed.fix_features(x)
     x.add_(1)
     with pytest.raises(ValueError, match="changed in place since"):
         spmm(fixed, x)

@@ -196,13 +196,11 @@ def _clusters_graph(block: BlockGraph, mapping: Tensor, degree: Tensor, offsets:
     cluster_of_node = block.node_values(mapping + offsets[rank])
     load = torch.zeros(num_clusters, dtype=torch.long, device=degree.device).index_add_(0, mapping, degree)
     ends, weights, counts = [], [], []
-    for low, high, keys, sums in coarse_ranges(block.graph, cluster_of_node, offsets[-1], load, False, offsets[rank]):
-        key_rows = torch.div(keys, offsets[-1], rounding_mode="floor")
-        ends.append((keys - key_rows * offsets[-1]).to(index_dtype))
-        del keys
-        counts.append(torch.bincount(key_rows - (offsets[rank] + low), minlength=high - low).to(index_dtype))
+    for range_counts, range_ends, sums in coarse_ranges(block.graph, cluster_of_node, offsets[-1], load, False,
+                                                         index_dtype, offsets[rank]):
+        counts.append(range_counts.to(index_dtype))
+        ends.append(range_ends)
         weights.append(sums)
-        del key_rows
     if not ends:
         empty = torch.zeros(0, dtype=index_dtype, device=degree.device)
         return empty, empty.long(), empty

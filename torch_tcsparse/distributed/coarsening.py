@@ -134,12 +134,10 @@ def contract(graph: WeightedGraph, labels: Tensor, symmetrize: bool) -> tuple[We
     load = torch.zeros(num_coarse, dtype=torch.long, device=device).index_add_(0, mapping, graph.rowptr.diff())
     index_dtype = torch.int32 if num_coarse <= torch.iinfo(torch.int32).max else torch.int64
     counts, cols, weights = [], [], []
-    for low, high, keys, sums in coarse_ranges(graph, mapping, num_coarse, load, symmetrize):
-        row = torch.div(keys, num_coarse, rounding_mode="floor")
-        counts.append(torch.bincount(row - low, minlength=high - low))
-        cols.append((keys - row * num_coarse).to(index_dtype))
+    for range_counts, range_cols, sums in coarse_ranges(graph, mapping, num_coarse, load, symmetrize, index_dtype):
+        counts.append(range_counts)
+        cols.append(range_cols)
         weights.append(sums)
-        del keys, row
     rowptr = torch.zeros(num_coarse + 1, dtype=torch.long, device=device)
     if counts:
         torch.cumsum(torch.cat(counts), 0, out=rowptr[1:])
@@ -149,13 +147,19 @@ def contract(graph: WeightedGraph, labels: Tensor, symmetrize: bool) -> tuple[We
 
 
 def coarse_ranges(graph: WeightedGraph, mapping: Tensor, num_coarse: int, load: Tensor, symmetrize: bool,
-                  first: int = 0):
-    """The coarse edges a range of coarse rows at a time: ``(low, high, keys, sums)`` per range of
-    about ``_RANGE_EDGES`` fine edges (``load``: the fine edges of each coarse row ``first + i``),
-    the keys ``row * num_coarse + col`` of the edges of rows ``first + low:first + high``
-    (ascending, distinct) and their summed weights."""
+                  index_dtype: torch.dtype, first: int = 0):
+    """The coarse rows ``first + i`` (``load``: the fine edges of each) as CSR pieces, a range of
+    about ``_RANGE_EDGES`` fine edges at a time: per range the edge count of each of its rows
+    (int64), the columns of its edges (``index_dtype``, ascending within a row, distinct) and
+    their summed weights."""
     for low, high in _coarse_ranges(load * (2 if symmetrize else 1), _RANGE_EDGES):
-        yield (low, high, *_range_edges(graph, mapping, num_coarse, first + low, first + high, symmetrize))
+        keys, sums = _range_edges(graph, mapping, num_coarse, first + low, first + high, symmetrize)
+        row = torch.div(keys, num_coarse, rounding_mode="floor")
+        cols = (keys - row * num_coarse).to(index_dtype)
+        counts = torch.bincount(row - (first + low), minlength=high - low)
+        # Not held while the next range's edges are gathered.
+        del keys, row
+        yield counts, cols, sums
 
 
 def _coarse_ranges(load: Tensor, budget: int) -> list[tuple[int, int]]:

@@ -178,6 +178,9 @@ class GraphPart:
         if x._version != version:
             raise ValueError("the features given to fix_features changed in place since; call fix_features "
                              "again to receive their halo rows anew")
+        if x.requires_grad:
+            # Rows received once return no gradient: the halo's share of it would be lost.
+            raise ValueError("the features given to fix_features require grad since; fixed features take none")
         if halo is None:
             halo = self.gather_halo(x.contiguous(), self.halo_dtype).wait()
             self._fixed = (x, version, halo)
