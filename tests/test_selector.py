@@ -835,16 +835,18 @@ def test_grouped_kernel_writing_16bit_y_itself_drops_the_zeroing_and_rounding():
 # Calibration (selector.calibrate), offline on made-up measurements.
 
 
-def made_up_run(tmp_path, name, scale=1.0, dtypes=(torch.float32,), graphs=6, truth=None):
+def made_up_run(tmp_path, name, scale=1.0, dtypes=(torch.float32,), graphs=6, truth=None, l2_bytes=None):
     """A run of a made-up device whose times are ``truth``'s predictions (default: the shipped
     calibration's) times ``scale``, saved as benchmarks/selector.py saves one: (folder, records,
-    shapes, info)."""
+    shapes, info). ``l2_bytes``: the device's L2 (default: the model's, which holds every X)."""
     from torch_tcsparse.selector import calibrate
 
     info = {
         "name": "made-up GPU", "family": "madeup", "sm_count": 16,
         "occupancy": {p: {str(n): 4 for n in selector.BUCKETS} for p in selector.KERNEL_CHOICES},
     }
+    if l2_bytes is not None:
+        info["l2_bytes"] = l2_bytes
     truth = truth or Calibration.load("default")
     rng = np.random.default_rng(1)
     shapes, records = {}, []
@@ -916,6 +918,61 @@ def test_calibration_runs_load_back_merged_and_without_stale_times(tmp_path, cap
     calibrate.main([str(first), str(second), "--leave-one-run-out"])
     table = capsys.readouterr().out
     assert table.count("fitted on the others") == 2 and table.count("default.json") == 2
+
+
+def test_calibration_recovers_the_rows_prices_of_reordered_matrices(tmp_path):
+    """The model scales the rows kernel's time by its order's sharing where X spills from L2: a fit
+    on the model's own times of reordered matrices gives back the prices it was made with."""
+    from torch_tcsparse.selector import calibrate
+
+    truth = Calibration.load("default")
+    _, records, shapes, info = made_up_run(tmp_path, "run", dtypes=(torch.float16,), graphs=8, truth=truth,
+                                           l2_bytes=1 << 16)
+    at_128 = [r for r in records if r["n"] == 128]
+    assert {shapes[r["graph"]].rows_share_ratio for r in at_128} == {1.0, 0.8}
+    assert all(calibrate.choose(info, truth, shapes, r).features["x_share_beyond_l2"] > 0.5 for r in at_128)
+    fitted = calibrate.fit_bucket(at_128, shapes, 128, info, truth)["rows"]
+    expected = truth.constants("rows", 128, torch.float16)
+    for name in ("nnz_us", "row_us", "miss_nnz_us"):
+        assert fitted[name] == pytest.approx(expected[name], rel=0.02), name
+
+
+def test_16bit_buckets_are_fitted_on_both_16bit_dtypes():
+    from torch_tcsparse.selector import calibrate
+
+    records = [{"graph": "g", "n": 32, "dtype": name} for name in ("float32", "float16", "bfloat16", "float16")]
+    grouped = calibrate.records_by_dtype(records)
+    assert [r["dtype"] for r in grouped["float32"]] == ["float32"]
+    assert grouped["float16"] == grouped["bfloat16"] == records[1:]
+    assert calibrate.records_for(records[:2], "bfloat16") == [records[1]]
+
+
+def test_calibration_refits_only_the_buckets_asked(tmp_path, capsys):
+    import json
+
+    from torch_tcsparse.selector import calibrate
+    from torch_tcsparse.selector.calibration import calibration_path
+
+    truth = Calibration.load("default")
+    truth.dtype_buckets["float16"][128]["rows"]["nnz_us"] *= 2  # a slower rows kernel at N = 128
+    folder, records, shapes, info = made_up_run(tmp_path, "run", dtypes=(torch.float16,), graphs=8, truth=truth)
+    calibrate.main([str(folder), "--buckets", "float16:128,bfloat16:128", "-o", str(tmp_path / "out.json")])
+    assert "fitted on all" in capsys.readouterr().out
+    shipped = json.loads(calibration_path("default").read_text())
+    fitted = json.loads((tmp_path / "out.json").read_text())
+    for key in ("ar_threshold", "csr_margin", "rows_margin", "kernel_rule", "buckets"):
+        assert fitted[key] == shipped[key], key
+    for name in ("float16", "bfloat16"):
+        for n, bucket in shipped["dtype_buckets"][name].items():
+            if n != "128":
+                assert fitted["dtype_buckets"][name][n] == bucket
+        # bfloat16's prices at 128 come from the float16 records (the 16-bit kernels are one code).
+        rows = fitted["dtype_buckets"][name]["128"]["rows"]
+        assert rows["nnz_us"] == pytest.approx(truth.dtype_buckets["float16"][128]["rows"]["nnz_us"], rel=0.05)
+    with pytest.raises(SystemExit, match="no record"):
+        calibrate.main([str(folder), "--buckets", "float32:128", "-o", str(tmp_path / "other.json")])
+    with pytest.raises(SystemExit, match="DTYPE:N"):
+        calibrate.main([str(folder), "--buckets", "float16:100", "-o", str(tmp_path / "other.json")])
 
 
 def test_calibration_cli_refuses_what_is_not_a_run(tmp_path, capsys):

@@ -285,4 +285,6 @@ int64_t tcs_default_column_slices(int64_t n, int64_t value_bytes) { return sel::
 
 int64_t tcs_rows_per_warp(int64_t n, int64_t value_bytes) { return sel::rows_per_warp(n, value_bytes); }
 
+double tcs_rows_order_gain(int64_t value_bytes) { return sel::rows_order_gain(value_bytes); }
+
 }  // extern "C"

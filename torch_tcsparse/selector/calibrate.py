@@ -37,13 +37,17 @@ import torch
 
 from .. import csr_rows
 from . import native
-from .calibration import DEFAULT_L2_BYTES, KERNEL_RULES, Calibration
+from .calibration import DEFAULT_L2_BYTES, KERNEL_RULES, Calibration, calibration_path
 from .choice import rank
 from .device import DeviceModel
 from .native import MatrixFeatures
 from .paths import BUCKETS, CALIBRATED_CHOICES, CHOICES, KERNEL_CHOICES
 
 HIT_TOLERANCE = 1.05
+# X's dtypes whose kernels are one code moving the same bytes: every path's float16 and bfloat16
+# times agree within 1-4% (median over the suite and fit runs at N = 128), so each one's buckets
+# are fitted on the records of both, twice the points for one set of prices.
+SIXTEEN_BIT = ("float16", "bfloat16")
 BLOCK_UNITS_GRID = (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
 SPLIT_UNITS_GRID = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 # Margins per kernel tried by the fit (0: the kernel whenever predicted faster than csr).
@@ -263,7 +267,14 @@ def fit_bucket(records, shapes, n: int, info: dict, defaults: Calibration) -> di
         # The rows kernel's per-row price is a warp's, shared by the rows it packs.
         per_warp = native.rows_per_warp(n, dtype.itemsize) if path == "rows" else 1
         rows = [-(-s.rows // per_warp) for s in graph_shapes]
-        features = np.stack([np.ones_like(nnz), nnz, rows, longest, nnz * misses, *extra.values()], 1)
+        features = np.stack([np.ones_like(nnz), nnz, rows, longest, nnz * misses], 1)
+        if path == "rows":
+            # The model scales the rows kernel's time by its row order's sharing: the prices are
+            # those of the kernel before that factor, or a fit on reordered matrices counts the
+            # order's gain twice.
+            features *= np.array([[native.rows_in_order(miss, s.rows_share_ratio, dtype.itemsize)]
+                                  for miss, s in zip(misses, graph_shapes)])
+        features = np.column_stack([features, *extra.values()])
         coefficients, _ = fit(path, features.astype(float))
         constants = dict(zip(csr_names + tuple(extra), coefficients.tolist()))
         if not any(constants.values()):
@@ -304,13 +315,23 @@ def fit_buckets(records, shapes, info, defaults: Calibration, dtype: torch.dtype
     return buckets
 
 
+def records_for(records, name: str) -> list:
+    """The records the buckets of dtype ``name`` are fitted on: its own, and for a 16-bit dtype
+    those of both 16-bit dtypes."""
+    names = SIXTEEN_BIT if name in SIXTEEN_BIT else (name,)
+    return [r for r in records if r.get("dtype", "float32") in names]
+
+
+def records_by_dtype(records) -> dict:
+    """``records_for`` of each dtype the records measured."""
+    return {name: records_for(records, name) for name in dict.fromkeys(r.get("dtype", "float32") for r in records)}
+
+
 def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
     """Buckets per dtype measured (float32's are the ``buckets``, the others ``dtype_buckets``),
     then the AR threshold and the csr margin on all records."""
-    by_dtype = {}
-    for r in records:
-        by_dtype.setdefault(r.get("dtype", "float32"), []).append(r)
-    fitted = {name: fit_buckets(rs, shapes, info, defaults, getattr(torch, name)) for name, rs in by_dtype.items()}
+    fitted = {name: fit_buckets(rs, shapes, info, defaults, getattr(torch, name))
+              for name, rs in records_by_dtype(records).items()}
     buckets = fitted.pop("float32", None) or {str(n): {path: defaults.constants(path, n) for path in CALIBRATED_CHOICES}
                                               for n in BUCKETS}
     data = {
@@ -333,6 +354,35 @@ def fit_calibration(records, shapes, info, defaults: Calibration) -> dict:
         ruled["rows_margin"] = fit_rows_margin(records, shapes, info, ruled)
         candidates.append((score(records, shapes, info, Calibration.from_dict(ruled, "fit"))["geomean_loss"], ruled))
     return min(candidates, key=lambda candidate: candidate[0])[1]
+
+
+def refit_buckets(records, shapes, info, shipped: dict, wanted) -> dict:
+    """``shipped`` (a calibration's data) with only the buckets ``wanted`` ((dtype name, N) pairs)
+    fitted anew on ``records``: new runs that measure a few dtypes and N values leave the other
+    constants, the AR threshold and the margins as they were fitted."""
+    data = json.loads(json.dumps(shipped))
+    for name, n in wanted:
+        at_n = [r for r in records_for(records, name) if r["n"] == n]
+        if not at_n:
+            raise SystemExit(f"--buckets {name}:{n}: the runs hold no record of that dtype and N")
+        table = data["buckets"] if name == "float32" else data.setdefault("dtype_buckets", {}).setdefault(name, {})
+        table[str(n)] = fit_bucket(at_n, shapes, n, info, Calibration.from_dict(shipped, "shipped"))
+    data["about"] = f"{shipped.get('about', '')} Buckets {', '.join(f'{d}:{n}' for d, n in wanted)} refitted on " \
+                    f"measurements of {info['name']}."
+    data["fitted_on"] = sorted(set(shipped.get("fitted_on", [])) | {r["graph"] for r in records})
+    return data
+
+
+def parse_buckets(text: str) -> list[tuple[str, int]]:
+    """``"float16:128,bfloat16:128"`` -> [("float16", 128), ("bfloat16", 128)]."""
+    wanted = []
+    for item in filter(None, text.split(",")):
+        name, _, n = item.partition(":")
+        if name not in ("float32", *SIXTEEN_BIT) or not n.isdigit() or int(n) not in BUCKETS:
+            raise SystemExit(f"--buckets: expected DTYPE:N with DTYPE float32, float16 or bfloat16 and N one of "
+                             f"{BUCKETS}, got {item!r}")
+        wanted.append((name, int(n)))
+    return wanted
 
 
 def fit_csr_margin(records, shapes, info, data: dict) -> dict:
@@ -438,7 +488,8 @@ DEFAULT_RUN = Path(os.environ.get("OUT", "selector_out"))
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     usage="python -m torch_tcsparse.selector.calibrate [RUN ...] [options]")
     parser.add_argument("runs", nargs="*", type=Path, default=[DEFAULT_RUN],
                         help="run folders of one device (measurements.json, shapes.npz); default: the one "
                              f"python -m benchmarks.selector writes, $OUT or {DEFAULT_RUN}")
@@ -447,6 +498,9 @@ def main(argv=None) -> None:
                              "first run folder)")
     parser.add_argument("--leave-one-run-out", action="store_true",
                         help="for each run: fit on the others, score on it (needs at least two runs)")
+    parser.add_argument("--buckets", metavar="DTYPE:N,...",
+                        help="fit only these buckets (e.g. float16:128,bfloat16:128) and keep the shipped "
+                             "calibration's other constants, threshold and margins")
     args = parser.parse_args(argv)
     missing = [str(run) for run in args.runs if not (run / "measurements.json").is_file()]
     if missing:
@@ -463,8 +517,16 @@ def main(argv=None) -> None:
         args.output = args.runs[0] / "calibration.json"
     records, shapes, info = load_runs(args.runs)
     fit_names, _ = split_graphs(shapes, {r["graph"] for r in records})
-    fits = {"fitted on half": fit_calibration([r for r in records if r["graph"] in fit_names], shapes, info, defaults),
-            "fitted on all": fit_calibration(records, shapes, info, defaults)}
+    if args.buckets:
+        wanted = parse_buckets(args.buckets)
+        shipped = json.loads(calibration_path("default").read_text())
+
+        def fit(subset):
+            return refit_buckets(subset, shapes, info, shipped, wanted)
+    else:
+        def fit(subset):
+            return fit_calibration(subset, shapes, info, defaults)
+    fits = {"fitted on half": fit([r for r in records if r["graph"] in fit_names]), "fitted on all": fit(records)}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(fits["fitted on all"], indent=2) + "\n")
     print(scores(records, shapes, info, fits))

@@ -46,9 +46,7 @@ class Calibration:
 
     @classmethod
     def load(cls, family: str) -> "Calibration":
-        path = CALIBRATION_DIR / f"{family}.json"
-        if not path.exists():
-            path = CALIBRATION_DIR / "default.json"
+        path = calibration_path(family)
         return cls.from_dict(json.loads(path.read_text()), path.name)
 
     @classmethod
@@ -98,6 +96,12 @@ class Calibration:
             constants = {path: self.constants(path, n, dtype) for path in CALIBRATED_CHOICES}
             prices = self._prices[key] = native.Prices(constants, rule, sm_count, l2_bytes, csr_rows.PIECE_NNZ)
         return prices
+
+
+def calibration_path(family: str) -> Path:
+    """The file of ``family``'s constants, else the default one."""
+    path = CALIBRATION_DIR / f"{family}.json"
+    return path if path.exists() else CALIBRATION_DIR / "default.json"
 
 
 def csr_margins(margin) -> dict:

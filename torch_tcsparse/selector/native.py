@@ -81,6 +81,7 @@ _SIGNATURES = {
     "tcs_grouped_split": (ctypes.c_int, [_PTR, _PTR, _I64, _I64, ctypes.c_int, _I64P, _I64P]),
     "tcs_default_column_slices": (_I64, [_I64, _I64]),
     "tcs_rows_per_warp": (_I64, [_I64, _I64]),
+    "tcs_rows_order_gain": (_F64, [_I64]),
 }
 
 _lock = threading.Lock()
@@ -284,3 +285,10 @@ def rows_per_warp(n: int, value_bytes: int) -> int:
     if n < 1:
         raise ValueError(f"n must be positive, got {n}")
     return int(library().tcs_rows_per_warp(n, value_bytes))
+
+
+def rows_in_order(miss: float, rows_share_ratio: float, value_bytes: int) -> float:
+    """The factor the model scales the rows kernel's time by in a row order whose neighbouring
+    rows share columns (``rows_order_gain`` of ``selector_model.h``): what a fit of its prices
+    divides out."""
+    return 1.0 - float(library().tcs_rows_order_gain(value_bytes)) * miss * (1.0 - rows_share_ratio)
