@@ -211,3 +211,26 @@ def test_rebalancing_takes_the_cheapest_room_of_the_whole_part(monkeypatch):
     assert refinement._rebalance(graph, part, 2, weights, torch.tensor([7]), seed=0) == 1
     assert part.tolist() == [0] * 7 + [1] * 5
     assert weights.flatten().tolist() == [7, 5]
+
+
+def test_bisection_packs_small_components_whole():
+    """A ring and 40 pairs: the pairs stay whole and fill the sides around the ring's two arcs,
+    which may then take any lengths within the limits; the ring is cut twice."""
+    import numpy as np
+
+    from torch_tcsparse.distributed import initial_partition
+
+    ring, pairs = 60, 40
+    row = np.concatenate([np.arange(ring), ring + 2 * np.arange(pairs)])
+    col = np.concatenate([(np.arange(ring) + 1) % ring, ring + 2 * np.arange(pairs) + 1])
+    rowptr, col = csr(torch.from_numpy(np.concatenate([row, col])), torch.from_numpy(np.concatenate([col, row])),
+                      ring + 2 * pairs)
+    rowptr, col = rowptr.numpy(), col.numpy()
+    node_weight = (np.diff(rowptr) + 1).astype(np.float64)[:, None]
+    limits = np.full((2, 1), node_weight.sum() / 2 * 1.03)
+    side = initial_partition._bisect(rowptr, col, np.ones(col.size, dtype=np.int64), node_weight, 0.5, limits, 6,
+                                     np.random.default_rng(0), "cpu")
+    assert (side[ring::2] == side[ring + 1::2]).all()
+    assert (initial_partition._side_weights(side, node_weight) <= limits).all()
+    row_of = np.repeat(np.arange(rowptr.size - 1), np.diff(rowptr))
+    assert int((side[row_of] != side[col]).sum()) == 4

