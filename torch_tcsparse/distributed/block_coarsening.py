@@ -4,7 +4,10 @@ refines its rows against its neighbours' parts.
 
 1. Each rank clusters the rows of its block (the multilevel partitioner's size-constrained label
    propagation, :func:`.coarsening.cluster`), level after level, until the block's graph has at
-   most ``1 / BLOCK_SHRINK`` of its nodes. The block's columns in other blocks are nodes of that
+   most ``1 / BLOCK_SHRINK`` of its nodes, keeping a level past the first only while the blocks'
+   clusters stay several times as many as the root's partitioner coarsens to: a block clusters
+   its rows by the edges it holds, and the root, which sees the edges between blocks, must
+   coarsen further itself. The block's columns in other blocks are nodes of that
    graph too, weightless and without edges of their own: rows that share such a neighbour may
    join its cluster, and so one another's, though a block holds only about 1 / P of its rows'
    edges.
@@ -44,7 +47,7 @@ from torch import Tensor
 from .coarsening import cluster, coarse_ranges, contract
 from .collectives import exchange_counts, from_root, gather_counts, to_root
 from .hashing import hash_ids
-from .multilevel import _FINEST_TOLERANCE, partition_graph
+from .multilevel import _FINEST_TOLERANCE, CONTRACTION_LIMIT, partition_graph
 from .refinement import cut_weight, refine
 from .row_ranges import RANGE_ENTRIES
 from .weighted_graph import WeightedGraph, select
@@ -53,6 +56,13 @@ from .weighted_graph import WeightedGraph, select
 BLOCK_SHRINK = 32
 # ... or a level shrinks it by less than this factor.
 _STALLED = 0.95
+# ... or a level would leave the blocks fewer clusters than this many times the nodes the root's
+# partitioner coarsens to: the root then coarsens at least one level (about 4x fewer nodes) seeing
+# the edges between blocks. Deeper block levels, blind to those edges, glue thin graphs' clusters
+# across their natural cuts (CiteSeer at 2 parts: 58 nonzeros cut from 1,695 clusters of one level,
+# 130 from 310 of two, 188 from 120 of three). Twice the limit gives the same levels on CiteSeer
+# and Cora, but 4-9% more cut on PubMed (3 parts: 4,318 against 3,952).
+_ROOT_COARSENING = 4
 _CLUSTER_ROUNDS = 5
 # Rounds of the refinement at each level on the way back (halves alternate).
 _REFINE_ROUNDS = 16
@@ -65,7 +75,9 @@ _ROW_PASSES = 3
 # partitioner's result on them varies from seed to seed by more than the refinement makes up: the
 # lowest there is usually, not always, the lowest after it (the best of 4 against one try, seed
 # 0: Cora at 4 parts 1.13x against 1.20x the whole route's cut, Amazon Photo at 2 parts 0.80x
-# against 1.09x). The clusters' graph holds a tenth to a third of the nonzeros.
+# against 1.09x; still needed with the root coarsening further: 2 tries leave Amazon Photo at 2
+# parts 1.50x METIS's cut against 1.18x). The clusters' graph holds a tenth to a third of the
+# nonzeros, up to about half on small graphs (CiteSeer, R-MAT 14) whose blocks keep one level.
 _ROOT_TRIES = 4
 # The largest value the clusters' graph sends to the root as int32.
 _INT32_MAX = torch.iinfo(torch.int32).max
@@ -133,7 +145,9 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     block = BlockGraph(rowptr, col, bounds, rank, group, node_weight)
 
     cluster_limit = torch.clamp(torch.floor(total.double() * imbalance / num_parts), min=1).long()
-    levels = _block_clusters(block.graph, rows, cluster_limit, seed)
+    world = dist.get_world_size(group)
+    min_clusters = -(-_ROOT_COARSENING * CONTRACTION_LIMIT * num_parts // world)
+    levels = _block_clusters(block.graph, rows, cluster_limit, seed, min_clusters)
     mapping = levels[-1]
     num_clusters = int(mapping.max()) + 1 if rows else 0
     offsets = gather_counts(num_clusters, device, group)
@@ -207,10 +221,11 @@ def _clusters_graph(block: BlockGraph, mapping: Tensor, degree: Tensor, offsets:
     return torch.cat(ends), torch.cat(weights), torch.cat(counts)
 
 
-def _block_clusters(graph: WeightedGraph, rows: int, limit: Tensor, seed: int) -> list[Tensor]:
+def _block_clusters(graph: WeightedGraph, rows: int, limit: Tensor, seed: int, min_clusters: int) -> list[Tensor]:
     """The node (0..k-1) of every row of the block at each level of its coarsening, finest first,
     the last the clusters; its columns in other blocks (the graph's nodes after its ``rows``) take
-    part as weightless nodes without edges."""
+    part as weightless nodes without edges. A level past the first that leaves the rows in fewer
+    than ``min_clusters`` clusters is dropped, and the coarsening ends."""
     device = graph.device
     nodes = graph.num_nodes
     mapping = torch.arange(nodes, device=device)
@@ -221,8 +236,12 @@ def _block_clusters(graph: WeightedGraph, rows: int, limit: Tensor, seed: int) -
         del labels
         if coarse.num_nodes > _STALLED * graph.num_nodes:
             break
-        mapping = level_mapping[mapping]
-        levels.append(torch.unique(mapping[:rows], return_inverse=True)[1])
+        coarse_mapping = level_mapping[mapping]
+        clusters, level = torch.unique(coarse_mapping[:rows], return_inverse=True)
+        if levels and clusters.numel() < min_clusters:
+            break
+        mapping = coarse_mapping
+        levels.append(level)
         graph = coarse
     return levels or [torch.arange(rows, device=device)]
 
