@@ -19,9 +19,9 @@ time per row over its time per nonzero, and its training bytes per row over its 
 nonzero: time and memory are both balanced; ``--rebalance`` partitions a second time with the
 time weight fitted to the first partition's ranks: ``rebalance``).
 
-Under torchrun, every rank generates its block of rows (a range of node ids); rank 0 gathers the
-blocks' structure and partitions it on its GPU (the only global pass: 4 bytes per nonzero and 8
-per node, and the partitioner's memory); every rank receives its rows (Placement), builds its
+Under torchrun, every rank generates its block of rows (a range of node ids) and coarsens it;
+rank 0 partitions the graph of the ranks' clusters on its GPU (``--gather whole``: every block's
+structure, 4 bytes per nonzero and 8 per node); every rank receives its rows (Placement), builds its
 part and trains under every exchange of ``--configs`` (``plain``: exchange, then multiply;
 ``overlap``: the interior product during the exchange; ``-bf16``: halo rows in bfloat16).
 Reported per graph, GPU count and exchange: the median epoch (forward, backward, DDP's gradient

@@ -49,9 +49,10 @@ def parse_args(argv=None):
     parser.add_argument("--edge-factor", type=int, default=16)
     parser.add_argument("--partitioner", choices=METHODS, default="auto",
                         help="auto: the multilevel partitioner, on the partitioning rank's GPU")
-    parser.add_argument("--gather", choices=GATHERS, default="whole",
+    parser.add_argument("--gather", choices=GATHERS, default="auto",
                         help="what the partitioning rank receives: every block's structure, or the graph of the "
-                             "clusters each rank makes of its block (multilevel only)")
+                             "clusters each rank makes of its block (multilevel only); auto: the clusters for the "
+                             "multilevel partitioner under torchrun, else the structure")
     parser.add_argument("--row-weight", default=None,
                         help="a row's weight beside its nonzeros, or a comma list of them (one balanced constraint "
                              "each; default: the one-GPU run's time and memory per row in nonzeros)")
@@ -103,9 +104,12 @@ def parse_args(argv=None):
         fail(f"--link-gbps must be positive, got {args.link_gbps}")
     if args.rebalance and args.emulate is not None:
         fail("--rebalance partitions again from the ranks' times under torchrun; --emulate has no ranks to time")
-    if args.gather == "clusters" and (args.partitioner not in ("auto", "multilevel") or args.emulate is not None):
+    clusters_possible = args.partitioner in ("auto", "multilevel") and args.emulate is None
+    if args.gather == "clusters" and not clusters_possible:
         fail("--gather clusters partitions with the multilevel partitioner across the ranks of a torchrun run, "
              f"got --partitioner {args.partitioner}{' with --emulate' if args.emulate is not None else ''}")
+    if args.gather == "auto":
+        args.gather = "clusters" if clusters_possible else "whole"
     return args
 
 

@@ -57,7 +57,7 @@ def check_blocks() -> None:
     assert torch.equal(part, clusters)
     narrow = partition_blocks(block_rowptr, block_col.int(), bounds, seed=1, gather="clusters")
     assert torch.equal(narrow, clusters), "int32 columns give the parts of int64 ones"
-    whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1))
+    whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="whole"))
     clusters = whole_part(clusters)
     assert clusters.min() >= 0 and clusters.max() < world
     weight = torch.bincount(clusters, weights=(rowptr.diff() + 1).double(), minlength=world)
@@ -69,6 +69,8 @@ def check_blocks() -> None:
         assert 0 < received < col.numel(), received
     else:
         assert received == 0
+    # The default takes the clusters for the multilevel method.
+    assert torch.equal(partition_blocks(block_rowptr, block_col, bounds, seed=1), part)
     for options, match in (({"gather": "everything"}, "gather must be one of"),
                            ({"gather": "clusters", "method": "metis"}, "multilevel method"),
                            ({"gather": "clusters", "imbalance": 1.5}, "imbalance")):
@@ -92,7 +94,8 @@ def check_weighted_rmat() -> None:
     bounds, block_rowptr, block_col = own_block(rowptr, col)
     clusters = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1, row_weight=row_weight,
                                            gather="clusters"))
-    whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1, row_weight=row_weight))
+    whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1, row_weight=row_weight,
+                                        gather="whole"))
     degree = rowptr.diff()
     for extra in row_weight:
         weight = torch.bincount(clusters, weights=(degree + 1 + extra).double(), minlength=world)

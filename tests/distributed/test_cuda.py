@@ -46,7 +46,7 @@ def check_clusters_on_gpus() -> None:
     assert clusters.device == device
     again = partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="clusters")
     assert torch.equal(clusters, again)
-    whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1).cpu())
+    whole = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="whole").cpu())
     clusters = whole_part(clusters.cpu())
     world = torch.distributed.get_world_size()
     weight = torch.bincount(clusters, weights=(rowptr.diff() + 1).double(), minlength=world)

@@ -272,7 +272,7 @@ def check_placement(world_size: int, expected: NodePartition, rowptr, col) -> No
     first, end = bounds[rank], bounds[rank + 1]
     block_rowptr = rowptr[first:end + 1] - rowptr[first]
     block_col = col[int(rowptr[first]):int(rowptr[end])]
-    part = partition_blocks(block_rowptr, block_col, bounds, seed=3)
+    part = partition_blocks(block_rowptr, block_col, bounds, seed=3, gather="whole")
     placement = Placement(part, bounds)
     assert placement.bounds == expected.bounds
     values = torch.arange(col.numel(), dtype=torch.float64)[int(rowptr[first]):int(rowptr[end])]
@@ -345,7 +345,7 @@ def test_benchmark_rows_and_model(distributed_run, tmp_path):
     assert all(r["status"] == "ok" for r in rows)
     plain, bf16, overlap = rows[1:]
     assert (plain["config"], plain["halo_bits"], bf16["config"], bf16["halo_bits"]) == ("plain", "32", "overlap-bf16", "16")
-    assert plain["partitioner"] == "multilevel" and plain["row_weight"] == bf16["row_weight"] == rows[0]["row_weight"]
+    assert plain["partitioner"] == "multilevel-clusters" and plain["row_weight"] == bf16["row_weight"] == rows[0]["row_weight"]
     assert all(int(w) >= 0 for w in plain["row_weight"].split(";"))
     assert int(plain["halo_rows"]) <= int(plain["cut_nonzeros"])
     for row, element in ((plain, 4), (bf16, 2)):
