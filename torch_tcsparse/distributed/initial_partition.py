@@ -113,9 +113,13 @@ def _bisect_core(rowptr, col, weight, node_weight, share: float, limits: np.ndar
         best_side = side.cpu().numpy()
     else:
         best_side, best_cut = None, None
-        for _ in range(max(1, min(tries, _TRY_EDGES // max(1, col.size)))):
+        for attempt in range(max(1, min(tries, _TRY_EDGES // max(1, col.size)))):
             side = _grow(rowptr, col, weight, node_weight, share, rng)
-            cut = _fm(rowptr, col, weight, node_weight, side, limits, rng)
+            # Every other try lets moves take their target past its limit by up to the heaviest node:
+            # where every node weighs about the most a cluster may, no move fits alone (Amazon Photo at
+            # 2 parts: 1.57x METIS's cut), while on other graphs the strict moves find lower cuts.
+            relax = node_weight.max(0) * (attempt % 2)
+            cut = _fm(rowptr, col, weight, node_weight, side, limits, rng, relax)
             key = (_excess(_side_weights(side, node_weight).tolist(), limits.tolist()) > 0, cut)
             if best_cut is None or key < best_cut:
                 best_side, best_cut = side, key
@@ -206,16 +210,18 @@ def _grow(rowptr, col, weight, node_weight, share: float, rng) -> np.ndarray:
     return np.array(outside, dtype=np.int64)
 
 
-def _fm(rowptr, col, weight, node_weight, side: np.ndarray, limits: np.ndarray, rng) -> int:
+def _fm(rowptr, col, weight, node_weight, side: np.ndarray, limits: np.ndarray, rng, relax=0) -> int:
     """Fiduccia-Mattheyses passes on ``side`` (in place); returns the cut. A pass moves the
     unlocked node of best gain whose move keeps its target side within its limit or lowers the
     excess over the limits, locks it, and at the end rolls back to the prefix of its moves with
-    the least excess, then the least cut."""
+    the least excess, then the least cut. ``relax`` (per constraint) raises the limit a move may
+    push its target to, not the excess the prefix is judged by."""
     n = rowptr.size - 1
     row = np.repeat(np.arange(n), np.diff(rowptr))
     cut = int(weight[side[row] != side[col]].sum())
     # Python numbers and lists: the loop below does scalar work, which numpy would slow down.
     weights_of, limit_of = node_weight.tolist(), limits.tolist()
+    relaxed_of = (limits + relax).tolist()
     starts, neighbours, edge_weights = rowptr.tolist(), col.tolist(), weight.tolist()
     for _ in range(_PASSES):
         external = np.bincount(row, weights=weight * (side[row] != side[col]), minlength=n)
@@ -239,8 +245,8 @@ def _fm(rowptr, col, weight, node_weight, side: np.ndarray, limits: np.ndarray, 
                 if candidate is None:
                     continue
                 after = _moved(sides, weights_of[candidate], s)
-                # A move may not push its target over its limit, unless it lowers the excess.
-                if _excess([after[1 - s]], [limit_of[1 - s]]) > 0 and _excess(after, limit_of) >= excess:
+                # A move may not push its target over its (relaxed) limit, unless it lowers the excess.
+                if _excess([after[1 - s]], [relaxed_of[1 - s]]) > 0 and _excess(after, limit_of) >= excess:
                     if infeasible is None or gain[candidate] > gain[infeasible]:
                         infeasible = candidate
                 elif choice is None or gain[candidate] > gain[choice]:

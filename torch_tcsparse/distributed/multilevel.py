@@ -31,7 +31,9 @@ _CLUSTER_ROUNDS = 5
 # Jet's tolerance of a negative gain: on the coarse levels, and on the input graph.
 _COARSE_TOLERANCE = 0.75
 _FINEST_TOLERANCE = 0.25
-_INITIAL_TRIES = 6
+# Tries per bisection of the coarsest graph: half of them with relaxed moves (initial_partition._fm),
+# so as many strict ones as before the relaxed ones were added.
+_INITIAL_TRIES = 12
 
 
 def partition_graph(rowptr: Tensor, col: Tensor, node_weight: Tensor, num_parts: int, imbalance: Tensor,
