@@ -28,9 +28,8 @@ from .row_ranges import range_rows, row_ranges
 
 # How the root sees the graph while it partitions: every block's structure, or the graph of the
 # clusters each rank made of its block. "auto" takes the clusters for the multilevel method (no
-# rank then holds the whole structure, and its cut is within 1.2x METIS's on the real graphs where
-# the whole structure's is up to 1.6x) and the structure for METIS and contiguous ranges, which
-# read it whole.
+# rank then holds the whole structure, for a cut within 1.1x METIS's on the real graphs, as the
+# whole structure's) and the structure for METIS and contiguous ranges, which read it whole.
 GATHERS = ("auto", "whole", "clusters")
 
 
