@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from benchmarks.common import out_dir, write_csv
 from torch_tcsparse.distributed.partition import METHODS
-from torch_tcsparse.distributed.placement import GATHERS
+from torch_tcsparse.distributed.placement import CLUSTER_METHODS, GATHERS
 
 from . import emulation, prediction, ranks, rebalance, single
 from .errors import fail
@@ -104,7 +104,7 @@ def parse_args(argv=None):
         fail(f"--link-gbps must be positive, got {args.link_gbps}")
     if args.rebalance and args.emulate is not None:
         fail("--rebalance partitions again from the ranks' times under torchrun; --emulate has no ranks to time")
-    clusters_possible = args.partitioner in ("auto", "multilevel") and args.emulate is None
+    clusters_possible = args.partitioner in CLUSTER_METHODS and args.emulate is None
     if args.gather == "clusters" and not clusters_possible:
         fail("--gather clusters partitions with the multilevel partitioner across the ranks of a torchrun run, "
              f"got --partitioner {args.partitioner}{' with --emulate' if args.emulate is not None else ''}")

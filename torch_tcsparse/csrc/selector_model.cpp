@@ -33,6 +33,7 @@ double linear_time_us(const LinearPrices& p, int64_t nnz, int64_t rows, int64_t 
 double rows_time_us(const LinearPrices& p, const Matrix& m, int64_t nnz, double miss, int64_t piece_nnz, int64_t n,
                     int64_t value_bytes) {
     const double split_launch = m.max_row_nnz > piece_nnz ? p.split_launch_us : 0.0;
+    // selector/native.py's rows_in_order is this factor, which the calibration's fit divides out.
     const double in_order = 1.0 - rows_order_gain(value_bytes) * miss * (1.0 - m.rows_share_ratio);
     const int64_t warps = ceil_div(m.rows, rows_per_warp(n, value_bytes));
     return linear_time_us(p, nnz, warps, std::min(m.max_row_nnz, piece_nnz), miss) * in_order + split_launch;

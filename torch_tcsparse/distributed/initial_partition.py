@@ -86,7 +86,7 @@ def _bisect(rowptr, col, weight, node_weight, share: float, limits: np.ndarray, 
     which lets its cut fall where the graph is thinnest. With several constraints the packing
     may not fit (a filler light on one constraint cannot make up for another); the whole graph is
     then bisected as one."""
-    component, filler = _fillers(rowptr, col, node_weight, limits)
+    component, component_weight, filler = _fillers(rowptr, col, node_weight, limits)
     core = np.flatnonzero(~filler[component])
     if core.size < component.size:
         side = np.zeros(component.size, dtype=np.int64)
@@ -94,7 +94,7 @@ def _bisect(rowptr, col, weight, node_weight, share: float, limits: np.ndarray, 
             core_rowptr, core_col, core_weight = _subgraph(core, rowptr, col, weight)
             side[core] = _bisect_core(core_rowptr, core_col, core_weight, node_weight[core], share, limits, tries,
                                       rng, device)
-        _pack(side, component, filler, node_weight, limits)
+        _pack(side, component, component_weight, filler, node_weight, limits)
         if _excess(_side_weights(side, node_weight).tolist(), limits.tolist()) == 0:
             return side
     return _bisect_core(rowptr, col, weight, node_weight, share, limits, tries, rng, device)
@@ -130,9 +130,10 @@ def _bisect_core(rowptr, col, weight, node_weight, share: float, limits: np.ndar
     return best_side
 
 
-def _fillers(rowptr, col, node_weight, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The component of every node, and which components weigh no more, on any constraint, than
-    the room the limits leave beyond the total weight. Packed whole, heaviest first, each into
+def _fillers(rowptr, col, node_weight, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The component of every node, each component's weight (one column per constraint), and
+    which components weigh no more, on any constraint, than the room the limits leave beyond the
+    total weight. Packed whole, heaviest first, each into
     the side with the most room, such components always fit wherever the other nodes left room:
     one that fit in neither side would leave more room in both than it weighs."""
     n = rowptr.size - 1
@@ -140,15 +141,15 @@ def _fillers(rowptr, col, node_weight, limits: np.ndarray) -> tuple[np.ndarray, 
     count, component = csgraph.connected_components(matrix, directed=False)
     component_weight = np.stack([np.bincount(component, weights=w, minlength=count) for w in node_weight.T], 1)
     room = limits.sum(0) - node_weight.sum(0)
-    return component, (count > 1) & (component_weight <= room).all(1)
+    return component, component_weight, (count > 1) & (component_weight <= room).all(1)
 
 
-def _pack(side: np.ndarray, component: np.ndarray, filler: np.ndarray, node_weight, limits: np.ndarray) -> None:
+def _pack(side: np.ndarray, component: np.ndarray, component_weight: np.ndarray, filler: np.ndarray, node_weight,
+          limits: np.ndarray) -> None:
     """Puts the ``filler`` components whole into the sides (in place), heaviest first, each into
     the side whose room left, relative to its limit, is largest once it is in."""
     packed = filler[component]
     sides = _side_weights(np.where(packed, -1, side), node_weight)
-    component_weight = np.stack([np.bincount(component, weights=w, minlength=filler.size) for w in node_weight.T], 1)
     choice = np.zeros(filler.size, dtype=np.int64)
     fillers = np.flatnonzero(filler)
     for c in fillers[np.argsort(-_share(component_weight[fillers]), kind="stable")]:

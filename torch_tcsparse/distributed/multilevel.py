@@ -31,8 +31,8 @@ _CLUSTER_ROUNDS = 5
 # Jet's tolerance of a negative gain: on the coarse levels, and on the input graph.
 _COARSE_TOLERANCE = 0.75
 _FINEST_TOLERANCE = 0.25
-# Tries per bisection of the coarsest graph: half of them with relaxed moves (initial_partition._fm),
-# so as many strict ones as before the relaxed ones were added.
+# Tries per bisection of the coarsest graph: under one weight every other one with relaxed moves
+# (initial_partition._fm), under several only the strict half; 6 strict either way.
 _INITIAL_TRIES = 12
 
 

@@ -31,6 +31,8 @@ from .row_ranges import range_rows, row_ranges
 # rank then holds the whole structure, for a cut within 1.1x METIS's on the real graphs, as the
 # whole structure's) and the structure for METIS and contiguous ranges, which read it whole.
 GATHERS = ("auto", "whole", "clusters")
+# The methods the clusters route partitions with: the multilevel partitioner's.
+CLUSTER_METHODS = ("auto", "multilevel")
 
 
 def block_bounds(num_nodes: int, world_size: int) -> tuple[int, ...]:
@@ -66,7 +68,7 @@ def partition_blocks(rowptr: Tensor, col: Tensor, bounds, num_parts: int | None 
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     gather = resolve_gather(gather, method)
     if gather == "clusters":
-        if method not in ("auto", "multilevel"):
+        if method not in CLUSTER_METHODS:
             raise ValueError(f"gather='clusters' partitions with the multilevel method, got method={method!r}")
         return coarse_partition_blocks(rowptr, col, bounds, num_parts, check_int("seed", seed, 0, None),
                                        check_row_weights(row_weight), check_imbalance(imbalance), root, group)[0]
@@ -94,7 +96,7 @@ def resolve_gather(gather: str, method: str) -> str:
     if gather not in GATHERS:
         raise ValueError(f"gather must be one of {GATHERS}, got {gather!r}")
     if gather == "auto":
-        return "clusters" if method in ("auto", "multilevel") else "whole"
+        return "clusters" if method in CLUSTER_METHODS else "whole"
     return gather
 
 

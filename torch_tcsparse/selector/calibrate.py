@@ -361,12 +361,13 @@ def refit_buckets(records, shapes, info, shipped: dict, wanted) -> dict:
     fitted anew on ``records``: new runs that measure a few dtypes and N values leave the other
     constants, the AR threshold and the margins as they were fitted."""
     data = json.loads(json.dumps(shipped))
+    defaults = Calibration.from_dict(shipped, "shipped")
     for name, n in wanted:
         at_n = [r for r in records_for(records, name) if r["n"] == n]
         if not at_n:
             raise SystemExit(f"--buckets {name}:{n}: the runs hold no record of that dtype and N")
         table = data["buckets"] if name == "float32" else data.setdefault("dtype_buckets", {}).setdefault(name, {})
-        table[str(n)] = fit_bucket(at_n, shapes, n, info, Calibration.from_dict(shipped, "shipped"))
+        table[str(n)] = fit_bucket(at_n, shapes, n, info, defaults)
     data["about"] = f"{shipped.get('about', '')} Buckets {', '.join(f'{d}:{n}' for d, n in wanted)} refitted on " \
                     f"measurements of {info['name']}."
     data["fitted_on"] = sorted(set(shipped.get("fitted_on", [])) | {r["graph"] for r in records})
