@@ -22,7 +22,7 @@ from .training import CONFIGS, partition_weights
 FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "row_weight", "config", "overlap", "halo_bits",
           "status", "losses", "epoch_ms", "compute_ms", "exchange_ms", "exchange_ms_per_rank", "halo_rows",
           "cut_nonzeros", "exchanged_width", "halo_bytes_per_epoch", "cut_x_feature_bytes", "rows_per_rank",
-          "nnz_per_rank", "halo_per_rank", "send_per_rank", "generate_s", "partition_s", "partition_peak_gb", "build_s",
+          "nnz_per_rank", "cut_per_rank", "halo_per_rank", "send_per_rank", "generate_s", "partition_s", "partition_peak_gb", "build_s",
           "sparse_ms", "graph_gb", "graph_gb_per_rank", "link_gbps", "single_gb_needed", "build_peak_gb_per_rank",
           "peak_gb_per_rank", "peak_gb", "features", "hidden", "classes", "layers"]
 
@@ -75,7 +75,8 @@ def parse_args(argv=None):
     parser.add_argument("--emulate", default=None,
                         help="comma list of GPU counts P: build and train each rank of P alone on this GPU (no torchrun)")
     parser.add_argument("--out", default=None)
-    parser.add_argument("--predict", default=None, help="a distributed.csv to model (no torchrun)")
+    parser.add_argument("--predict", default=None,
+                        help="a distributed.csv to model, or a comma list of them (no torchrun)")
     parser.add_argument("--parts", default="2,4,8,16,32,64,128,256", help="with --predict: the GPU counts")
     parser.add_argument("--link-gbps", type=float, default=None,
                         help="with --predict: GB/s one GPU sends in an all-to-all (default: the measured one)")

@@ -12,6 +12,7 @@ import torch
 from benchmarks import distributed as benchmark
 from benchmarks.distributed.graph import rmat_block, scramble
 from torch_tcsparse.distributed import EmulatedPeers
+from torch_tcsparse.distributed.model import Measured, PartShape, predict
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--device", "cpu", "--scales", "8", "--epochs", "1", "--features", "8", "--hidden", "8"]
@@ -56,6 +57,40 @@ def test_predict_without_a_run_says_what_to_run(tmp_path, capsys):
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "does not exist" in lines[0] and "--emulate" in lines[0]
+
+
+def test_predict_checks_every_run_on_its_own_partition(tmp_path):
+    """A run recorded with its ranks' shapes is modelled on that partition; a graph with no
+    one-GPU row scales from the largest graph of the same network, and one of another network
+    is said and left out."""
+    benchmark.main(SMALL + ["--emulate", "2", "--out", str(tmp_path / "one")])
+    with open(tmp_path / "one" / "distributed.csv", newline="") as handle:
+        one = next(csv.DictReader(handle))
+    run = one | {"graph": "rmat9", "nodes": "512", "nnz": "9000", "gpus": "2", "partitioner": "multilevel-clusters",
+                 "config": "plain", "epoch_ms": "3.0", "rows_per_rank": "300;212", "nnz_per_rank": "6000;3000",
+                 "cut_per_rank": "900;700", "halo_per_rank": "150;120", "send_per_rank": "120;150",
+                 "partition_s": "0.5", "link_gbps": "4.0", "peak_gb": "1.5"}
+    other = run | {"graph": "rmat10", "hidden": "16"}
+    (tmp_path / "runs").mkdir()
+    with open(tmp_path / "runs" / "distributed.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(run))
+        writer.writeheader()
+        writer.writerows([run, other])
+    benchmark.main(["--predict", f"{tmp_path / 'one' / 'distributed.csv'},{tmp_path / 'runs' / 'distributed.csv'}",
+                    "--parts", "2", "--out", str(tmp_path / "model")])
+    with open(tmp_path / "model" / "distributed_model.csv", newline="") as handle:
+        results = list(csv.DictReader(handle))
+    assert [(r["graph"], r["partition"], r["calibrated_on"]) for r in results] == [
+        ("rmat8", "afresh", "rmat8"), ("rmat9", "run", "rmat8")]
+    shape = PartShape(*(torch.tensor([int(v) for v in run[key].split(";")]) for key in
+                        ("rows_per_rank", "nnz_per_rank", "halo_per_rank", "send_per_rank", "cut_per_rank")))
+    measured = Measured(256, int(one["nnz"]), float(one["sparse_ms"]) / 1e3,
+                        (float(one["epoch_ms"]) - float(one["sparse_ms"])) / 1e3, float("nan"), 4e9)
+    expected = predict(shape, measured, (8, 8, 16, 2), 4 * (8 * 8 + 8 + 8 * 16 + 16))
+    assert float(results[1]["predicted_epoch_ms"]) == pytest.approx(1000 * expected.epoch_s)
+    assert float(results[1]["measured_epoch_ms"]) == 3.0
+    table = (tmp_path / "model" / "distributed_model.md").read_text()
+    assert "| rmat9 | 2 | rmat8 |" in table and "rmat10" not in table
 
 
 def test_errors_under_torchrun_are_one_line(tmp_path):
