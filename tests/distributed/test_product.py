@@ -360,11 +360,15 @@ def test_benchmark_rows_and_model(distributed_run, tmp_path):
     assert sum(int(n) for n in plain["halo_per_rank"].split(";")) == int(plain["halo_rows"])
     benchmark.main(["--predict", str(csv_path), "--parts", f"1,{world_size},4", "--out", str(tmp_path)])
     with open(tmp_path / "distributed_model.csv", newline="") as handle:
-        predicted = list(csv.DictReader(handle))
+        results = list(csv.DictReader(handle))
+    predicted = [r for r in results if r["partition"] == "afresh"]
     assert [int(r["gpus"]) for r in predicted] == [1, world_size, 4]
     assert predicted[1]["measured_epoch_ms"] == plain["epoch_ms"]
     assert predicted[1]["measured_overlapped_epoch_ms"] == overlap["epoch_ms"]
-    for row in predicted:
+    # The run again, modelled on the partition it trained on.
+    (on_run,) = [r for r in results if r["partition"] == "run"]
+    assert (int(on_run["gpus"]), on_run["measured_epoch_ms"]) == (world_size, plain["epoch_ms"])
+    for row in results:
         assert float(row["predicted_overlapped_epoch_ms"]) <= float(row["predicted_epoch_ms"])
     assert float(predicted[0]["predicted_epoch_ms"]) == pytest.approx(float(rows[0]["epoch_ms"]), rel=1e-6)
     assert "| rmat8 | 4 |" in (tmp_path / "distributed_model.md").read_text()

@@ -8,6 +8,7 @@ from torch import Tensor
 
 from .checks import check_index, check_int
 from .hashing import MASK as _MASK
+from .hashing import hash_ids
 from .hashing import mix_ as _mix
 
 # Rows per chunk of the mask, so that its int64 words stay a few hundred MB at 256 channels.
@@ -38,20 +39,18 @@ def node_dropout(x: Tensor, nodes: Tensor, p: float, seed: int, training: bool =
 
 
 def _mask(x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
-    """The entries of ``x`` that dropout keeps (bool, x's shape)."""
+    """The entries of ``x`` that dropout keeps (bool, x's shape). Each node id is hashed once
+    with the seed (both halves of an id of any size), and an entry's draw is one more hash of
+    its node's word plus its channel: one hash per entry whatever the ids' size (ids beyond 2**24
+    at 256 channels would otherwise need a second hash of every entry, doubling the mask's time)."""
     channels = x.size(1)
     threshold = int(p * (1 << 32))
-    salt = int(_mix(torch.tensor(seed)))
     channel = torch.arange(channels, device=x.device)
-    wide = int(nodes.max()) * channels >= _MASK if nodes.numel() else False
     mask = torch.empty(x.shape, dtype=torch.bool, device=x.device)
     step = max(1, _CHUNK_ELEMENTS // max(channels, 1))
     for start in range(0, x.size(0), step):
-        node = nodes[start: start + step].to(device=x.device, dtype=torch.int64)
-        key = node.unsqueeze(1) * channels + channel
-        words = _mix(key.bitwise_and(_MASK).bitwise_xor_(salt))
-        if wide:
-            words = _mix(words.bitwise_xor_(key >> 32))
+        node_words = hash_ids(nodes[start: start + step].to(device=x.device, dtype=torch.int64), seed)
+        words = _mix(node_words.unsqueeze(1).add(channel).bitwise_and_(_MASK))
         mask[start: start + step] = words >= threshold
     return mask
 

@@ -135,10 +135,12 @@ def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int
         tape.alloc(f"activation {layer}", rows, b, e)
         chunk_rows = min(rows, max(1, _CHUNK_ELEMENTS // b))
         tape.alloc(f"dropout mask {layer}", rows, b, _BOOL)
-        # The mask's hash: the int64 keys, the words and a shifted copy, one chunk of rows at a time.
+        # The mask's hash, one chunk of rows at a time: the nodes' words, the entries' int64
+        # words and a shifted copy.
         tape.alloc(f"mask channels {layer}", 1, b, _INDEX)
-        tape.alloc(f"mask hash {layer}", chunk_rows, b, 3 * _INDEX)
-        tape.free(f"mask hash {layer}", f"mask channels {layer}", f"dropout mask {layer}")
+        tape.alloc(f"mask node words {layer}", chunk_rows, 1, _INDEX)
+        tape.alloc(f"mask hash {layer}", chunk_rows, b, 2 * _INDEX)
+        tape.free(f"mask hash {layer}", f"mask node words {layer}", f"mask channels {layer}", f"dropout mask {layer}")
         tape.alloc(f"kept {layer}", rows, b, _BOOL)
         tape.free(f"output {layer}")
         current = f"activation {layer}"
