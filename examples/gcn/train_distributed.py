@@ -8,16 +8,21 @@ their gradients reduced by DistributedDataParallel. Run from the repository root
     torchrun --nproc-per-node 4 -m examples.gcn.train_distributed --model sage --aggr max --json run.json
     torchrun --nproc-per-node 2 -m examples.gcn.train_distributed --halo-dtype bfloat16 --overlap
 
+    python -m examples.gcn.blocks --dataset ogbn-products --root DIR --out products_blocks   # once
+    torchrun --nproc-per-node 4 -m examples.gcn.train_distributed --blocks products_blocks
+
 NCCL on GPUs (one per process, ``--device cuda``, the default when CUDA is present), gloo on
 CPUs. The GCN is examples.gcn.models.GCN on distributed layers: with the same seed it starts
 from the same weights. Batch normalization takes its statistics over all ranks and dropout
 draws its mask from (seed, epoch, layer, node, channel), so the loss curve does not depend on
 the number of processes or the partition, up to floating-point rounding.
 
-No rank keeps the whole graph: the dataset loaders read whole files, but each rank keeps only
-its block of rows (a range of node ids), features, labels and splits; the blocks' structure is
-partitioned on rank 0 (partition_blocks), and Placement moves every row, feature and label to
-the rank of its part. Node tasks only.
+Each rank holds only its block of rows (a range of node ids), features, labels and splits; the
+blocks are partitioned together (partition_blocks), and Placement moves every row, feature and
+label to the rank of its part. With ``--blocks``, the folder examples.gcn.blocks exported, each
+rank reads its block's rows from memory-mapped arrays and no process ever holds the whole
+dataset. With ``--dataset``, every rank runs the dataset's loader, which reads whole files, and
+keeps its block. Node tasks only.
 """
 from __future__ import annotations
 
@@ -26,7 +31,6 @@ import json
 import os
 import sys
 import time
-import types
 from pathlib import Path
 
 import torch
@@ -34,6 +38,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from examples.gcn.blocks import block_of, read_block, read_meta
 from torch_tcsparse.distributed import (
     DistributedGCNConv,
     DistributedGINConv,
@@ -101,35 +106,6 @@ def _conv(kind: str, in_channels: int, out_channels: int, aggr: str) -> torch.nn
 def dropout_seed(seed: int, epoch: int) -> int:
     """The dropout seed of an epoch of the run with ``seed`` (its layers add their index)."""
     return (seed * 1_000_003 + epoch) % _SEED_SPACE
-
-
-def graph_csr(edge_index: torch.Tensor, num_nodes: int):
-    """``(rowptr, col)`` of ``A[target, source]`` from a [2, E] edge_index."""
-    target, source = edge_index[1], edge_index[0]
-    order = torch.sort(target, stable=True).indices
-    rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-    torch.cumsum(torch.bincount(target, minlength=num_nodes), 0, out=rowptr[1:])
-    return rowptr, source[order]
-
-
-def block_of(task, bounds: tuple[int, ...], rank: int) -> types.SimpleNamespace:
-    """This rank's block of ``task`` (``x``, ``y``, ``edge_index``, ``split``): the rows of node
-    ids ``bounds[rank]:bounds[rank + 1]`` (columns in original ids), their features, labels and
-    split membership, copied out so that the rest of the task can be dropped."""
-    first, end = bounds[rank], bounds[rank + 1]
-    num_nodes = task.x.size(0)
-    rowptr, col = graph_csr(task.edge_index, num_nodes)
-    block_rowptr = rowptr[first:end + 1] - rowptr[first]
-    block_col = col[int(rowptr[first]):int(rowptr[end])].clone()
-    masks = {}
-    for name, index in task.split.items():
-        mask = torch.zeros(num_nodes, dtype=torch.bool)
-        mask[index] = True
-        masks[name] = mask[first:end].clone()
-    return types.SimpleNamespace(rowptr=block_rowptr, col=block_col, x=task.x[first:end].clone(),
-                                 y=task.y[first:end].clone(), masks=masks, bounds=bounds,
-                                 num_features=task.x.size(1), num_outputs=task.num_outputs, metric=task.metric,
-                                 train_count=len(task.split["train"]))
 
 
 def node_loss_sum(out, y, metric: str):
@@ -231,9 +207,12 @@ def train_placed(block, placed: dict, part: GraphPart, config: dict, device: tor
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="synthetic",
-                        help="as in examples.gcn.train: synthetic, Cora, ogbn-arxiv, ... or a dataset folder")
+    parser.add_argument("--dataset", default=None,
+                        help="as in examples.gcn.train: synthetic (the default), Cora, ogbn-arxiv, ... or a dataset "
+                             "folder; every rank loads it whole and keeps its block")
     parser.add_argument("--root", default=None, help="folder holding the dataset's folder, only read")
+    parser.add_argument("--blocks", default=None,
+                        help="a folder written by examples.gcn.blocks: each rank reads only its block")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                         help="cuda: one GPU per process (LOCAL_RANK), NCCL; cpu: gloo")
     parser.add_argument("--model", choices=MODELS, default="gcn")
@@ -253,21 +232,84 @@ def parse_args(argv=None):
     parser.add_argument("--quiet", action="store_true", help="no per-evaluation line")
     parser.add_argument("--json", default=None, help="rank 0 writes the summary to this file")
     args = parser.parse_args(argv)
+    if args.blocks is not None and (args.dataset is not None or args.root is not None):
+        raise SystemExit("--blocks reads an export in place of a dataset: give --blocks or --dataset/--root, not both")
+    if args.blocks is None and args.dataset is None:
+        args.dataset = "synthetic"
     if args.row_weight < 0:
         raise SystemExit(f"--row-weight must be at least 0, got {args.row_weight}")
     return args
 
 
-def main(argv=None) -> None:
-    # The dataset loaders need PyG and ogb; the training above does not, so they load here.
+def training_config(args) -> tuple[dict, str]:
+    """The run's hyper-parameters (the dataset's preset, overridden by flags) and its dataset's
+    name: an export's is in its meta.json."""
+    from examples.gcn import train as single
+
+    preset_args = argparse.Namespace(**vars(args), backend="tcsparse", runs=1, batch_size=None)
+    dataset = args.dataset
+    if args.blocks is not None:
+        try:
+            dataset = read_meta(args.blocks)["dataset"]
+        except ValueError as error:
+            raise SystemExit(f"error: {error}") from None
+        # An export of a dataset folder is named by the folder's path, which need not exist where
+        # it trains; such folders take the synthetic preset, as examples.gcn.train gives them.
+        preset_args.dataset = dataset if dataset in single.PRESETS else "synthetic"
+    config = single.resolve_config(preset_args)
+    if config["task"] != "node":
+        raise SystemExit(f"train_distributed runs node tasks; {dataset} is a {config['task']} task")
+    return config, dataset
+
+
+def load_block(args, dataset: str):
+    """``(block, evaluator)`` of this rank: read from the export, or cut from the loaded task."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if args.blocks is not None:
+        try:
+            bounds = block_bounds(read_meta(args.blocks)["num_nodes"], world)
+            block = read_block(args.blocks, bounds, rank)
+        except ValueError as error:
+            raise SystemExit(f"error: {error}") from None
+        return block, export_evaluator(block, dataset)
+    # The dataset loaders need PyG and ogb; the training does not, so they load here.
     from examples.gcn import data as datasets
     from examples.gcn import train as single
 
+    try:
+        task = single.load_task(args)
+    except datasets.MissingData as error:
+        raise SystemExit(f"error: {error}") from None
+    return block_of(task, block_bounds(task.x.size(0), world), rank), task.evaluator
+
+
+def export_evaluator(block, dataset: str):
+    """ogb's Evaluator for an export's metric, without its dataset: the Evaluator reads only the
+    task count and the metric. Accuracy is counted without one (``evaluate``)."""
+    if block.metric == "acc":
+        return None
+    from graph_data import ogb_format
+
+    return ogb_format.meta_dict_evaluator({"name": dataset, "num tasks": block.y.size(1), "eval metric": block.metric})
+
+
+def train(args, config: dict, dataset: str, device: torch.device) -> dict:
+    """Loads this rank's block and trains on it; every rank of the world calls it. Returns the
+    run's summary, the halo rows and cut nonzeros summed over the ranks."""
+    block, evaluator = load_block(args, dataset)
+    placed = place(block, device, args.partitioner, args.seed, args.row_weight)
+    part = build_part(placed, args.model, args.overlap, HALO_DTYPES[args.halo_dtype])
+    result = train_placed(block, placed, part, config, device, args.seed, args.model, args.aggr,
+                          progress=not args.quiet, evaluator=evaluator)
+    totals = torch.tensor([result["halo"], result["cut"]], device=device)
+    dist.all_reduce(totals)
+    return {"dataset": dataset, "processes": dist.get_world_size(), "model": args.model,
+            "halo_rows": int(totals[0]), "cut_nonzeros": int(totals[1]), "config": config, **result}
+
+
+def main(argv=None) -> None:
     args = parse_args(argv)
-    args.backend, args.runs, args.batch_size = "tcsparse", 1, None
-    config = single.resolve_config(args)
-    if config["task"] != "node":
-        raise SystemExit(f"train_distributed runs node tasks; {args.dataset} is a {config['task']} task")
+    config, dataset = training_config(args)
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     dist.init_process_group("nccl" if use_cuda else "gloo")
     try:
@@ -275,31 +317,16 @@ def main(argv=None) -> None:
         if use_cuda:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
             torch.cuda.set_device(device)
-        try:
-            task = single.load_task(args)
-        except datasets.MissingData as error:
-            raise SystemExit(f"error: {error}") from None
-        bounds = block_bounds(task.x.size(0), dist.get_world_size())
-        block = block_of(task, bounds, dist.get_rank())
-        evaluator = task.evaluator
-        del task
-        placed = place(block, device, args.partitioner, args.seed, args.row_weight)
-        part = build_part(placed, args.model, args.overlap, HALO_DTYPES[args.halo_dtype])
-        result = train_placed(block, placed, part, config, device, args.seed, args.model, args.aggr,
-                              progress=not args.quiet, evaluator=evaluator)
-        totals = torch.tensor([result["halo"], result["cut"]], device=device)
-        dist.all_reduce(totals)
+        summary = train(args, config, dataset, device)
         if dist.get_rank() == 0:
-            summary = {"dataset": args.dataset, "processes": dist.get_world_size(), "model": args.model,
-                       "halo_rows": int(totals[0]), "cut_nonzeros": int(totals[1]), "config": config, **result}
             if args.json:
                 Path(args.json).write_text(json.dumps(summary))
             chosen = summary["best"]
-            epoch_ms = 1000 * sorted(result["epoch_times"])[len(result["epoch_times"]) // 2]
-            print(f"{args.dataset} [{args.model}, {dist.get_world_size()} x {device.type}]: "
+            epoch_ms = 1000 * sorted(summary["epoch_times"])[len(summary["epoch_times"]) // 2]
+            print(f"{dataset} [{args.model}, {dist.get_world_size()} x {device.type}]: "
                   f"test {100 * chosen['test']:.2f}% (valid {100 * chosen['valid']:.2f}%, epoch {chosen['epoch']}), "
-                  f"final loss {result['losses'][-1]:.4f}, epoch {epoch_ms:.1f} ms (median), "
-                  f"halo {int(totals[0])} rows for {int(totals[1])} cut nonzeros")
+                  f"final loss {summary['losses'][-1]:.4f}, epoch {epoch_ms:.1f} ms (median), "
+                  f"halo {summary['halo_rows']} rows for {summary['cut_nonzeros']} cut nonzeros")
         # No rank leaves while another still talks to it (gloo aborts on a peer's closed socket).
         dist.barrier()
     finally:
