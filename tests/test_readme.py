@@ -54,6 +54,7 @@ COMMAND_TESTS = {
     "benchmarks.layers": "tests/nn/test_layers_benchmark_parts.py",
     "benchmarks.selector": "tests/test_selector.py (--first-choice without a GPU)",
     "benchmarks.spmm": "tests/test_batch_benchmark.py and the GPU check",
+    "examples.gcn.blocks": "tests/examples/test_blocks.py",
     "examples.gcn.train": "tests/examples/test_train.py",
     "examples.sage.train": "tests/examples/test_sage.py",
     "torch_tcsparse": "tests/test_build.py (test_the_kernels_command_ends_in_one_line_without_them)",
