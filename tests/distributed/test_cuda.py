@@ -10,6 +10,7 @@ from benchmarks.distributed.graph import rmat_block
 import processes
 from test_block_coarsening import IMBALANCE, cut, own_block, rmat, whole_part
 from torch_tcsparse.distributed import partition_blocks, partition_rows
+from torch_tcsparse.distributed.weighted_graph import ordered_cumsum
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -23,6 +24,17 @@ def test_partitioner_runs_on_the_graph_device():
     assert torch.equal(again.order, partition.order), "integer weights: the same partition run after run"
     contiguous = partition_rows(rowptr, col, 4, "contiguous")
     assert partition.cut_nonzeros(rowptr.cpu(), col.cpu()) < contiguous.cut_nonzeros(rowptr.cpu(), col.cpu())
+
+
+def test_float_running_sums_repeat():
+    """Millions of float64 ratios, as the partitioner's prices and shares: the same sums bit for
+    bit run after run (torch.cumsum's single-pass scan groups them by which blocks finish first)."""
+    values = torch.rand(1 << 23, dtype=torch.float64, device="cuda",
+                        generator=torch.Generator(device="cuda").manual_seed(0)) / 7
+    first = ordered_cumsum(values)
+    for _ in range(20):
+        assert torch.equal(ordered_cumsum(values), first)
+    assert torch.allclose(first, torch.cumsum(values.cpu(), 0).cuda(), rtol=1e-12, atol=0)
 
 
 def test_emulated_ranks_report_memory(tmp_path):

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from .hashing import hash_ids, random_bits
-from .weighted_graph import WeightedGraph, accept_within_limit, coalesce, coalesce_pieces, segment_offsets, select
+from .weighted_graph import (WeightedGraph, accept_within_limit, coalesce, coalesce_pieces, ordered_cumsum,
+                             segment_offsets, select)
 
 # Fine edges whose coarse edges are gathered and summed at once, in contraction.
 _RANGE_EDGES = 1 << 26
@@ -104,7 +105,8 @@ def _merge_singletons(graph: WeightedGraph, labels: Tensor, favorite: Tensor, li
     key = group * (1 << 32) + hash_ids(alone, seed)
     order = torch.sort(key).indices
     alone, group, share = alone[order], group[order], share[order]
-    cumulative = torch.cumsum(share, 0)
+    # Shares are ratios: a bucket's edge falls where their rounded running sum crosses a half.
+    cumulative = ordered_cumsum(share)
     segment, starts = segment_offsets(group)
     before = (cumulative[starts] - share[starts])[segment]
     bucket = torch.floor((cumulative - before) * 2).long()

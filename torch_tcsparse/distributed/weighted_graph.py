@@ -2,7 +2,9 @@
 integer weights per node (one entry per balance constraint), on any device.
 
 Integer weights keep every sum exact and independent of the order in which a GPU's atomics add
-them, so a partition does not change from run to run. Passes over the edges go a chunk of rows
+them, so a partition does not change from run to run. The few running sums of floating-point
+ratios (prices and shares relative to a limit) go through :func:`ordered_cumsum`, which adds
+them in the same order on every run. Passes over the edges go a chunk of rows
 at a time (:meth:`WeightedGraph.chunks`), which bounds their temporaries by the chunk, not by the
 graph's nonzeros.
 """
@@ -147,8 +149,43 @@ def grouped_order(group: Tensor, priority: Tensor) -> tuple[Tensor, Tensor, Tens
 
 def within_group(values: Tensor, segment: Tensor, starts: Tensor) -> Tensor:
     """The running sum of ``values`` (in group order) restarted at each group."""
-    cumulative = torch.cumsum(values, 0)
+    cumulative = ordered_cumsum(values)
     return cumulative - (cumulative[starts] - values[starts])[segment]
+
+
+def ordered_cumsum(values: Tensor) -> Tensor:
+    """``torch.cumsum(values, 0)``, rounded the same way on every run. On CUDA, torch.cumsum of a
+    1-D tensor is CUB's single-pass scan, whose blocks take their prefix from whichever earlier
+    blocks have finished: floating-point sums are grouped, and so rounded, differently from run
+    to run, and a rounded running sum compared with a limit decides moves. Integers add exactly
+    in any order and the CPU adds in index order, so both keep torch.cumsum; floating-point
+    values elsewhere take :func:`fixed_order_cumsum`."""
+    if values.is_floating_point() and not _adds_in_order(values.device):
+        return fixed_order_cumsum(values)
+    return torch.cumsum(values, 0)
+
+
+def _adds_in_order(device: torch.device) -> bool:
+    """Whether torch.cumsum on ``device`` groups its floating-point additions the same way on
+    every run: the CPU's adds one entry after the other."""
+    return device.type == "cpu"
+
+
+def fixed_order_cumsum(values: Tensor) -> Tensor:
+    """The running sums of ``values`` along dim 0 by Hillis and Steele's scan: in round k every
+    entry adds the entry 2**k before it, in ceil(log2 n) rounds of elementwise adds, so every sum
+    is grouped by the entries' positions alone. Two buffers of the input's size; on a GPU the
+    rounds cost a few passes over memory, far less than the partitioner's passes over the edges."""
+    current = values.clone()
+    n = values.size(0) if values.dim() else 0
+    spare = torch.empty_like(current) if n > 1 else current
+    shift = 1
+    while shift < n:
+        spare[:shift] = current[:shift]
+        torch.add(current[shift:], current[:-shift], out=spare[shift:])
+        current, spare = spare, current
+        shift <<= 1
+    return current
 
 
 def segment_offsets(sorted_keys: Tensor) -> tuple[Tensor, Tensor]:
