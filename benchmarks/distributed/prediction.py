@@ -144,20 +144,13 @@ def predict_main(args) -> None:
                                        imbalance=args.imbalance)
             partition_s = time.perf_counter() - start
             guess = predict(part_shape(partition, rowptr, col), measured, network(args), parameter_bytes(args))
-            run = first_runs.get(count, {})
             peak, compute = emulated.get(count, ("", ""))
-            results.append({
-                "graph": graph, "gpus": count, "partition": "afresh", "calibrated_on": graph,
-                "partitioner": partition.method, "partition_s": partition_s,
-                "predicted_epoch_ms": 1000 * guess.epoch_s, "predicted_overlapped_epoch_ms": 1000 * guess.overlapped_epoch_s,
-                "predicted_speedup": float(one["epoch_ms"]) / (1000 * guess.epoch_s),
-                "predicted_compute_ms": 1000 * guess.compute_s, "predicted_exchange_ms": 1000 * guess.exchange_s,
-                "predicted_peak_gb": guess.memory_bytes / 2**30, "halo_rows": guess.halo_rows,
-                "measured_epoch_ms": run.get("epoch_ms", ""), "measured_overlapped_epoch_ms": run.get("overlapped_epoch_ms", ""),
-                "measured_peak_gb": run.get("peak_gb", ""), "emulated_peak_gb": peak, "emulated_compute_ms": compute})
+            results.append(model_row(guess, one, first_runs.get(count, {}), graph=graph, gpus=count,
+                                     partition="afresh", calibrated_on=graph, partitioner=partition.method,
+                                     partition_s=partition_s) | {"emulated_peak_gb": peak, "emulated_compute_ms": compute})
             print(validation_line(results[-1]), flush=True)
         del rowptr, col
-    on_runs = [r for r in map(lambda run: on_run_partition(run, graphs, link), runs.values()) if r]
+    on_runs = [result for result in (on_run_partition(run, graphs, link) for run in runs.values()) if result]
     for result in on_runs:
         print(validation_line(result), flush=True)
     out = out_dir(args.out)
@@ -176,18 +169,25 @@ def on_run_partition(run: dict, graphs: dict[str, dict], link: float) -> dict | 
         print(f"{where}: not modelled on its own partition "
               f"({'no per-rank cut in the CSV' if shape is None else 'no one-GPU run of the same network'})")
         return None
-    network = tuple(int(run[k]) for k in NETWORK)
+    trained = argparse.Namespace(**{name: int(run[name]) for name in NETWORK})
     run_link = float(run["link_gbps"]) * 1e9 if run.get("link_gbps") else link
-    guess = predict(shape, measured_of(one, run_link), network,
-                    parameter_bytes(argparse.Namespace(**dict(zip(NETWORK, network)))))
-    return {"graph": run["graph"], "gpus": int(run["gpus"]), "partition": "run", "calibrated_on": one["graph"],
-            "partitioner": run["partitioner"], "partition_s": float(run["partition_s"]),
-            "predicted_epoch_ms": 1000 * guess.epoch_s, "predicted_overlapped_epoch_ms": 1000 * guess.overlapped_epoch_s,
-            "predicted_speedup": float(one["epoch_ms"]) / (1000 * guess.epoch_s) if one["graph"] == run["graph"] else "",
-            "predicted_compute_ms": 1000 * guess.compute_s, "predicted_exchange_ms": 1000 * guess.exchange_s,
-            "predicted_peak_gb": guess.memory_bytes / 2**30, "halo_rows": guess.halo_rows,
-            "measured_epoch_ms": run["epoch_ms"], "measured_overlapped_epoch_ms": run.get("overlapped_epoch_ms", ""),
-            "measured_peak_gb": run["peak_gb"], "emulated_peak_gb": "", "emulated_compute_ms": ""}
+    guess = predict(shape, measured_of(one, run_link), network(trained), parameter_bytes(trained))
+    return model_row(guess, one, run, graph=run["graph"], gpus=int(run["gpus"]), partition="run",
+                     calibrated_on=one["graph"], partitioner=run["partitioner"], partition_s=float(run["partition_s"]))
+
+
+def model_row(guess, one: dict, run: dict, **identity) -> dict:
+    """A row of distributed_model.csv: ``identity`` (graph, gpus, partition, calibrated_on,
+    partitioner, partition_s), the model's figures (a speed-up where ``one``, the one-GPU row it
+    scaled from, is the graph's own) and the run's where measured."""
+    speedup = float(one["epoch_ms"]) / (1000 * guess.epoch_s) if one["graph"] == identity["graph"] else ""
+    return identity | {
+        "predicted_epoch_ms": 1000 * guess.epoch_s, "predicted_overlapped_epoch_ms": 1000 * guess.overlapped_epoch_s,
+        "predicted_speedup": speedup, "predicted_compute_ms": 1000 * guess.compute_s,
+        "predicted_exchange_ms": 1000 * guess.exchange_s, "predicted_peak_gb": guess.memory_bytes / 2**30,
+        "halo_rows": guess.halo_rows, "measured_epoch_ms": run.get("epoch_ms", ""),
+        "measured_overlapped_epoch_ms": run.get("overlapped_epoch_ms", ""), "measured_peak_gb": run.get("peak_gb", ""),
+        "emulated_peak_gb": "", "emulated_compute_ms": ""}
 
 
 def _row_weights(one: dict) -> tuple[int, ...]:
