@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from . import dropout_kernel
 from .checks import check_index, check_int
 from .hashing import MASK as _MASK
 from .hashing import hash_ids
@@ -45,13 +46,17 @@ def _mask(x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
     at 256 channels would otherwise need a second hash of every entry, doubling the mask's time)."""
     channels = x.size(1)
     threshold = int(p * (1 << 32))
-    channel = torch.arange(channels, device=x.device)
     mask = torch.empty(x.shape, dtype=torch.bool, device=x.device)
     step = max(1, _CHUNK_ELEMENTS // max(channels, 1))
+    in_kernel = dropout_kernel.available(x.device)
+    channel = None if in_kernel else torch.arange(channels, device=x.device)
     for start in range(0, x.size(0), step):
         node_words = hash_ids(nodes[start: start + step].to(device=x.device, dtype=torch.int64), seed)
-        words = _mix(node_words.unsqueeze(1).add(channel).bitwise_and_(_MASK))
-        mask[start: start + step] = words >= threshold
+        if in_kernel:
+            dropout_kernel.keep_mask(node_words, channels, threshold, mask[start: start + step])
+        else:
+            words = _mix(node_words.unsqueeze(1).add(channel).bitwise_and_(_MASK))
+            mask[start: start + step] = words >= threshold
     return mask
 
 
