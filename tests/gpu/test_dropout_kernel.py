@@ -28,7 +28,9 @@ def test_node_dropout_on_the_gpu_drops_what_the_cpu_drops():
     for relu in (False, True):
         on_cpu = node_dropout(x, nodes, 0.4, 5, relu=relu)
         on_gpu = node_dropout(x.cuda(), nodes.cuda(), 0.4, 5, relu=relu).cpu()
-        assert torch.equal(on_gpu, on_cpu)
+        # The same entries dropped; the kept ones scaled alike up to the devices' division.
+        assert torch.equal(on_gpu != 0, on_cpu != 0)
+        torch.testing.assert_close(on_gpu, on_cpu, rtol=1e-15, atol=0)
 
 
 def test_keep_mask_checks_its_output():
