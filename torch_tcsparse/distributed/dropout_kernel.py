@@ -86,14 +86,15 @@ if triton is not None:
         offsets = row[:, None].to(tl.int64) * channels + channel[None, :]
         return offsets, inside, key >= threshold.to(tl.uint32)
 
-    @triton.jit
+    # A threshold of 1 would otherwise become a compile-time constant, which has no .to().
+    @triton.jit(do_not_specialize=["threshold"])
     def _keep_mask(words_ptr, out_ptr, rows, channels, threshold, first_multiplier, second_multiplier,
                    BLOCK_ROWS: tl.constexpr, BLOCK_CHANNELS: tl.constexpr):
         offsets, inside, keep = _kept(words_ptr, rows, channels, threshold, first_multiplier, second_multiplier,
                                       BLOCK_ROWS, BLOCK_CHANNELS)
         tl.store(out_ptr + offsets, keep, mask=inside)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["threshold"])
     def _relu_dropout(x_ptr, words_ptr, scale_ptr, out_ptr, kept_ptr, rows, channels, threshold, first_multiplier,
                       second_multiplier, BLOCK_ROWS: tl.constexpr, BLOCK_CHANNELS: tl.constexpr):
         offsets, inside, keep = _kept(words_ptr, rows, channels, threshold, first_multiplier, second_multiplier,
