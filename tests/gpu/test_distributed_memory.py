@@ -10,7 +10,7 @@ import torch
 from benchmarks.distributed.emulation import rank_rows
 from benchmarks.distributed.graph import node_features, node_labels, rmat_block
 from benchmarks.distributed.training import epochs, make_model
-from torch_tcsparse.distributed import EmulatedPeers, gcn_part, partition_rows
+from torch_tcsparse.distributed import EmulatedPeers, dropout_kernel, gcn_part, partition_rows
 from torch_tcsparse.distributed.memory import gcn_epoch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -68,7 +68,8 @@ def test_epoch_peak_is_the_model(parts):
         epochs(model, x, y, part, nodes, ARGS, device, parts)
         peak = torch.cuda.max_memory_allocated() - before
         predicted = gcn_epoch(part.num_own, part.num_halo, sum(part.send_counts), ARGS.features, ARGS.hidden,
-                              ARGS.classes, ARGS.layers, emulated=True)
+                              ARGS.classes, ARGS.layers, emulated=True,
+                              mask_kernel=dropout_kernel.available(device))
         persistent = sum(t.size for t in predicted.terms if t.name.startswith(PERSISTENT))
         measured = peak + persistent
         assert abs(measured - predicted.peak) <= TOLERANCE * predicted.peak, (

@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from . import dropout_kernel
 from .checks import check_index, check_int
 from .hashing import MASK as _MASK
 from .hashing import hash_ids
@@ -43,32 +44,62 @@ def _mask(x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
     with the seed (both halves of an id of any size), and an entry's draw is one more hash of
     its node's word plus its channel: one hash per entry whatever the ids' size (ids beyond 2**24
     at 256 channels would otherwise need a second hash of every entry, doubling the mask's time)."""
-    channels = x.size(1)
     threshold = int(p * (1 << 32))
-    channel = torch.arange(channels, device=x.device)
     mask = torch.empty(x.shape, dtype=torch.bool, device=x.device)
-    step = max(1, _CHUNK_ELEMENTS // max(channels, 1))
-    for start in range(0, x.size(0), step):
-        node_words = hash_ids(nodes[start: start + step].to(device=x.device, dtype=torch.int64), seed)
-        words = _mix(node_words.unsqueeze(1).add(channel).bitwise_and_(_MASK))
-        mask[start: start + step] = words >= threshold
+    in_kernel = dropout_kernel.available(x.device)
+    channel = None if in_kernel else torch.arange(x.size(1), device=x.device)
+    for rows, node_words in _chunks(x, nodes, seed):
+        if in_kernel:
+            dropout_kernel.keep_mask(node_words, threshold, mask[rows])
+        else:
+            words = _mix(node_words.unsqueeze(1).add(channel).bitwise_and_(_MASK))
+            mask[rows] = words >= threshold
     return mask
+
+
+def _chunks(x: Tensor, nodes: Tensor, seed: int):
+    """Each chunk of ``x``'s rows (a slice) with its nodes' words, so that the int64 words of the
+    torch form stay a few hundred MB."""
+    step = max(1, _CHUNK_ELEMENTS // max(x.size(1), 1))
+    for start in range(0, x.size(0), step):
+        rows = slice(start, start + step)
+        yield rows, hash_ids(nodes[rows].to(device=x.device, dtype=torch.int64), seed)
+
+
+def _relu_dropout_in_kernel(x: Tensor, nodes: Tensor, p: float, seed: int) -> tuple[Tensor, Tensor]:
+    """``relu(x) * mask / (1 - p)`` and its nonzero flags from ``dropout_kernel``, with the numbers
+    of the torch operations on the GPU (which divide by a scalar as a product by its reciprocal,
+    in float32 for 16-bit inputs)."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    kept = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    scale = torch.tensor(1.0 - p, dtype=compute).reciprocal().to(x.device)
+    threshold = int(p * (1 << 32))
+    for rows, node_words in _chunks(x, nodes, seed):
+        dropout_kernel.relu_dropout(x[rows], node_words, threshold, scale, out[rows], kept[rows])
+    return out, kept
 
 
 class _ReluDropout(torch.autograd.Function):
     """``relu(x) * mask / (1 - p)``, the operations of ``F.relu`` and ``node_dropout`` in their
-    order. The gradient is ``grad / (1 - p)`` where the output is nonzero, else zero: only that
-    bool is saved, where the three operations apart keep the ReLU's output, the mask and (in the
-    next layer) the output. The rounding is theirs; only the sign of some zero gradients may differ."""
+    order (on a GPU in one kernel). The gradient is ``grad / (1 - p)`` where the output is
+    nonzero, else zero: only that bool is saved, where the three operations apart keep the
+    ReLU's output, the mask and (in the next layer) the output. The rounding is theirs; only the
+    sign of some zero gradients may differ."""
 
     @staticmethod
     def forward(ctx, x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
-        out = torch.relu(x)
-        mask = _mask(x, nodes, p, seed)
-        out.mul_(mask).div_(1.0 - p)
-        del mask
+        if dropout_kernel.available(x.device):
+            out, kept = _relu_dropout_in_kernel(x, nodes, p, seed)
+        else:
+            out = torch.relu(x)
+            mask = _mask(x, nodes, p, seed)
+            out.mul_(mask).div_(1.0 - p)
+            del mask
+            kept = out != 0
         ctx.p = p
-        ctx.save_for_backward(out != 0)
+        ctx.save_for_backward(kept)
         return out
 
     @staticmethod

@@ -72,12 +72,14 @@ def _parameter_sizes(sizes: list[int]) -> list[tuple[int, int]]:
 
 
 def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int, classes: int, layers: int,
-              element_size: int = 4, emulated: bool = False) -> EpochMemory:
+              element_size: int = 4, emulated: bool = False, mask_kernel: bool = True) -> EpochMemory:
     """The peak of one training epoch (after the first) of a rank with ``rows`` own rows,
     ``halo_in`` halo rows received and ``halo_out`` rows sent, for the GCN of
     ``features -> hidden x (layers - 1) -> classes`` with dropout (p > 0) and without batch
     normalization; ``emulated``: the exchange of ``EmulatedPeers``, which gathers
-    the rows it receives from those it sends through one int64 position per row."""
+    the rows it receives from those it sends through one int64 position per row;
+    ``mask_kernel``: ReLU and dropout in one kernel (``dropout_kernel``), as on GPUs; off for a
+    run on the CPU."""
     for name, value in (("rows", rows), ("halo_in", halo_in), ("halo_out", halo_out)):
         check_int(name, value, 0, None)
     for name, value in (("features", features), ("hidden", hidden), ("classes", classes), ("layers", layers)):
@@ -134,14 +136,22 @@ def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int
         # ReLU and dropout in one step (node_dropout(relu=True)).
         tape.alloc(f"activation {layer}", rows, b, e)
         chunk_rows = min(rows, max(1, _CHUNK_ELEMENTS // b))
-        tape.alloc(f"dropout mask {layer}", rows, b, _BOOL)
-        # The mask's hash, one chunk of rows at a time: the nodes' words, the entries' int64
-        # words and a shifted copy.
-        tape.alloc(f"mask channels {layer}", 1, b, _INDEX)
-        tape.alloc(f"mask node words {layer}", chunk_rows, 1, _INDEX)
-        tape.alloc(f"mask hash {layer}", chunk_rows, b, 2 * _INDEX)
-        tape.free(f"mask hash {layer}", f"mask node words {layer}", f"mask channels {layer}", f"dropout mask {layer}")
-        tape.alloc(f"kept {layer}", rows, b, _BOOL)
+        if mask_kernel:
+            # One kernel writes the activation and its nonzero flags, a chunk of rows at a time
+            # from the nodes' words (and a shifted copy while they are hashed).
+            tape.alloc(f"kept {layer}", rows, b, _BOOL)
+            tape.alloc(f"mask node words {layer}", chunk_rows, 1, 2 * _INDEX)
+            tape.free(f"mask node words {layer}")
+        else:
+            tape.alloc(f"dropout mask {layer}", rows, b, _BOOL)
+            # The mask's hash, one chunk of rows at a time: the nodes' words, the entries' int64
+            # words and a shifted copy.
+            tape.alloc(f"mask channels {layer}", 1, b, _INDEX)
+            tape.alloc(f"mask node words {layer}", chunk_rows, 1, _INDEX)
+            tape.alloc(f"mask hash {layer}", chunk_rows, b, 2 * _INDEX)
+            tape.free(f"mask hash {layer}", f"mask node words {layer}", f"mask channels {layer}",
+                      f"dropout mask {layer}")
+            tape.alloc(f"kept {layer}", rows, b, _BOOL)
         tape.free(f"output {layer}")
         current = f"activation {layer}"
     last = len(sizes) - 2

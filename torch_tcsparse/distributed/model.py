@@ -150,10 +150,11 @@ class Prediction:
 
 
 def predict_ranks(shape: PartShape, measured: Measured, network: tuple[int, int, int, int], element_size: int = 4,
-                  emulated: bool = False) -> RankPrediction:
+                  emulated: bool = False, mask_kernel: bool = True) -> RankPrediction:
     """Every rank's compute, exchange and memory for the part shapes ``shape``; ``network``:
     the GCN's (features, hidden, classes, layers); ``emulated``: the ranks run through
-    ``EmulatedPeers`` (their receives gather from the rows sent)."""
+    ``EmulatedPeers`` (their receives gather from the rows sent); ``mask_kernel``: dropout's
+    mask drawn in one kernel, as on GPUs (``dropout_kernel``)."""
     widths = product_widths(*network)
     nnz_share = shape.nnz.double() / measured.nnz
     row_share = shape.rows.double() / measured.nodes
@@ -165,7 +166,7 @@ def predict_ranks(shape: PartShape, measured: Measured, network: tuple[int, int,
         exchange = exchange + exchanges * measured.latency_s
     memory = graph_bytes(shape, measured) + torch.tensor(
         [float(gcn_epoch(int(rows), int(halo_in), int(halo_out), *network, element_size=element_size,
-                         emulated=emulated).peak)
+                         emulated=emulated, mask_kernel=mask_kernel).peak)
          for rows, halo_in, halo_out in zip(shape.rows, shape.halo_in, shape.halo_out)], dtype=torch.float64)
     interior = measured.sparse_s * (shape.nnz - shape.cut).double() / measured.nnz
     return RankPrediction(compute, exchange, interior, memory)
