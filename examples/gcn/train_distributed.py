@@ -141,17 +141,19 @@ def evaluate(model, block, x, y, part, nodes, masks, device, evaluator=None) -> 
 
 def place(block, device, method: str, seed: int, row_weight: int) -> dict:
     """Partitions the blocks (every rank calls it) and moves this rank's share of rows,
-    features, labels and splits to it, on ``device``; columns in partition positions."""
-    part_of_rows = partition_blocks(block.rowptr, block.col, block.bounds, method=method, seed=seed,
-                                    row_weight=row_weight)
+    features, labels and splits to it, on ``device``; columns in partition positions. The
+    block goes to ``device`` first: the partitioner's and the moves' collectives run there
+    (NCCL carries only GPU tensors)."""
+    rowptr, col = block.rowptr.to(device), block.col.to(device)
+    part_of_rows = partition_blocks(rowptr, col, block.bounds, method=method, seed=seed, row_weight=row_weight)
     placement = Placement(part_of_rows, block.bounds)
-    rowptr, col, _ = placement.move_csr(block.rowptr, block.col)
+    rowptr, col, _ = placement.move_csr(rowptr, col)
     rank = dist.get_rank()
     first, end = placement.bounds[rank], placement.bounds[rank + 1]
-    nodes = placement.move(torch.arange(block.bounds[rank], block.bounds[rank + 1]))
-    return {"rowptr": rowptr.to(device), "col": col.to(device), "bounds": placement.bounds,
-            "nodes": nodes.to(device), "x": placement.move(block.x).to(device), "y": placement.move(block.y).to(device),
-            "masks": {name: placement.move(mask).to(device) for name, mask in block.masks.items()},
+    nodes = placement.move(torch.arange(block.bounds[rank], block.bounds[rank + 1], device=device))
+    return {"rowptr": rowptr, "col": col, "bounds": placement.bounds, "nodes": nodes,
+            "x": placement.move(block.x.to(device)), "y": placement.move(block.y.to(device)),
+            "masks": {name: placement.move(mask.to(device)) for name, mask in block.masks.items()},
             "cut": int(((col < first) | (col >= end)).sum())}
 
 

@@ -22,7 +22,7 @@ from examples.gcn import blocks, train, train_distributed  # noqa: E402
 from graph_data import ogb_format  # noqa: E402
 from torch_tcsparse.distributed import block_bounds  # noqa: E402
 
-SMALL_RUN = ["--device", "cpu", "--epochs", "3", "--hidden", "16", "--eval-steps", "1", "--quiet"]
+SMALL_RUN = ["--epochs", "3", "--hidden", "16", "--eval-steps", "1", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -91,16 +91,16 @@ def refuse_whole_task(args):
     raise AssertionError(f"training from blocks loaded the whole task ({args.dataset})")
 
 
-def train_both_ways(runs, summaries_path) -> None:
+def train_both_ways(runs, summaries_path, device_type: str = "cpu") -> None:
     """Every run on this rank from its dataset, then from its export with the loader refused."""
-    device = torch.device("cpu")
+    device = torch.device(device_type, dist.get_rank()) if device_type == "cuda" else torch.device(device_type)
     summaries = {}
     for route in ("dataset", "blocks"):
         if route == "blocks":
             train.load_task = refuse_whole_task
         for name, dataset, export in runs:
             flags = ["--dataset", dataset] if route == "dataset" else ["--blocks", export]
-            args = train_distributed.parse_args(flags + SMALL_RUN)
+            args = train_distributed.parse_args(flags + SMALL_RUN + ["--device", device_type])
             config, dataset_name = train_distributed.training_config(args)
             summaries[name, route] = train_distributed.train(args, config, dataset_name, device)
     if dist.get_rank() == 0:
@@ -120,6 +120,21 @@ def test_training_from_blocks_matches_the_dataset(synthetic_export, binary_folde
         assert from_blocks == from_dataset, name
     # ROC-AUC is scored by ogb's evaluator, rebuilt from the export alone.
     assert 0.0 <= summaries["binary", "blocks"]["best"]["valid"] <= 1.0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_training_from_blocks_on_gpus(synthetic_export, tmp_path):
+    """Under NCCL the partitioner's and the moves' collectives carry GPU tensors: both routes
+    place the rows alike and train to the same losses (up to the GPU's order of sums)."""
+    runs = [("synthetic", "synthetic", str(synthetic_export))]
+    processes.run(2, train_both_ways, runs, tmp_path / "summaries.pt", "cuda", backend="nccl")
+    summaries = torch.load(tmp_path / "summaries.pt")
+    from_dataset, from_blocks = summaries["synthetic", "dataset"], summaries["synthetic", "blocks"]
+    for key in ("processes", "halo_rows", "cut_nonzeros"):
+        assert from_blocks[key] == from_dataset[key], key
+    torch.testing.assert_close(torch.tensor(from_blocks["losses"]), torch.tensor(from_dataset["losses"]),
+                               rtol=1e-5, atol=0)
+    assert all(0.0 < loss < 10.0 for loss in from_blocks["losses"])
 
 
 def rewrite(folder: Path, name: str, change) -> None:

@@ -105,7 +105,9 @@ class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         (kept,) = ctx.saved_tensors
-        return (grad / (1.0 - ctx.p)).mul_(kept), None, None, None
+        # The mask first, then the scale, as the forward: a scale that overflows a 16-bit dtype
+        # (p near 1) gives dropped entries 0, never inf * 0.
+        return grad.mul(kept).div_(1.0 - ctx.p), None, None, None
 
 
 class _AllReduceSum(torch.autograd.Function):

@@ -12,6 +12,7 @@ on the rows.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .checks import check_int
@@ -72,14 +73,17 @@ def _parameter_sizes(sizes: list[int]) -> list[tuple[int, int]]:
 
 
 def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int, classes: int, layers: int,
-              element_size: int = 4, emulated: bool = False, mask_kernel: bool = True) -> EpochMemory:
+              element_size: int = 4, emulated: bool = False, mask_kernel: bool = True,
+              bias_workspace: Callable[[int], int] | None = None) -> EpochMemory:
     """The peak of one training epoch (after the first) of a rank with ``rows`` own rows,
     ``halo_in`` halo rows received and ``halo_out`` rows sent, for the GCN of
     ``features -> hidden x (layers - 1) -> classes`` with dropout (p > 0) and without batch
     normalization; ``emulated``: the exchange of ``EmulatedPeers``, which gathers
     the rows it receives from those it sends through one int64 position per row;
     ``mask_kernel``: ReLU and dropout in one kernel (``dropout_kernel``), as on GPUs; off for a
-    run on the CPU."""
+    run on the CPU. ``bias_workspace(width)``: the bytes that summing the rows' gradient of that
+    width into a bias's gradient stages beyond its result (torch's GPU reductions: tens of MB at
+    most, whatever the rows; not counted where not given)."""
     for name, value in (("rows", rows), ("halo_in", halo_in), ("halo_out", halo_out)):
         check_int(name, value, 0, None)
     for name, value in (("features", features), ("hidden", hidden), ("classes", classes), ("layers", layers)):
@@ -168,6 +172,9 @@ def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int
         a, b = sizes[layer], sizes[layer + 1]
         first = layer == 0
         tape.alloc(f"bias gradient {layer}", 1, b, e)
+        if bias_workspace is not None:
+            tape.alloc(f"bias gradient workspace {layer}", 1, bias_workspace(b), 1)
+            tape.free(f"bias gradient workspace {layer}")
         if a < b:
             # Linear's backward: the weight's gradient from the saved product; the input's
             # gradient only where the input needs one (not the features).
