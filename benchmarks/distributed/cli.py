@@ -77,12 +77,13 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=None)
     parser.add_argument("--predict", default=None,
                         help="a distributed.csv to model, or a comma list of them (no torchrun)")
-    parser.add_argument("--parts", default="2,4,8,16,32,64,128,256", help="with --predict: the GPU counts")
+    parser.add_argument("--parts", default="2,4,8,16,32,64,128,256",
+                        help="with --predict: the GPU counts to partition afresh ('none': only the runs' own partitions)")
     parser.add_argument("--link-gbps", type=float, default=None,
                         help="with --predict: GB/s one GPU sends in an all-to-all (default: the measured one)")
     args = parser.parse_args(argv)
     args.scales = _ints(args.scales, "--scales")
-    args.parts = _ints(args.parts, "--parts")
+    args.parts = [] if args.parts == "none" else _ints(args.parts, "--parts")
     args.emulate = None if args.emulate is None else _ints(args.emulate, "--emulate")
     args.configs = args.configs.split(",")
     unknown = [c for c in args.configs if c not in CONFIGS]

@@ -92,6 +92,11 @@ def test_predict_checks_every_run_on_its_own_partition(tmp_path):
     assert float(results[1]["measured_epoch_ms"]) == 3.0
     table = (tmp_path / "model" / "distributed_model.md").read_text()
     assert "| rmat9 | 2 | rmat8 |" in table and "rmat10" not in table
+    # Only the runs' own partitions: no graph generated, the same row for the run.
+    benchmark.main(["--predict", f"{tmp_path / 'one' / 'distributed.csv'},{tmp_path / 'runs' / 'distributed.csv'}",
+                    "--parts", "none", "--out", str(tmp_path / "runs_only")])
+    with open(tmp_path / "runs_only" / "distributed_model.csv", newline="") as handle:
+        assert list(csv.DictReader(handle)) == results[1:]
 
 
 def test_errors_under_torchrun_are_one_line(tmp_path):
