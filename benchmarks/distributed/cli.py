@@ -17,7 +17,7 @@ from torch_tcsparse.distributed.placement import CLUSTER_METHODS, GATHERS
 from . import emulation, prediction, ranks, rebalance, single
 from .errors import fail
 from .progress import Progress
-from .training import CONFIGS, partition_weights
+from .training import CONFIGS, imbalances_for, partition_weights
 
 FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "row_weight", "config", "overlap", "halo_bits",
           "status", "losses", "epoch_ms", "compute_ms", "exchange_ms", "exchange_ms_per_rank", "halo_rows",
@@ -56,9 +56,12 @@ def parse_args(argv=None):
     parser.add_argument("--row-weight", default=None,
                         help="a row's weight beside its nonzeros, or a comma list of them (one balanced constraint "
                              "each; default: the one-GPU run's time and memory per row in nonzeros)")
-    parser.add_argument("--imbalance", type=float, default=0.03,
-                        help="how far above its share of each row weight a part may be (every rank waits for the "
-                             "slowest at each exchange)")
+    parser.add_argument("--imbalance", default="0.03,0.1",
+                        help="how far above its share of each row weight a part may be, a comma list (the last "
+                             "repeated for later weights): 3%% of time (every rank waits for the slowest at each "
+                             "exchange), 10%% of memory (which only has to fit: held to 3%% as well, the two "
+                             "weights hold rows and nonzeros each near half, which on graphs with hubs cuts many "
+                             "times more nonzeros)")
     parser.add_argument("--rebalance", action="store_true",
                         help="partition again with the time weight per row fitted to the first partition's ranks")
     parser.add_argument("--configs", default="plain,overlap,overlap-bf16,plain-bf16",
@@ -100,8 +103,12 @@ def parse_args(argv=None):
         if any(w < 0 for w in weights):
             fail(f"--row-weight entries must be at least 0, got {args.row_weight!r}")
         args.row_weight = weights
-    if not 0 < args.imbalance < 1:
-        fail(f"--imbalance must be in (0, 1), got {args.imbalance}")
+    try:
+        args.imbalance = tuple(float(v) for v in args.imbalance.split(","))
+    except ValueError:
+        fail(f"--imbalance takes a float or a comma list of floats, got {args.imbalance!r}")
+    if not all(0 < v < 1 for v in args.imbalance):
+        fail(f"--imbalance entries must be in (0, 1), got {args.imbalance}")
     if args.link_gbps is not None and args.link_gbps <= 0:
         fail(f"--link-gbps must be positive, got {args.link_gbps}")
     if args.rebalance and args.emulate is not None:
@@ -124,6 +131,7 @@ def set_row_weight(args, single_row: dict | None) -> None:
     else:
         weights = args.current_row_weight if hasattr(args, "current_row_weight") else (0,)
     args.current_row_weight = partition_weights(args.partitioner, tuple(weights))
+    args.current_imbalance = imbalances_for(args.imbalance, args.current_row_weight)
     args.current_row_weight_text = ";".join(str(w) for w in args.current_row_weight)
 
 

@@ -36,7 +36,7 @@ def partition_on_device(args, rowptr, col, parts: int, device) -> tuple[NodePart
     start = time.perf_counter()
     index = torch.int32 if args.num_nodes <= torch.iinfo(torch.int32).max else torch.int64
     partition = partition_rows(rowptr.to(device), col.to(device, index), parts, args.partitioner,
-                               row_weight=args.current_row_weight, imbalance=args.imbalance)
+                               row_weight=args.current_row_weight, imbalance=args.current_imbalance)
     synchronize(device)
     return partition, time.perf_counter() - start, peak_gb(device)
 

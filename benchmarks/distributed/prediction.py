@@ -20,7 +20,7 @@ from torch_tcsparse.distributed.model import Measured, PartShape, part_shape, pr
 
 from .errors import fail
 from .graph import rmat_block
-from .training import network, parameter_bytes, partition_weights
+from .training import imbalances_for, network, parameter_bytes, partition_weights
 
 EMULATED_CSV = "distributed_emulated.csv"
 NETWORK = ("features", "hidden", "classes", "layers")
@@ -142,7 +142,7 @@ def predict_main(args) -> None:
         for count in args.parts:
             start = time.perf_counter()
             partition = partition_rows(rowptr, col, count, args.partitioner, row_weight=row_weight,
-                                       imbalance=args.imbalance)
+                                       imbalance=imbalances_for(args.imbalance, row_weight))
             partition_s = time.perf_counter() - start
             guess = predict(part_shape(partition, rowptr, col), measured, network(args), parameter_bytes(args))
             peak, compute = emulated.get(count, ("", ""))

@@ -64,7 +64,7 @@ def build_parts(args, device, progress) -> dict:
                        lambda: rmat_block(args.scale, args.edge_factor, block[rank], block[rank + 1], device))
     part_of_rows = step("partition", "partitioned",
                         lambda: partition_blocks(rowptr, col, block, method=args.partitioner,
-                                                 row_weight=args.current_row_weight, imbalance=args.imbalance,
+                                                 row_weight=args.current_row_weight, imbalance=args.current_imbalance,
                                                  gather=args.gather))
     placement = Placement(part_of_rows, block)
     rowptr, col, _ = step("place", "rows placed", lambda: placement.move_csr(rowptr, col))

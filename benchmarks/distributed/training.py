@@ -156,6 +156,11 @@ def partition_weights(method: str, weights: tuple[int, ...]) -> tuple[int, ...]:
     return weights if method in ("auto", "multilevel") else weights[:1]
 
 
+def imbalances_for(imbalances: tuple[float, ...], weights: tuple[int, ...]) -> tuple[float, ...]:
+    """One imbalance per row weight: the i-th of ``imbalances``, its last for every later weight."""
+    return tuple(imbalances[min(index, len(imbalances) - 1)] for index in range(len(weights)))
+
+
 def network(args) -> tuple[int, int, int, int]:
     """The GCN's (features, hidden, classes, layers), as the memory model takes them."""
     return args.features, args.hidden, args.classes, args.layers

@@ -53,7 +53,7 @@ def check_blocks() -> None:
     rowptr, col = rmat()
     bounds, block_rowptr, block_col = own_block(rowptr, col)
     clusters = partition_blocks(block_rowptr, block_col, bounds, seed=1, gather="clusters")
-    part, received = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), IMBALANCE, 0, None)
+    part, received = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), (IMBALANCE,), 0, None)
     assert torch.equal(part, clusters)
     narrow = partition_blocks(block_rowptr, block_col.int(), bounds, seed=1, gather="clusters")
     assert torch.equal(narrow, clusters), "int32 columns give the parts of int64 ones"
@@ -160,7 +160,7 @@ def test_root_keeps_the_best_of_its_tries():
     rowptr = torch.zeros(num_clusters + 1, dtype=torch.long)
     torch.cumsum(torch.bincount(row, minlength=num_clusters), 0, out=rowptr[1:])
     graph = WeightedGraph(rowptr, col.int(), weights.int(), node_weight)
-    part = block_coarsening._partition_clusters(graph, num_parts, IMBALANCE, seed)
+    part = block_coarsening._partition_clusters(graph, num_parts, torch.tensor([IMBALANCE], dtype=torch.float64), seed)
     tries = block_coarsening._ROOT_TRIES
     cuts = []
     for attempt in range(tries):
@@ -185,9 +185,9 @@ def check_int64_fallback() -> None:
         return to_root(tensor, *args)
 
     block_coarsening.to_root = recording_to_root
-    narrow = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), IMBALANCE, 0, None)
+    narrow = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), (IMBALANCE,), 0, None)
     block_coarsening._INT32_MAX = 1
-    wide = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), IMBALANCE, 0, None)
+    wide = coarse_partition_blocks(block_rowptr, block_col, bounds, world, 1, (0,), (IMBALANCE,), 0, None)
     # Columns, edge weights, edges per cluster, then the clusters' weights (always int64).
     assert sent == [torch.int32] * 3 + [torch.int64] + [torch.int64] * 4, sent
     assert torch.equal(narrow[0], wide[0]) and narrow[1] == wide[1]

@@ -33,7 +33,8 @@ def check_peak(row_weight) -> None:
     tracker = MemTracker()
     tracker.track_external(rowptr, col)
     with tracker:
-        part, _ = block_coarsening.coarse_partition_blocks(rowptr, col, bounds, world, 0, row_weight, 0.03, 0, None)
+        part, _ = block_coarsening.coarse_partition_blocks(rowptr, col, bounds, world, 0, row_weight,
+                                                           (0.03,) * len(row_weight), 0, None)
     peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
     assert part.numel() == bounds[rank + 1] - bounds[rank]
     assert peak <= PEAK_PER_NONZERO * nonzeros, (rank, peak / nonzeros)

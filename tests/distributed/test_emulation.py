@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from benchmarks import distributed as benchmark
+from benchmarks.distributed import cli
 from benchmarks.distributed.graph import rmat_block, scramble
 from torch_tcsparse.distributed import EmulatedPeers
 from torch_tcsparse.distributed.model import Measured, PartShape, predict
@@ -57,6 +58,18 @@ def test_predict_without_a_run_says_what_to_run(tmp_path, capsys):
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "does not exist" in lines[0] and "--emulate" in lines[0]
+
+
+def test_imbalance_is_given_per_row_weight(capsys):
+    args = cli.parse_args(["--row-weight", "100,143,20"])
+    cli.set_row_weight(args, None)
+    assert args.current_imbalance == (0.03, 0.1, 0.1)
+    args = cli.parse_args(["--row-weight", "100", "--imbalance", "0.05"])
+    cli.set_row_weight(args, None)
+    assert args.current_imbalance == (0.05,)
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--imbalance", "0.03,1.2"])
+    assert "--imbalance entries must be in (0, 1), got (0.03, 1.2)" in capsys.readouterr().err
 
 
 def test_predict_checks_every_run_on_its_own_partition(tmp_path):

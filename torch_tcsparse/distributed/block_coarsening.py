@@ -132,7 +132,8 @@ class BlockGraph:
 
 
 def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...], num_parts: int, seed: int,
-                            row_weights: tuple[int, ...], imbalance: float, root: int, group) -> tuple[Tensor, int]:
+                            row_weights: tuple[int, ...], imbalances: tuple[float, ...], root: int,
+                            group) -> tuple[Tensor, int]:
     """(the part of each row of this rank's block, the coarse edges the root received; 0 on the
     other ranks). Arguments as ``placement.partition_blocks`` checked them."""
     rank = dist.get_rank(group)
@@ -142,6 +143,7 @@ def coarse_partition_blocks(rowptr: Tensor, col: Tensor, bounds: tuple[int, ...]
     node_weight = torch.stack([degree + 1 + weight for weight in row_weights], 1)
     total = node_weight.sum(0)
     dist.all_reduce(total, group=group)
+    imbalance = torch.tensor(imbalances, dtype=torch.float64, device=device)
     block = BlockGraph(rowptr, col, bounds, rank, group, node_weight)
 
     cluster_limit = torch.clamp(torch.floor(total.double() * imbalance / num_parts), min=1).long()
@@ -282,10 +284,9 @@ def _refine_rows(part: Tensor, block: BlockGraph, node_weight: Tensor, limit: Te
     part.copy_(best_part)
 
 
-def _partition_clusters(graph: WeightedGraph, num_parts: int, imbalance: float, seed: int) -> Tensor:
+def _partition_clusters(graph: WeightedGraph, num_parts: int, imbalances: Tensor, seed: int) -> Tensor:
     """The part of every cluster of the clusters' graph: of ``_ROOT_TRIES`` runs of the multilevel
     partitioner, the one of the lowest cut (the first of them on a tie)."""
-    imbalances = torch.full((graph.node_weight.size(1),), float(imbalance), dtype=torch.float64)
     best, best_cut = None, None
     for attempt in range(_ROOT_TRIES):
         part = partition_graph(graph.rowptr, graph.col, graph.node_weight, num_parts, imbalances,

@@ -48,7 +48,8 @@ def block_bounds(num_nodes: int, world_size: int) -> tuple[int, ...]:
 
 
 def partition_blocks(rowptr: Tensor, col: Tensor, bounds, num_parts: int | None = None, method: str = "auto",
-                     seed: int = 0, row_weight: int | tuple[int, ...] = 0, imbalance: float = 0.03, root: int = 0,
+                     seed: int = 0, row_weight: int | tuple[int, ...] = 0,
+                     imbalance: float | tuple[float, ...] = 0.03, root: int = 0,
                      group=None, gather: str = "auto") -> Tensor:
     """The part of each row of this rank's block (a collective call). ``rowptr``/``col``: the
     block's rows (``bounds[rank]:bounds[rank + 1]`` of the original ids) with columns in
@@ -70,8 +71,9 @@ def partition_blocks(rowptr: Tensor, col: Tensor, bounds, num_parts: int | None 
     if gather == "clusters":
         if method not in CLUSTER_METHODS:
             raise ValueError(f"gather='clusters' partitions with the multilevel method, got method={method!r}")
-        return coarse_partition_blocks(rowptr, col, bounds, num_parts, check_int("seed", seed, 0, None),
-                                       check_row_weights(row_weight), check_imbalance(imbalance), root, group)[0]
+        row_weights = check_row_weights(row_weight)
+        return coarse_partition_blocks(rowptr, col, bounds, num_parts, check_int("seed", seed, 0, None), row_weights,
+                                       check_imbalance(imbalance, len(row_weights)), root, group)[0]
     device = rowptr.device
     lengths = rowptr.diff()
     columns = col.to(torch.int32 if bounds[-1] <= torch.iinfo(torch.int32).max else torch.int64)
