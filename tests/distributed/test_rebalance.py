@@ -2,7 +2,7 @@
 import pytest
 
 from benchmarks import distributed as benchmark
-from benchmarks.distributed.rebalance import fitted_time_weight, rank_compute_ms
+from benchmarks.distributed.rebalance import fitted_time_weight
 
 
 def test_fit_recovers_the_ranks_costs():
@@ -15,11 +15,6 @@ def test_fit_recovers_the_ranks_costs():
 def test_fit_declines_what_the_ranks_cannot_tell():
     assert fitted_time_weight([10, 20], [1, 2], [5.0, 10.0]) is None, "rows proportional to nonzeros"
     assert fitted_time_weight([100, 10], [1, 2], [1.0, 5.0]) is None, "a negative cost per nonzero"
-
-
-def test_rank_compute_is_the_epoch_less_its_own_exchange():
-    row = {"compute_ms": 55.0, "exchange_ms": 7.0, "exchange_ms_per_rank": "7.00;2.50"}
-    assert rank_compute_ms(row) == pytest.approx([55.0, 59.5])
 
 
 def test_rebalance_needs_ranks(capsys):

@@ -138,11 +138,13 @@ class GraphPart:
         """The same part with values cast to ``dtype``."""
         return self._replaced(self.interior.to(dtype), self.boundary.to(dtype))
 
-    def exchanging(self, overlap: bool, halo_dtype) -> "GraphPart":
+    def exchanging(self, overlap: bool, halo_dtype, peers=None) -> "GraphPart":
         """The same part (shared blocks) with another exchange: ``overlap`` and ``halo_dtype``
-        as ``from_rows`` takes them."""
+        as ``from_rows`` takes them; ``peers``, where given, in place of the part's own (an
+        ``EmulatedPeers``: the rank alone, its epochs waiting for no other rank)."""
         return GraphPart(self.interior, self.boundary, self.halo, self.send_index, self.send_counts, self.recv_counts,
-                         self.bounds, self.rank, self.peers, overlap, halo_dtype, (self.interior_t, self.boundary_t))
+                         self.bounds, self.rank, self.peers if peers is None else peers, overlap, halo_dtype,
+                         (self.interior_t, self.boundary_t))
 
     def _replaced(self, interior: TCSparseTensor, boundary: TCSparseTensor) -> "GraphPart":
         return GraphPart(interior, boundary, self.halo, self.send_index, self.send_counts, self.recv_counts,
