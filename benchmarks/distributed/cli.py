@@ -56,10 +56,10 @@ def parse_args(argv=None):
     parser.add_argument("--row-weight", default=None,
                         help="a row's weight beside its nonzeros, or a comma list of them (one balanced constraint "
                              "each; default: the one-GPU run's time and memory per row in nonzeros)")
-    parser.add_argument("--imbalance", default="0.03,0.1",
+    parser.add_argument("--imbalance", default="0.03,0.05",
                         help="how far above its share of each row weight a part may be, a comma list (the last "
                              "repeated for later weights): 3%% of time (every rank waits for the slowest at each "
-                             "exchange), 10%% of memory (which only has to fit: held to 3%% as well, the two "
+                             "exchange), 5%% of memory (which only has to fit: held to 3%% as well, the two "
                              "weights hold rows and nonzeros each near half, which on graphs with hubs cuts many "
                              "times more nonzeros)")
     parser.add_argument("--rebalance", action="store_true",
