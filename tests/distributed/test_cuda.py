@@ -1,5 +1,6 @@
 """The partitioner and the single-GPU rank emulation on a GPU (skipped without CUDA), and the
-clusters route of ``partition_blocks`` across two GPUs under NCCL (skipped with fewer)."""
+clusters route of ``partition_blocks`` and the benchmark's ``--rebalance`` across two GPUs
+under NCCL (skipped with fewer)."""
 import csv
 
 import pytest
@@ -69,3 +70,21 @@ def check_clusters_on_gpus() -> None:
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (NCCL puts one rank on each)")
 def test_clusters_route_on_two_gpus():
     processes.run(2, check_clusters_on_gpus, backend="nccl")
+
+
+def check_benchmark_on_gpus(out) -> None:
+    device = torch.device("cuda", torch.cuda.current_device())
+    benchmark.measure(benchmark.parse_args(["--scales", "12", "--epochs", "1", "--features", "16", "--hidden", "32",
+                                            "--configs", "plain", "--link-mb", "1", "--rebalance", "--out", str(out)]),
+                      device)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (NCCL puts one rank on each)")
+def test_benchmark_rebalances_on_two_gpus(tmp_path):
+    """Each rank times its epoch alone (no collective), the time weight is fitted and the graph
+    partitioned again: a one-GPU row and a two-GPU row, which keeps the one-GPU memory weight."""
+    processes.run(2, check_benchmark_on_gpus, tmp_path, backend="nccl")
+    with open(tmp_path / "distributed.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["gpus"] for r in rows] == ["1", "2"] and all(r["status"] == "ok" for r in rows)
+    assert rows[1]["row_weight"].split(";")[1:] == rows[0]["row_weight"].split(";")[1:]
