@@ -5,10 +5,10 @@ short rows costs more per nonzero than a part of hubs, whose repeated columns st
 partition balanced on the one-GPU weights leaves the rank of short rows last at every exchange.
 Each rank times its epoch alone (its exchange replaced by copies of its own rows, no gradient
 all-reduce): in a joint epoch a rank waits for the others inside collectives no meter sees
-(DDP's all-reduce), which made two runs of one partition split its time 113/27 and 131/5 ms
-between compute and exchange. The ranks' times are fitted as ``a * nonzeros + b * rows``; the
-time weight becomes b / a and the partition is made again. The memory weights stay the one-GPU
-run's.
+(DDP's all-reduce), so one partition's epoch split differently between compute and exchange
+from run to run (docs/DECISIONS.md). The ranks' times are fitted as ``a * nonzeros + b * rows``;
+the time weight becomes b / a and the partition is made again. The memory weights stay the
+one-GPU run's.
 """
 from __future__ import annotations
 
