@@ -4,7 +4,8 @@ valid and balanced, the cut within 1.1x of the whole-structure route's, the root
 entries than the graph holds, and wrong arguments are refused on every rank. The
 root keeps the best of its tries, the clusters' graph reaches it as int64 where int32 does not
 hold its values with the same parts, the refinement's moves of no gain make room in a full
-part, and with two row weights the cut stays within 1.3x of the whole route's."""
+part, with two row weights the cut stays within 1.3x of the whole route's, and each weight
+keeps its own imbalance."""
 import faulthandler
 
 import pytest
@@ -107,6 +108,29 @@ def check_weighted_rmat() -> None:
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_clusters_weighted_rmat(world_size):
     processes.run(world_size, check_weighted_rmat)
+
+
+def check_imbalance_per_weight() -> None:
+    """Each row weight within its own imbalance, on both routes: time (nonzeros plus 100 a row)
+    to 3%, memory (plus 143) to 5%."""
+    world = dist.get_world_size()
+    row_weight, imbalance = (100, 143), (0.03, 0.05)
+    rowptr, col = rmat()
+    bounds, block_rowptr, block_col = own_block(rowptr, col)
+    degree = rowptr.diff()
+    for gather in ("clusters", "whole"):
+        part = whole_part(partition_blocks(block_rowptr, block_col, bounds, seed=1, row_weight=row_weight,
+                                           imbalance=imbalance, gather=gather))
+        for extra, allowed in zip(row_weight, imbalance):
+            weight = torch.bincount(part, weights=(degree + 1 + extra).double(), minlength=world)
+            assert float(weight.max()) <= (1 + allowed) * float(weight.sum()) / world + 1, (gather, extra)
+    with pytest.raises(ValueError, match=r"one float per row weight \(2\)"):
+        partition_blocks(block_rowptr, block_col, bounds, row_weight=row_weight, imbalance=(0.03,), gather="clusters")
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_imbalance_per_weight(world_size):
+    processes.run(world_size, check_imbalance_per_weight)
 
 
 def check_empty_blocks_and_two_weights() -> None:
