@@ -23,8 +23,8 @@ FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "row_weight"
           "status", "losses", "epoch_ms", "compute_ms", "exchange_ms", "exchange_ms_per_rank", "halo_rows",
           "cut_nonzeros", "exchanged_width", "halo_bytes_per_epoch", "cut_x_feature_bytes", "rows_per_rank",
           "nnz_per_rank", "cut_per_rank", "halo_per_rank", "send_per_rank", "generate_s", "partition_s",
-          "partition_peak_gb", "build_s", "sparse_ms", "graph_gb", "graph_gb_per_rank", "link_gbps", "single_gb_needed", "build_peak_gb_per_rank",
-          "peak_gb_per_rank", "peak_gb", "features", "hidden", "classes", "layers"]
+          "partition_peak_gb", "build_s", "sparse_ms", "graph_gb", "graph_gb_per_rank", "link_gbps", "single_gb_needed",
+          "build_peak_gb_per_rank", "peak_gb_per_rank", "peak_gb", "features", "hidden", "classes", "layers"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -44,7 +44,7 @@ def _mask(x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
     with the seed (both halves of an id of any size), and an entry's draw is one more hash of
     its node's word plus its channel: one hash per entry whatever the ids' size (ids beyond 2**24
     at 256 channels would otherwise need a second hash of every entry, doubling the mask's time)."""
-    threshold = int(p * (1 << 32))
+    threshold = _threshold(p)
     mask = torch.empty(x.shape, dtype=torch.bool, device=x.device)
     in_kernel = dropout_kernel.available(x.device)
     channel = None if in_kernel else torch.arange(x.size(1), device=x.device)
@@ -55,6 +55,11 @@ def _mask(x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
             words = _mix(node_words.unsqueeze(1).add(channel).bitwise_and_(_MASK))
             mask[rows] = words >= threshold
     return mask
+
+
+def _threshold(p: float) -> int:
+    """The 32-bit word at or above which an entry is kept: a word is uniform, so a share p falls below."""
+    return int(p * (1 << 32))
 
 
 def _chunks(x: Tensor, nodes: Tensor, seed: int):
@@ -75,7 +80,7 @@ def _relu_dropout_in_kernel(x: Tensor, nodes: Tensor, p: float, seed: int) -> tu
     kept = torch.empty(x.shape, dtype=torch.bool, device=x.device)
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
     scale = torch.tensor(1.0 - p, dtype=compute).reciprocal().to(x.device)
-    threshold = int(p * (1 << 32))
+    threshold = _threshold(p)
     for rows, node_words in _chunks(x, nodes, seed):
         dropout_kernel.relu_dropout(x[rows], node_words, threshold, scale, out[rows], kept[rows])
     return out, kept
