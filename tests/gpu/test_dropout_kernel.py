@@ -64,3 +64,15 @@ def test_kernels_check_their_tensors():
         dropout_kernel.relu_dropout(x, words, 1 << 31, torch.ones(1, device="cuda"), x.half(), kept)
     with pytest.raises(ValueError, match=r"scale must hold one element, got 2"):
         dropout_kernel.relu_dropout(x, words, 1 << 31, torch.ones(2, device="cuda"), torch.empty_like(x), kept)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_kernels_over_several_chunks_of_rows(monkeypatch, relu):
+    from torch_tcsparse.distributed import layers
+    x = torch.randn(100, 40, device="cuda")
+    nodes = torch.arange(100, device="cuda") * 3 + 11
+    whole = node_dropout(x, nodes, 0.4, 5, relu=relu)
+    monkeypatch.setattr(layers, "KERNEL_CHUNK_ROWS", 7)
+    assert torch.equal(node_dropout(x, nodes, 0.4, 5, relu=relu), whole)
+    mask = hashed_mask(hash_ids(nodes, 5), 40, int(0.4 * (1 << 32)))
+    assert torch.equal(whole != 0, mask & ((x > 0) if relu else (x != 0)))

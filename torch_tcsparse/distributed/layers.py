@@ -14,6 +14,10 @@ from .hashing import mix_ as _mix
 
 # Rows per chunk of the mask, so that its int64 words stay a few hundred MB at 256 channels.
 _CHUNK_ELEMENTS = 1 << 24
+# Rows per launch of the dropout kernels, which hash only the nodes' words (two int64 per row
+# while hashed: 64 MB). Chunks of the torch form's size (65k rows at 256 channels) would make
+# the host's launches, not the device, the time of the layer.
+KERNEL_CHUNK_ROWS = 1 << 22
 
 
 def node_dropout(x: Tensor, nodes: Tensor, p: float, seed: int, training: bool = True, relu: bool = False) -> Tensor:
@@ -48,7 +52,7 @@ def _mask(x: Tensor, nodes: Tensor, p: float, seed: int) -> Tensor:
     mask = torch.empty(x.shape, dtype=torch.bool, device=x.device)
     in_kernel = dropout_kernel.available(x.device)
     channel = None if in_kernel else torch.arange(x.size(1), device=x.device)
-    for rows, node_words in _chunks(x, nodes, seed):
+    for rows, node_words in _chunks(x, nodes, seed, in_kernel):
         if in_kernel:
             dropout_kernel.keep_mask(node_words, threshold, mask[rows])
         else:
@@ -62,10 +66,14 @@ def _threshold(p: float) -> int:
     return int(p * (1 << 32))
 
 
-def _chunks(x: Tensor, nodes: Tensor, seed: int):
-    """Each chunk of ``x``'s rows (a slice) with its nodes' words, so that the int64 words of the
-    torch form stay a few hundred MB."""
-    step = max(1, _CHUNK_ELEMENTS // max(x.size(1), 1))
+def chunk_rows(channels: int, in_kernel: bool) -> int:
+    """Rows of ``x`` hashed at a time: the torch form hashes every entry, the kernels every row."""
+    return KERNEL_CHUNK_ROWS if in_kernel else max(1, _CHUNK_ELEMENTS // max(channels, 1))
+
+
+def _chunks(x: Tensor, nodes: Tensor, seed: int, in_kernel: bool):
+    """Each chunk of ``x``'s rows (a slice) with its nodes' words (``chunk_rows``)."""
+    step = chunk_rows(x.size(1), in_kernel)
     for start in range(0, x.size(0), step):
         rows = slice(start, start + step)
         yield rows, hash_ids(nodes[rows].to(device=x.device, dtype=torch.int64), seed)
@@ -79,9 +87,11 @@ def _relu_dropout_in_kernel(x: Tensor, nodes: Tensor, p: float, seed: int) -> tu
     out = torch.empty_like(x)
     kept = torch.empty(x.shape, dtype=torch.bool, device=x.device)
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-    scale = torch.tensor(1.0 - p, dtype=compute).reciprocal().to(x.device)
+    # Computed on the host, then filled on the device: copying a host tensor there would wait for
+    # the device's queue to drain, every layer of every epoch.
+    scale = torch.full((), torch.tensor(1.0 - p, dtype=compute).reciprocal().item(), dtype=compute, device=x.device)
     threshold = _threshold(p)
-    for rows, node_words in _chunks(x, nodes, seed):
+    for rows, node_words in _chunks(x, nodes, seed, True):
         dropout_kernel.relu_dropout(x[rows], node_words, threshold, scale, out[rows], kept[rows])
     return out, kept
 

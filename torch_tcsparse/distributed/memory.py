@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .checks import check_int
-from .layers import _CHUNK_ELEMENTS
+from .layers import chunk_rows
 
 # Bytes of the dropout mask and of the kept-entries flags (bool), of node ids and labels (int64).
 _BOOL, _INDEX = 1, 8
@@ -139,20 +139,20 @@ def gcn_epoch(rows: int, halo_in: int, halo_out: int, features: int, hidden: int
             break
         # ReLU and dropout in one step (node_dropout(relu=True)).
         tape.alloc(f"activation {layer}", rows, b, e)
-        chunk_rows = min(rows, max(1, _CHUNK_ELEMENTS // b))
+        hashed_rows = min(rows, chunk_rows(b, mask_kernel))
         if mask_kernel:
             # One kernel writes the activation and its nonzero flags, a chunk of rows at a time
             # from the nodes' words (and a shifted copy while they are hashed).
             tape.alloc(f"kept {layer}", rows, b, _BOOL)
-            tape.alloc(f"mask node words {layer}", chunk_rows, 1, 2 * _INDEX)
+            tape.alloc(f"mask node words {layer}", hashed_rows, 1, 2 * _INDEX)
             tape.free(f"mask node words {layer}")
         else:
             tape.alloc(f"dropout mask {layer}", rows, b, _BOOL)
             # The mask's hash, one chunk of rows at a time: the nodes' words, the entries' int64
             # words and a shifted copy.
             tape.alloc(f"mask channels {layer}", 1, b, _INDEX)
-            tape.alloc(f"mask node words {layer}", chunk_rows, 1, _INDEX)
-            tape.alloc(f"mask hash {layer}", chunk_rows, b, 2 * _INDEX)
+            tape.alloc(f"mask node words {layer}", hashed_rows, 1, _INDEX)
+            tape.alloc(f"mask hash {layer}", hashed_rows, b, 2 * _INDEX)
             tape.free(f"mask hash {layer}", f"mask node words {layer}", f"mask channels {layer}",
                       f"dropout mask {layer}")
             tape.alloc(f"kept {layer}", rows, b, _BOOL)
