@@ -56,12 +56,12 @@ def parse_args(argv=None):
     parser.add_argument("--row-weight", default=None,
                         help="a row's weight beside its nonzeros, or a comma list of them (one balanced constraint "
                              "each; default: the one-GPU run's time and memory per row in nonzeros)")
-    parser.add_argument("--imbalance", default="0.03,0.05",
+    parser.add_argument("--imbalance", default="0.03,0.15",
                         help="how far above its share of each row weight a part may be, a comma list (the last "
                              "repeated for later weights): 3%% of time (every rank waits for the slowest at each "
-                             "exchange), 5%% of memory (which only has to fit: held to 3%% as well, the two "
-                             "weights hold rows and nonzeros each near half, which on graphs with hubs cuts many "
-                             "times more nonzeros)")
+                             "exchange), 15%% of memory (which only has to fit under 1.2 times its share plus the "
+                             "halo: a memory bound that binds holds rows and nonzeros each near half, which on "
+                             "graphs with hubs cuts many times more nonzeros)")
     parser.add_argument("--rebalance", action="store_true",
                         help="partition again with the time weight per row fitted to the first partition's ranks")
     parser.add_argument("--configs", default="plain,overlap,overlap-bf16,plain-bf16",

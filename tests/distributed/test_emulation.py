@@ -63,7 +63,7 @@ def test_predict_without_a_run_says_what_to_run(tmp_path, capsys):
 def test_imbalance_is_given_per_row_weight(capsys):
     args = cli.parse_args(["--row-weight", "100,143,20"])
     cli.set_row_weight(args, None)
-    assert args.current_imbalance == (0.03, 0.05, 0.05)
+    assert args.current_imbalance == (0.03, 0.15, 0.15)
     args = cli.parse_args(["--row-weight", "100", "--imbalance", "0.05"])
     cli.set_row_weight(args, None)
     assert args.current_imbalance == (0.05,)
