@@ -5,7 +5,9 @@ costs what Python and the launch cost. This times back-to-back calls (no synchro
 between) of each layer, from the user's ``A @ X`` down to the engine's launch with prepared
 operands, so the difference between two rows is the cost of one layer, and the product with its
 backward for X against the forward alone (and torch.sparse's), beside this machine's floors
-(torch's cheapest op and a Python autograd.Function, each with its backward); then the
+(torch's cheapest op and a Python autograd.Function, each with its backward), and what one
+more product adds to a chain of them with one backward call (a model's products share
+autograd's fixed cost per backward call); then the
 first (uncached) selector choice at N against one SpMM (the matrix's features built, as
 ``benchmarks.selector`` times it; ``python -m benchmarks.selector --first-choice`` times it alone,
 on a machine without a GPU too); then one training step (forward, backward,
@@ -65,6 +67,16 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
     def function_forward_backward(x):
         Twice.apply(x.requires_grad_()).backward(grad_x)
 
+    def chained(multiply, grad):
+        """CHAIN products in a row, then one backward: within a model a product does not pay
+        autograd's fixed cost per backward call (the hand-over to the device thread) alone."""
+        def run(x):
+            y = x.requires_grad_()
+            for _ in range(CHAIN):
+                y = multiply(y)
+            y.backward(grad)
+        return run
+
     return {
         f"A @ X (path {path})": lambda x: a @ x,
         f"product.matmul ({path})": lambda x: product.matmul(a, x),
@@ -78,7 +90,19 @@ def layers(a: torch_tcsparse.TCSparseTensor, dtype: torch.dtype, n: int) -> dict
         "x * 2 (one torch op)": lambda x: x * 2,
         "x * 2 + backward": op_forward_backward,
         "autograd.Function x * 2 + backward": function_forward_backward,
+        f"{CHAIN} x (A @ X) + backward": chained(lambda y: a @ y, grad_y),
+        f"{CHAIN} x torch.sparse.mm + backward": chained(lambda y: torch.sparse.mm(csr, y), grad_y),
+        f"{CHAIN} x (x * 2) + backward": chained(lambda y: y * 2, grad_x),
     }
+
+
+# Products in a chain whose backward is one call: the cost a product adds to a model's step is
+# (chain - one product with its backward) / (CHAIN - 1).
+CHAIN = 8
+# Rows of layers() whose cost per added link of a chain is printed: (chain, one link).
+_MARGINAL = {"A @ X": ("x (A @ X) + backward", "A @ X + backward for X"),
+             "torch.sparse.mm": ("x torch.sparse.mm + backward", "torch.sparse.mm + backward for X"),
+             "x * 2": ("x (x * 2) + backward", "x * 2 + backward")}
 
 
 class Twice(torch.autograd.Function):
@@ -161,8 +185,14 @@ def main(argv=None):
             dtype = getattr(torch, dtype_name)
             xs = [(torch.randn(a.shape[1], args.n, device="cuda", dtype=dtype),) for _ in range(4)]
             print(f"{name} {dtype_name}")
+            measured = {}
             for label, fn in layers(a, dtype, args.n).items():
-                print(f"  {label:<36}{time_per_call_us(fn, xs, calls=2000):8.1f}")
+                measured[label] = time_per_call_us(fn, xs, calls=2000)
+                print(f"  {label:<36}{measured[label]:8.1f}")
+            for name_of, (chain, single) in _MARGINAL.items():
+                chain_us = next(us for label, us in measured.items() if label.endswith(chain))
+                single_us = next(us for label, us in measured.items() if label.startswith(single))
+                print(f"  {name_of + ' + backward, per link of a chain':<48}{(chain_us - single_us) / (CHAIN - 1):8.1f}")
             typed = a.to(dtype)
             profile(lambda x: typed @ x, xs[0][0], out / f"host_overhead_profile_{name}_{dtype_name}.txt")
             grad_y = torch.randn(a.shape[0], args.n, device="cuda", dtype=dtype)
