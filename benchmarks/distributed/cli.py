@@ -23,8 +23,9 @@ FIELDS = ["graph", "nodes", "nnz", "gpus", "device", "partitioner", "row_weight"
           "status", "losses", "epoch_ms", "compute_ms", "exchange_ms", "exchange_ms_per_rank", "halo_rows",
           "cut_nonzeros", "exchanged_width", "halo_bytes_per_epoch", "cut_x_feature_bytes", "rows_per_rank",
           "nnz_per_rank", "cut_per_rank", "halo_per_rank", "send_per_rank", "generate_s", "partition_s",
-          "partition_peak_gb", "build_s", "sparse_ms", "graph_gb", "graph_gb_per_rank", "link_gbps", "single_gb_needed",
-          "build_peak_gb_per_rank", "peak_gb_per_rank", "peak_gb", "features", "hidden", "classes", "layers"]
+          "partition_peak_gb", "build_s", "sparse_ms", "graph_gb", "graph_gb_per_rank", "link_gbps", "copy_gbps",
+          "single_gb_needed", "build_peak_gb_per_rank", "peak_gb_per_rank", "peak_gb", "features", "hidden",
+          "classes", "layers"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,6 +85,9 @@ def parse_args(argv=None):
                         help="with --predict: the GPU counts to partition afresh ('none': only the runs' own partitions)")
     parser.add_argument("--link-gbps", type=float, default=None,
                         help="with --predict: GB/s one GPU sends in an all-to-all (default: the measured one)")
+    parser.add_argument("--copy-gbps", type=float, default=None,
+                        help="with --predict: the GPU's copy bandwidth, GB/s read plus written (default: the "
+                             "one-GPU run's; a CSV without it leaves the split's passes over memory unpriced)")
     args = parser.parse_args(argv)
     args.scales = _ints(args.scales, "--scales")
     args.parts = [] if args.parts == "none" else _ints(args.parts, "--parts")
@@ -109,8 +113,9 @@ def parse_args(argv=None):
         fail(f"--imbalance takes a float or a comma list of floats, got {args.imbalance!r}")
     if not all(0 < v < 1 for v in args.imbalance):
         fail(f"--imbalance entries must be in (0, 1), got {args.imbalance}")
-    if args.link_gbps is not None and args.link_gbps <= 0:
-        fail(f"--link-gbps must be positive, got {args.link_gbps}")
+    for name in ("link_gbps", "copy_gbps"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.rebalance and args.emulate is not None:
         fail("--rebalance partitions again from the ranks' times under torchrun; --emulate has no ranks to time")
     clusters_possible = args.partitioner in CLUSTER_METHODS and args.emulate is None

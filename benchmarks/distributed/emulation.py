@@ -119,8 +119,9 @@ def measured_from(single: dict, args) -> Measured | None:
         return None
     graph_bytes = float(single["graph_gb"]) * 2**30
     sparse_s, epoch_s = float(single["sparse_ms"]) / 1e3, float(single["epoch_ms"]) / 1e3
+    copy = float(single["copy_gbps"]) * 1e9 if single.get("copy_gbps") else float("inf")
     return Measured(args.num_nodes, int(single["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes,
-                    float("inf"))
+                    float("inf"), copy_bytes_per_s=copy)
 
 
 def format_emulated(row: dict) -> str:

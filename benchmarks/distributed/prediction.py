@@ -62,10 +62,14 @@ def link_bytes_per_s(args, rows: list[dict]) -> float:
     return links[0] * 1e9
 
 
-def measured_of(one: dict, link: float) -> Measured:
+def measured_of(one: dict, link: float, copy_gbps: float | None = None) -> Measured:
+    """The model's one-GPU inputs from ``one``; the copy bandwidth is ``copy_gbps`` where given,
+    else the one-GPU run's, else unpriced (infinite)."""
     sparse_s, epoch_s = float(one["sparse_ms"]) / 1e3, float(one["epoch_ms"]) / 1e3
     graph_bytes = float(one["graph_gb"]) * 2**30
-    return Measured(int(one["nodes"]), int(one["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes, link)
+    copy = copy_gbps if copy_gbps is not None else float(one["copy_gbps"]) if one.get("copy_gbps") else float("inf")
+    return Measured(int(one["nodes"]), int(one["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes, link,
+                    copy_bytes_per_s=copy * 1e9)
 
 
 def measured_runs(rows: list[dict]) -> dict[tuple, dict]:
@@ -131,7 +135,7 @@ def predict_main(args) -> None:
     for graph, one in graphs.items() if args.parts else ():
         for name in NETWORK:
             setattr(args, name, int(one[name]))
-        measured = measured_of(one, link)
+        measured = measured_of(one, link, args.copy_gbps)
         # Afresh partitions are checked against the first CSV's runs of the graph.
         first_runs = {count: run for (source, name, count), run in runs.items() if name == graph and source == 0}
         emulated = emulated_peaks(paths[0].parent / EMULATED_CSV, graph)
@@ -151,7 +155,10 @@ def predict_main(args) -> None:
                                      partition_s=partition_s) | {"emulated_peak_gb": peak, "emulated_compute_ms": compute})
             print(validation_line(results[-1]), flush=True)
         del rowptr, col
-    on_runs = [result for result in (on_run_partition(run, graphs, link) for run in runs.values()) if result]
+    if args.copy_gbps is None and not all(one.get("copy_gbps") for one in graphs.values()):
+        print("a one-GPU row without copy_gbps: the passes over memory a split adds are not priced (give --copy-gbps)")
+    on_runs = [result for result in (on_run_partition(run, graphs, link, args.copy_gbps) for run in runs.values())
+               if result]
     for result in on_runs:
         print(validation_line(result), flush=True)
     out = out_dir(args.out)
@@ -161,7 +168,7 @@ def predict_main(args) -> None:
     print(table)
 
 
-def on_run_partition(run: dict, graphs: dict[str, dict], link: float) -> dict | None:
+def on_run_partition(run: dict, graphs: dict[str, dict], link: float, copy_gbps: float | None = None) -> dict | None:
     """The model on the partition the run trained on, against the run; None (and said) for a
     run without per-rank cuts or without a one-GPU row to scale from."""
     shape, one = run_shape(run), calibration_for(run, graphs)
@@ -172,7 +179,7 @@ def on_run_partition(run: dict, graphs: dict[str, dict], link: float) -> dict | 
         return None
     trained = argparse.Namespace(**{name: int(run[name]) for name in NETWORK})
     run_link = float(run["link_gbps"]) * 1e9 if run.get("link_gbps") else link
-    guess = predict(shape, measured_of(one, run_link), network(trained), parameter_bytes(trained))
+    guess = predict(shape, measured_of(one, run_link, copy_gbps), network(trained), parameter_bytes(trained))
     return model_row(guess, one, run, graph=run["graph"], gpus=int(run["gpus"]), partition="run",
                      calibrated_on=one["graph"], partitioner=run["partitioner"], partition_s=float(run["partition_s"]))
 

@@ -8,6 +8,8 @@ import torch
 
 from torch_tcsparse.distributed import EmulatedPeers, gcn_part
 
+from benchmarks.common import copy_bandwidth
+
 from .graph import node_features, node_labels, rmat_block
 from .training import (WARMUP, allocated_gb, epochs, loss_curve, make_model, peak_gb, products_time, reset_peak,
                        synchronize)
@@ -34,6 +36,8 @@ def single_gpu(args, device) -> dict:
         if needed > capacity:
             return {"status": f"does not fit one GPU ({needed:.0f} GB needed, {capacity:.0f} GB)",
                     "single_gb_needed": needed, "peak_gb": float("nan")}
+    # The device's copy bandwidth prices the passes over memory a split into ranks adds (the model's).
+    copy_gbps = copy_bandwidth() / 1e9 if device.type == "cuda" else ""
     reset_peak(device)
     start = time.perf_counter()
     try:
@@ -58,7 +62,7 @@ def single_gpu(args, device) -> dict:
            "rows_per_rank": str(args.num_nodes), "nnz_per_rank": str(matrix.nnz), "halo_per_rank": "0",
            "nnz": matrix.nnz, "build_s": build_s, "sparse_ms": 1000 * sparse_s, "graph_gb": graph_gb,
            "build_peak_gb_per_rank": f"{build_peak:.2f}", "peak_gb_per_rank": f"{peak_gb(device):.2f}",
-           "peak_gb": peak_gb(device)}
+           "peak_gb": peak_gb(device), "copy_gbps": copy_gbps}
     if device.type == "cuda":
         args.reference = {"nodes": args.num_nodes, "edge_factor": args.edge_factor, "graph_gb": graph_gb,
                           "peak_gb": row["peak_gb"]}

@@ -1,6 +1,7 @@
 """The benchmark's single-GPU rank emulation (here on the CPU), its R-MAT blocks, and its errors:
 one line, once, with the same exit code from every rank under torchrun."""
 import csv
+import dataclasses
 import os
 import subprocess
 import sys
@@ -110,6 +111,15 @@ def test_predict_checks_every_run_on_its_own_partition(tmp_path):
                     "--parts", "none", "--out", str(tmp_path / "runs_only")])
     with open(tmp_path / "runs_only" / "distributed_model.csv", newline="") as handle:
         assert list(csv.DictReader(handle)) == results[1:]
+    # A copy bandwidth prices the passes over memory the split adds (a CPU run measures none).
+    benchmark.main(["--predict", f"{tmp_path / 'one' / 'distributed.csv'},{tmp_path / 'runs' / 'distributed.csv'}",
+                    "--parts", "none", "--copy-gbps", "2", "--out", str(tmp_path / "priced")])
+    with open(tmp_path / "priced" / "distributed_model.csv", newline="") as handle:
+        priced = next(csv.DictReader(handle))
+    priced_measured = dataclasses.replace(measured, copy_bytes_per_s=2e9)
+    expected = predict(shape, priced_measured, (8, 8, 16, 2), 4 * (8 * 8 + 8 + 8 * 16 + 16))
+    assert float(priced["predicted_epoch_ms"]) == pytest.approx(1000 * expected.epoch_s)
+    assert float(priced["predicted_epoch_ms"]) > float(results[1]["predicted_epoch_ms"])
 
 
 def test_errors_under_torchrun_are_one_line(tmp_path):

@@ -1,4 +1,5 @@
 """The partitioner, the cost model's arithmetic and the argument checks, in one process."""
+import dataclasses
 import sys
 
 import pytest
@@ -8,7 +9,7 @@ import graphs
 from benchmarks.distributed.graph import rmat_block
 from torch_tcsparse.distributed import NodePartition, node_dropout, partition_rows
 from torch_tcsparse.distributed.memory import gcn_epoch
-from torch_tcsparse.distributed.model import Measured, part_shape, predict, product_widths
+from torch_tcsparse.distributed.model import Measured, part_shape, predict, predict_ranks, product_widths, split_bytes
 
 NUM_NODES = 400
 
@@ -131,6 +132,26 @@ def test_model_of_one_part_is_the_measured_epoch():
     two = predict(part_shape(partition_rows(rowptr, col, 2, "contiguous"), rowptr, col), measured, network, 4096)
     assert 0.25 < two.compute_s < 0.3 and two.exchange_s > 0 and two.reduce_s > 0
     assert two.epoch_s - two.exchange_s <= two.overlapped_epoch_s < two.epoch_s
+
+
+def test_model_prices_the_split_at_the_copy_bandwidth():
+    """Two blocks per rank: the boundary block's output over every own row and its add (four
+    passes at each product's width), the rows sent gathered and their gradients added back (two
+    and three passes at the exchanged width); nothing for one part or an unmeasured bandwidth."""
+    rowptr, col = sbm_csr()
+    network = (16, 32, 4, 2)
+    widths = product_widths(*network)
+    shape = part_shape(partition_rows(rowptr, col, 2, "contiguous"), rowptr, col)
+    expected = 4 * (4 * shape.rows.double() * (16 + 4) + 5 * shape.halo_out.double() * 4)
+    assert torch.equal(split_bytes(shape, widths), expected)
+    emulated = expected + 4 * 2 * (shape.halo_in + shape.halo_out).double() * 4
+    assert torch.equal(split_bytes(shape, widths, emulated=True), emulated)
+    unpriced = Measured(NUM_NODES, col.numel() + NUM_NODES, 0.3, 0.2, 1000.0, 1e9)
+    priced = dataclasses.replace(unpriced, copy_bytes_per_s=1e9)
+    added = predict_ranks(shape, priced, network).compute_s - predict_ranks(shape, unpriced, network).compute_s
+    assert torch.allclose(added, expected / 1e9)
+    one = part_shape(partition_rows(rowptr, col, 1, "contiguous"), rowptr, col)
+    assert float(predict_ranks(one, priced, network).compute_s[0]) == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("method", ["contiguous", "metis", "multilevel"])

@@ -5,7 +5,8 @@ the link bandwidth.
 Epoch time of P ranks = the slowest rank's compute + its halo exchanges + the gradient
 all-reduce. A rank's compute is the one-GPU sparse time (its products, measured) scaled by its
 share of the nonzeros, plus the one-GPU dense time (the rest of the epoch) scaled by its share
-of the rows. An exchange moves the rank's larger side of the halo (rows sent or received) at the
+of the rows, plus the passes over memory that splitting its rows into two blocks adds
+(``split_bytes``) at the device's copy bandwidth. An exchange moves the rank's larger side of the halo (rows sent or received) at the
 link bandwidth, plus a latency per exchange. Memory per GPU = its graph plus the peak of its
 epoch. The graph: the one-GPU graph's bytes per nonzero for the interior block's nonzeros (a
 symmetric block, whose transpose shares its index arrays, as the whole graph's does) and twice
@@ -110,7 +111,8 @@ class Measured:
     ``sparse_s``: the epoch's products (forward and backward) on the whole graph; ``dense_s``:
     the rest of the one-GPU epoch; ``graph_bytes``: the matrix and its transpose in memory;
     ``link_bytes_per_s``: all-to-all bytes one rank sends per second; ``latency_s``: the fixed
-    cost of one exchange."""
+    cost of one exchange; ``copy_bytes_per_s``: the device's copy bandwidth (bytes read plus
+    written), infinite where not measured (the split's passes then cost nothing)."""
 
     nodes: int
     nnz: int
@@ -119,6 +121,7 @@ class Measured:
     graph_bytes: float
     link_bytes_per_s: float
     latency_s: float = 50e-6
+    copy_bytes_per_s: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,8 @@ def predict_ranks(shape: PartShape, measured: Measured, network: tuple[int, int,
     nnz_share = shape.nnz.double() / measured.nnz
     row_share = shape.rows.double() / measured.nodes
     compute = measured.sparse_s * nnz_share + measured.dense_s * row_share
+    if shape.num_parts > 1:
+        compute = compute + split_bytes(shape, widths, element_size, emulated) / measured.copy_bytes_per_s
     exchanges = sum(2 for _, backward in widths if backward)
     halo = torch.maximum(shape.halo_in, shape.halo_out).double()
     exchange = halo * exchanged_width(widths) * element_size / measured.link_bytes_per_s
@@ -170,6 +175,23 @@ def predict_ranks(shape: PartShape, measured: Measured, network: tuple[int, int,
          for rows, halo_in, halo_out in zip(shape.rows, shape.halo_in, shape.halo_out)], dtype=torch.float64)
     interior = measured.sparse_s * (shape.nnz - shape.cut).double() / measured.nnz
     return RankPrediction(compute, exchange, interior, memory)
+
+
+def split_bytes(shape: PartShape, widths: list[tuple[int, bool]], element_size: int = 4,
+                emulated: bool = False) -> Tensor:
+    """Bytes every rank reads and writes per epoch because its rows are split into an interior
+    and a boundary block, which one GPU's single product does not: each product's boundary block
+    writes every own row and is added to the interior's (four passes over the own rows at the
+    product's width); each exchanged product gathers the rows it sends and, backward, adds the
+    gradients returned for them (two and three passes over those rows). ``emulated``: the
+    received rows are copies gathered from the sent ones (two passes over each, both ways)."""
+    forward = sum(width for width, _ in widths)
+    exchanged = sum(width for width, backward in widths if backward)
+    sent, received = shape.halo_out.double(), shape.halo_in.double()
+    passes = 4 * shape.rows.double() * forward + 5 * sent * exchanged
+    if emulated:
+        passes = passes + 2 * (received + sent) * exchanged
+    return element_size * passes
 
 
 def graph_bytes(shape: PartShape, measured: Measured) -> Tensor:
