@@ -192,7 +192,8 @@ def main(argv=None):
             for name_of, (chain, single) in _MARGINAL.items():
                 chain_us = next(us for label, us in measured.items() if label.endswith(chain))
                 single_us = next(us for label, us in measured.items() if label.startswith(single))
-                print(f"  {name_of + ' + backward, per link of a chain':<48}{(chain_us - single_us) / (CHAIN - 1):8.1f}")
+                label = f"{name_of} + backward, per link of a chain"
+                print(f"  {label:<48}{(chain_us - single_us) / (CHAIN - 1):8.1f}")
             typed = a.to(dtype)
             profile(lambda x: typed @ x, xs[0][0], out / f"host_overhead_profile_{name}_{dtype_name}.txt")
             grad_y = torch.randn(a.shape[0], args.n, device="cuda", dtype=dtype)
