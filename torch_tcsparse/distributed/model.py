@@ -8,12 +8,12 @@ share of the nonzeros, plus the one-GPU dense time (the rest of the epoch) scale
 of the rows, plus the passes over memory that splitting its rows into two blocks adds
 (``split_bytes``) at the device's copy bandwidth. An exchange moves the rank's larger side of
 the halo (rows sent or received) at the link bandwidth, plus a latency per exchange. Memory per
-GPU = its graph plus the peak of its epoch. The graph: the one-GPU graph's bytes per nonzero for the interior block's nonzeros (a
-symmetric block, whose transpose shares its index arrays, as the whole graph's does) and twice
-that for the boundary block's (its transpose is a second structure). The epoch: the tensors
-the training allocates, term by term (``memory.gcn_epoch``: rows, halo rows received and sent,
-layer widths). The exchange is not overlapped in the model: it predicts the ``overlap=False``
-epoch, which bounds the overlapped one from above.
+GPU = its graph plus the peak of its epoch. The graph: the one-GPU graph's bytes per nonzero for
+the interior block's nonzeros (a symmetric block, whose transpose shares its index arrays, as
+the whole graph's does) and twice that for the boundary block's (its transpose is a second
+structure). The epoch: the tensors the training allocates, term by term (``memory.gcn_epoch``:
+rows, halo rows received and sent, layer widths). The exchange is not overlapped in the model:
+it predicts the ``overlap=False`` epoch, which bounds the overlapped one from above.
 """
 from __future__ import annotations
 
