@@ -18,6 +18,7 @@ from torch_tcsparse.distributed import EmulatedPeers, NodePartition, gcn_part, p
 from torch_tcsparse.distributed.model import Measured, graph_bytes, part_shape, predict_ranks, product_widths
 
 from .graph import node_features, node_labels, rmat_block
+from .prediction import measured_of
 from .training import WARMUP, allocated_gb, epochs, make_model, network, peak_gb, reset_peak, synchronize
 
 # The target's allowance over an even split of the one-GPU peak.
@@ -117,11 +118,7 @@ def measured_from(single: dict, args) -> Measured | None:
     memory figures); the link is not used for memory and compute."""
     if single.get("status") != "ok" or single.get("graph_gb") != single.get("graph_gb"):
         return None
-    graph_bytes = float(single["graph_gb"]) * 2**30
-    sparse_s, epoch_s = float(single["sparse_ms"]) / 1e3, float(single["epoch_ms"]) / 1e3
-    copy = float(single["copy_gbps"]) * 1e9 if single.get("copy_gbps") else float("inf")
-    return Measured(args.num_nodes, int(single["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes,
-                    float("inf"), copy_bytes_per_s=copy)
+    return measured_of(single | {"nodes": args.num_nodes}, float("inf"))
 
 
 def format_emulated(row: dict) -> str:

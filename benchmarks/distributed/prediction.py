@@ -67,9 +67,10 @@ def measured_of(one: dict, link: float, copy_gbps: float | None = None) -> Measu
     else the one-GPU run's, else unpriced (infinite)."""
     sparse_s, epoch_s = float(one["sparse_ms"]) / 1e3, float(one["epoch_ms"]) / 1e3
     graph_bytes = float(one["graph_gb"]) * 2**30
-    copy = copy_gbps if copy_gbps is not None else float(one["copy_gbps"]) if one.get("copy_gbps") else float("inf")
+    if copy_gbps is None:
+        copy_gbps = float(one["copy_gbps"]) if one.get("copy_gbps") else float("inf")
     return Measured(int(one["nodes"]), int(one["nnz"]), sparse_s, max(epoch_s - sparse_s, 0.0), graph_bytes, link,
-                    copy_bytes_per_s=copy * 1e9)
+                    copy_bytes_per_s=copy_gbps * 1e9)
 
 
 def measured_runs(rows: list[dict]) -> dict[tuple, dict]:
